@@ -1,0 +1,207 @@
+"""Shared types: the contracts between tools, rex, agents, eval.data and training.
+
+Everything here is plain data (no torch, no veRL), so every package can import it.
+See ARCHITECTURE.md "Contracts". Imports flow one way:
+tools -> rex -> agents -> eval.data -> training -> eval.run / eval.compare.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Protocol, Sequence
+
+if TYPE_CHECKING:  # tools.Database is the runtime type of every ``db`` argument
+    from tools import Database
+
+Message = dict[str, Any]
+"""A chat message: ``{"role": "system"|"user"|"assistant"|"tool", "content": str}``."""
+
+Difficulty = str
+"""BIRD labels ``simple`` / ``moderate`` / ``challenging``; ``unknown`` when absent."""
+
+
+@dataclass(frozen=True)
+class Example:
+    """One benchmark question, produced by the loaders in ``eval.data``; immutable.
+
+    ``gold_tables`` are lower-cased table names, ``gold_columns`` lower-cased
+    ``"table.column"`` strings, both extracted from ``gold_sql`` with sqlglot against the
+    database schema (``*`` expands to every column of the tables it covers).
+    """
+
+    id: str
+    db_id: str
+    db_path: str
+    question: str
+    evidence: str = ""
+    gold_sql: str = ""
+    difficulty: Difficulty = "unknown"
+    gold_tables: tuple[str, ...] = ()
+    gold_columns: tuple[str, ...] = ()
+    split: str = ""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call parsed from model text (hermes ``<tool_call>{json}</tool_call>``)."""
+
+    name: str
+    arguments: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class SchemaSelection:
+    """A set of tables and ``"table.column"`` names, lower-cased.
+
+    Used for TRUST-SQL's proposed schema, DualSQL's linked schema and ReToolSQL's
+    ``<relevant_tables>`` / ``<relevant_columns>`` annotations.
+    """
+
+    tables: tuple[str, ...] = ()
+    columns: tuple[str, ...] = ()
+    joins: tuple[str, ...] = ()
+
+
+EndReason = Literal[
+    "answer",  # the agent produced its final answer / finished its role
+    "turn_budget",  # max turns reached without an answer
+    "format_cutoff",  # a guardrail failed and the design cuts the rollout at once
+    "context_limit",  # the rollout driver ran out of context tokens
+    "response_limit",  # the rollout driver ran out of response tokens
+]
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """What happened in one assistant turn (kept in ``EpisodeResult.turns``)."""
+
+    index: int
+    phase: str  # the turn's action, e.g. "tool_call", "final_answer", "explore_schema", "answer"
+    text_chars: int
+    format_ok: bool
+    format_reason: str = ""  # why the turn failed the format check ("" when ok)
+    tool_name: str | None = None
+    tool_arguments: Mapping[str, Any] | None = None
+    tool_outcome: str | None = None  # "ok" or a ToolError kind ("syntax", "timeout", ...)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What ``Episode.step`` returns for one assistant turn.
+
+    ``observations`` are the messages to append after the assistant turn (role ``tool``;
+    the rollout driver re-roles them as ``user`` + ``<tool_response>`` when the chat
+    template cannot render ``tool``). ``text`` is the assistant text the episode kept: an
+    agent may cut a turn (DualSQL cuts after a closing code fence); the driver then keeps
+    only the tokens of that prefix.
+    """
+
+    observations: tuple[Message, ...]
+    done: bool
+    phase: str
+    format_ok: bool
+    format_reason: str = ""
+    text: str | None = None
+
+
+@dataclass
+class EpisodeResult:
+    """The outcome of one episode, read by rewards, masks and evaluation."""
+
+    role: str
+    final_sql: str | None
+    schema: SchemaSelection | None  # proposed / linked / annotated schema, if any
+    turns: list[TurnRecord]
+    end_reason: EndReason
+    flags: dict[str, Any] = field(default_factory=dict)  # e.g. {"full_schema_fallback": True}
+
+    @property
+    def used_tool_successfully(self) -> bool:
+        return any(t.tool_name and t.tool_outcome == "ok" for t in self.turns)
+
+    @property
+    def all_turns_valid(self) -> bool:
+        return bool(self.turns) and all(t.format_ok for t in self.turns)
+
+
+class Episode(Protocol):
+    """One agent conversation (skyrl-gym's environment contract: one object per episode).
+
+    ``step`` runs tools synchronously and never raises on model text; async callers run
+    it in a thread. Only ``step`` and ``end`` mutate the episode.
+    """
+
+    role: str
+    messages: list[Message]  # the initial chat messages (system + user)
+    tool_schemas: list[dict[str, Any]]  # OpenAI function schemas of the tools it offers
+    stop: tuple[str, ...]  # strings that end a turn (EOS is implied)
+    max_turns: int
+
+    def step(self, assistant_text: str) -> Step: ...
+
+    def end(self, reason: EndReason) -> None:
+        """Called by the rollout driver when it stops the episode (limits)."""
+
+    def result(self) -> EpisodeResult: ...
+
+
+class Agent(Protocol):
+    """A registered design. ``start`` returns the next episode for the example, or None.
+
+    ``previous`` holds the results of this example's earlier episodes (DualSQL: the
+    linker's result, from which the generator episode is built).
+    """
+
+    name: str
+
+    def start(
+        self, example: Example, db: "Database", previous: Sequence[EpisodeResult] = ()
+    ) -> Episode | None: ...
+
+
+@dataclass
+class Trajectory:
+    """The token-level record of one episode, made by ``training.rollout``.
+
+    All per-token lists have ``len(response_ids)`` entries.
+    ``response_mask``: 1 for policy (generated) tokens, 0 for observation / template tokens.
+    ``turn_index``: index of the assistant turn a token belongs to; observation tokens
+    carry the index of the turn whose tool call produced them.
+    ``logprobs``: sampling log-probs of policy tokens (0.0 elsewhere), when the generate
+    function returned them.
+    """
+
+    example_id: str
+    role: str
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    turn_index: list[int]
+    result: EpisodeResult
+    logprobs: list[float] | None = None
+    group_id: str = ""  # GRPO group: example id + role ("q17:linker")
+    sample_index: int = 0  # index within the group
+
+    @property
+    def num_policy_tokens(self) -> int:
+        return sum(self.response_mask)
+
+
+@dataclass(frozen=True)
+class RewardBreakdown:
+    """A reward with every named component logged.
+
+    ``components`` always holds ``exec`` (execution score under the configured metric, in
+    [0, 1]); ``tracks`` always holds ``full`` (= total unless the design has more tracks,
+    e.g. TRUST-SQL's ``schema``). ``error`` says why a reward could not be computed; such
+    rewards are logged and counted, never silently 0.
+    """
+
+    total: float
+    components: Mapping[str, float]
+    tracks: Mapping[str, float]
+    error: str | None = None
+
+
+RewardFn = Callable[[Trajectory, Example, "Database"], RewardBreakdown]
+"""``get_reward(name, **options)`` returns one of these."""

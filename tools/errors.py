@@ -1,0 +1,33 @@
+"""The package's one exception hierarchy. Messages say what was wrong and how to fix it.
+
+Model text never raises: tools return structured ``ToolError`` values and agents return
+format failures. These exceptions are for programmer and user input (config, data layout,
+paths), where failing loudly is right.
+"""
+
+from __future__ import annotations
+
+
+class ToolkitError(Exception):
+    """Base class of every error this project raises on purpose."""
+
+
+class ConfigError(ToolkitError, ValueError):
+    """A configuration value is invalid; the message names the key and a valid value."""
+
+
+class DataError(ToolkitError, ValueError):
+    """A dataset or database layout problem; the message names the path and example id."""
+
+
+class UnknownNameError(ToolkitError, ValueError):
+    """A registry lookup missed: lists the registered names and the closest one."""
+
+    def __init__(self, kind: str, name: str, registered: list[str]) -> None:
+        from tools.registry import did_you_mean
+
+        self.kind, self.name, self.registered = kind, name, registered
+        super().__init__(
+            f"unknown {kind} {name!r}{did_you_mean(name, registered)} "
+            f"registered: {', '.join(registered) or '(none)'}"
+        )

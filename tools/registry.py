@@ -1,0 +1,64 @@
+"""One registry idiom for every extension point (agents, rewards, tools, engines).
+
+Modelled on veRL's ``core_algos.register_adv_est``: a module-level dict per kind, a
+decorator that registers by name, and a lookup that fails with the registered names and a
+"did you mean" hint.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Callable, Generic, Iterator, TypeVar
+
+from tools.errors import UnknownNameError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """A named collection of plugins of one kind (``kind`` appears in error messages)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._items: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator: ``@registry.register("name")``. Re-registering a name with a
+        different object is an error (two plugins fighting over one name)."""
+
+        def decorator(obj: T) -> T:
+            existing = self._items.get(name)
+            if existing is not None and existing is not obj and _qualname(existing) != _qualname(obj):
+                raise ValueError(
+                    f"{self.kind} {name!r} is already registered to {_qualname(existing)}; "
+                    f"pick another name for {_qualname(obj)}"
+                )
+            self._items[name] = obj
+            return obj
+
+        return decorator
+
+    def get(self, name: str) -> T:
+        try:
+            return self._items[name]
+        except KeyError:
+            raise UnknownNameError(self.kind, name, sorted(self._items)) from None
+
+    def names(self) -> list[str]:
+        return sorted(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+
+def did_you_mean(name: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _qualname(obj: object) -> str:
+    module = getattr(obj, "__module__", "?")
+    return f"{module}.{getattr(obj, '__qualname__', repr(obj))}"

@@ -83,6 +83,7 @@ class TurnRecord:
     tool_name: str | None = None
     tool_arguments: Mapping[str, Any] | None = None
     tool_outcome: str | None = None  # "ok" or a ToolError kind ("syntax", "timeout", ...)
+    text: str = ""  # the assistant text of the turn as kept (Think2SQL's format reward reads it)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,442 @@
+"""Typed configuration of a training run: dataclasses that mirror ``recipes/`` one to one.
+
+Hydra composes the YAML (``recipes/config.yaml`` + groups + a recipe); ``TrainConfig
+.from_mapping`` converts the composed tree once, and each ``__post_init__`` checks its own
+values with a message that says how to fix a bad one. Algorithm settings (G, clip, KL
+schedule, turns, temperatures) live here once and both engines read them.
+
+Agent and reward options differ per design: their group files hold ``name`` plus the
+design's keyword options, which are kept in ``options`` and passed to ``make_agent`` /
+``get_reward`` as they are (a typo is caught by Hydra's struct mode, a wrong option by the
+factory's signature).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Mapping, Sequence
+
+from tools.errors import ConfigError
+
+EXEC_METRICS = ("ex", "rex", "qatch")
+ADVANTAGE_ESTIMATORS = ("grpo", "two_track")
+GROUP_BY = ("role", "question")
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum")
+KL_TYPES = ("low_var_kl", "k3", "kl", "k1", "mse", "k2", "abs")
+LOGGERS = ("console", "jsonl", "wandb")
+STAGES = ("rl",)
+
+
+def _f(default: Any, help: str) -> Any:
+    """A dataclass field with a help string (TRL's ``GRPOConfig`` style)."""
+    if isinstance(default, (list, dict)):
+        value = default
+        return field(default_factory=lambda: type(value)(value), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+def list_recipes() -> list[str]:
+    """The recipe names: one YAML file per design under ``recipes/recipe/``."""
+    folder = resources.files("recipes") / "recipe"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def _need(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+@dataclass
+class AgentConfig:
+    """``agent`` group: which design drives the episodes, and its options."""
+
+    name: str = _f("retoolsql", "registered agent name (agents.list_agents())")
+    options: dict[str, Any] = _f({}, "keyword options for agents.make_agent, from the group file")
+
+    def __post_init__(self) -> None:
+        _need(bool(self.name), "agent.name is empty; pick one with agent=<retoolsql|think2sql|trustsql|dualsql>")
+        for key, value in self.options.items():
+            if key.endswith("max_turns"):
+                _need(isinstance(value, int) and value >= 1,
+                      f"agent.{key}={value!r}: a turn budget is a positive integer")
+
+    def turn_budget_keys(self) -> list[str]:
+        """Option names that are turn budgets (the laptop profile caps them)."""
+        return [k for k in self.options if k.endswith("max_turns")]
+
+
+@dataclass
+class RewardConfig:
+    """``reward`` group: the reward function and its execution metric."""
+
+    name: str = _f("composite", "registered reward name (training.rewards.list_rewards())")
+    exec_metric: str = _f("ex", "execution score inside the reward: ex | rex | qatch")
+    options: dict[str, Any] = _f({}, "other keyword options for training.rewards.get_reward")
+
+    def __post_init__(self) -> None:
+        _need(self.exec_metric in EXEC_METRICS,
+              f"reward.exec_metric={self.exec_metric!r}; choose one of {', '.join(EXEC_METRICS)}")
+
+
+@dataclass
+class AdvantageConfig:
+    """``advantage`` group: how rewards become per-token advantages."""
+
+    estimator: str = _f("grpo", "grpo (one track) | two_track (TRUST-SQL phase-aware)")
+    epsilon: float = _f(1e-6, "added to the group std before dividing")
+    norm_by_std: bool = _f(True, "divide by the group std (False = Dr.GRPO, mean-centred only)")
+    group_by: str = _f("role", "role: one group per (question, role) - DualSQL's linker and "
+                               "generator groups; question: one group per question")
+    clamp: float | None = _f(None, "clamp advantages to +-clamp (TRUST-SQL: 10); null = no clamp")
+    schema_weight: float = _f(0.25, "two_track: lambda in loss = lambda*PG_schema + PG_full")
+    schema_track: str = _f("schema", "two_track: the reward track normalised on the phase prefix")
+
+    def __post_init__(self) -> None:
+        _need(self.estimator in ADVANTAGE_ESTIMATORS,
+              f"advantage.estimator={self.estimator!r}; choose one of {', '.join(ADVANTAGE_ESTIMATORS)} "
+              "(or the group: advantage=grpo / advantage=two_track)")
+        _need(self.group_by in GROUP_BY, f"advantage.group_by={self.group_by!r}; choose one of {GROUP_BY}")
+        _need(self.epsilon > 0, f"advantage.epsilon={self.epsilon}: must be > 0 (it guards a division)")
+        _need(self.clamp is None or self.clamp > 0, f"advantage.clamp={self.clamp}: positive or null")
+        _need(self.schema_weight >= 0, f"advantage.schema_weight={self.schema_weight}: must be >= 0")
+
+
+@dataclass
+class EngineConfig:
+    """``engine`` group: where the update runs."""
+
+    name: str = _f("auto", "auto | local | verl; auto picks verl with CUDA + vLLM, else local")
+    device: str = _f("auto", "local engine device: auto | cpu | cuda | cuda:N")
+    laptop_profile: str = _f("auto", "auto (on for the local engine on CPU) | on | off")
+
+    def __post_init__(self) -> None:
+        _need(self.laptop_profile in ("auto", "on", "off"),
+              f"engine.laptop_profile={self.laptop_profile!r}; choose auto, on or off")
+
+
+@dataclass
+class ModelConfig:
+    """``model`` group: the policy's starting weights."""
+
+    path: str | None = _f(None, "HF model directory or hub name; null = the embedded SmolLM2-135M-Instruct")
+    autocast: str = _f("auto", "auto (bf16 where native) | bf16 | off; master weights stay fp32")
+    gradient_checkpointing: bool = _f(False, "trade compute for memory in the update")
+    trust_remote_code: bool = _f(False, "passed to transformers from_pretrained")
+
+    def __post_init__(self) -> None:
+        _need(self.autocast in ("auto", "bf16", "off"), f"model.autocast={self.autocast!r}; auto, bf16 or off")
+
+
+@dataclass
+class DataConfig:
+    """``data`` group (written with eval.data): which examples train and evaluate."""
+
+    kind: str = _f("minibird", "eval.data.load_examples kind: minibird | bird | spider | jsonl")
+    root: str | None = _f(None, "dataset root; null = the loader's default (minibird builds its own)")
+    split: str = _f("train", "split the policy trains on")
+    eval_split: str = _f("dev", "held-out split for validation and before/after EX")
+    drop_failing_gold: bool = _f(True, "skip examples whose gold SQL fails to execute")
+    limit: int | None = _f(None, "use at most this many training examples")
+    eval_limit: int | None = _f(None, "evaluate on a fixed subset of this many held-out examples")
+
+    def __post_init__(self) -> None:
+        for key in ("limit", "eval_limit"):
+            value = getattr(self, key)
+            _need(value is None or value >= 1, f"data.{key}={value}: a positive integer or null")
+        _need(self.split != self.eval_split or self.kind == "jsonl",
+              f"data.split and data.eval_split are both {self.split!r}: validation must be held out")
+
+
+@dataclass
+class StageConfig:
+    """``stage`` group: what this run trains."""
+
+    name: str = _f("rl", "rl: GRPO from model.path (or init_from)")
+    init_from: str | None = _f(None, "start from this checkpoint directory (e.g. an SFT output)")
+
+    def __post_init__(self) -> None:
+        _need(self.name in STAGES, f"stage.name={self.name!r}; available stages: {', '.join(STAGES)}")
+
+
+@dataclass
+class DynamicSamplingConfig:
+    """DAPO dynamic sampling: oversample, keep groups whose reward varies."""
+
+    enable: bool = _f(False, "filter out groups whose metric has zero variance")
+    oversample: int = _f(12, "K: draw B*K candidate questions per step")
+    metric: str = _f("exec", "reward component (or 'total') whose group std decides")
+    min_std: float = _f(1e-6, "keep a group only if std(metric) >= min_std")
+
+    def __post_init__(self) -> None:
+        _need(self.oversample >= 1, f"algorithm.dynamic_sampling.oversample={self.oversample}: must be >= 1")
+        _need(self.min_std >= 0, f"algorithm.dynamic_sampling.min_std={self.min_std}: must be >= 0")
+
+
+@dataclass
+class AlgorithmConfig:
+    """GRPO settings shared by both engines."""
+
+    group_size: int = _f(16, "G: trajectories per question (per role for DualSQL)")
+    batch_size: int = _f(16, "B: questions per step")
+    clip_ratio_low: float = _f(0.2, "epsilon_low of the clipped ratio")
+    clip_ratio_high: float = _f(0.28, "epsilon_high (clip-higher)")
+    clip_ratio_c: float = _f(3.0, "dual-clip bound for negative advantages (> 1)")
+    loss_agg_mode: str = _f("token-mean", "veRL agg_loss mode")
+    mini_batches: int = _f(1, "optimizer steps per rollout buffer (1 = one pass, on-policy)")
+    kl_schedule: list[list[float]] = _f([[0, 0.0]], "[[from_step, beta], ...]: beta holds from that step")
+    kl_type: str = _f("low_var_kl", "veRL kl_penalty estimator")
+    entropy_coeff: float = _f(0.0, "entropy bonus coefficient")
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
+
+    def __post_init__(self) -> None:
+        _need(isinstance(self.group_size, int) and self.group_size >= 2,
+              f"algorithm.group_size={self.group_size}: GRPO needs G >= 2 - the advantage is the "
+              "reward minus its group mean, so a group of one has no baseline and learns nothing")
+        _need(self.batch_size >= 1, f"algorithm.batch_size={self.batch_size}: must be >= 1")
+        _need(0 < self.clip_ratio_low < 1, f"algorithm.clip_ratio_low={self.clip_ratio_low}: in (0, 1)")
+        _need(self.clip_ratio_high > 0, f"algorithm.clip_ratio_high={self.clip_ratio_high}: must be > 0")
+        _need(self.clip_ratio_c > 1, f"algorithm.clip_ratio_c={self.clip_ratio_c}: must be > 1")
+        _need(self.loss_agg_mode in LOSS_AGG_MODES,
+              f"algorithm.loss_agg_mode={self.loss_agg_mode!r}; choose one of {LOSS_AGG_MODES}")
+        _need(self.mini_batches >= 1, f"algorithm.mini_batches={self.mini_batches}: must be >= 1")
+        _need(self.kl_type in KL_TYPES, f"algorithm.kl_type={self.kl_type!r}; choose one of {KL_TYPES}")
+        from training.kl import KLSchedule
+
+        KLSchedule.from_pairs(self.kl_schedule)  # raises ConfigError with the fix
+
+
+@dataclass
+class RolloutConfig:
+    """Sampling and length limits of the rollout driver."""
+
+    temperature: float = _f(1.0, "sampling temperature in training")
+    top_p: float = _f(1.0, "nucleus sampling")
+    top_k: int = _f(0, "top-k sampling; 0 = off")
+    max_new_tokens: int = _f(2048, "tokens per generation call (one turn)")
+    max_response_tokens: int = _f(8000, "policy + observation tokens per episode")
+    max_prompt_tokens: int = _f(15500, "longer prompts are dropped, never truncated")
+    observation_max_tokens: int = _f(1024, "tool observations are cut to this many tokens")
+    eval_temperature: float = _f(0.0, "validation / before-after decoding; 0 = greedy")
+
+    def __post_init__(self) -> None:
+        _need(self.temperature > 0, f"rollout.temperature={self.temperature}: GRPO samples, use > 0")
+        _need(0 < self.top_p <= 1, f"rollout.top_p={self.top_p}: in (0, 1]")
+        _need(self.top_k >= 0, f"rollout.top_k={self.top_k}: 0 (off) or positive")
+        for key in ("max_new_tokens", "max_response_tokens", "max_prompt_tokens", "observation_max_tokens"):
+            _need(getattr(self, key) >= 1, f"rollout.{key}={getattr(self, key)}: must be >= 1")
+        _need(self.eval_temperature >= 0, f"rollout.eval_temperature={self.eval_temperature}: >= 0")
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with linear warmup then constant, and gradient clipping."""
+
+    lr: float = _f(1e-6, "learning rate")
+    weight_decay: float = _f(0.01, "AdamW weight decay")
+    betas: list[float] = _f([0.9, 0.999], "AdamW betas")
+    warmup_ratio: float = _f(0.03, "fraction of total steps with linear warmup")
+    grad_clip: float = _f(1.0, "max gradient norm")
+    micro_batch_size: int = _f(4, "trajectories per forward/backward (gradient accumulation)")
+
+    def __post_init__(self) -> None:
+        _need(self.lr > 0, f"optim.lr={self.lr}: must be > 0")
+        _need(0 <= self.warmup_ratio < 1, f"optim.warmup_ratio={self.warmup_ratio}: in [0, 1)")
+        _need(self.grad_clip > 0, f"optim.grad_clip={self.grad_clip}: must be > 0")
+        _need(self.micro_batch_size >= 1, f"optim.micro_batch_size={self.micro_batch_size}: >= 1")
+        _need(len(self.betas) == 2, f"optim.betas={self.betas}: two numbers")
+
+
+@dataclass
+class TrainerConfig:
+    """Steps, checkpoints, validation and logging."""
+
+    total_steps: int | None = _f(None, "optimizer steps; null = one epoch over the training split")
+    save_every: int = _f(10, "checkpoint every N steps (and at the end)")
+    keep_checkpoints: int = _f(2, "how many step checkpoints to keep")
+    val_every: int = _f(0, "greedy validation EX every N steps; 0 = only before and after")
+    eval_before_after: bool = _f(True, "greedy EX on the held-out subset before and after training")
+    project: str = _f("sqlagent-rl", "wandb project")
+    save_weights: bool = _f(True, "write model weights into checkpoints")
+
+    def __post_init__(self) -> None:
+        _need(self.total_steps is None or self.total_steps >= 1,
+              f"trainer.total_steps={self.total_steps}: a positive integer or null")
+        _need(self.save_every >= 1, f"trainer.save_every={self.save_every}: must be >= 1")
+        _need(self.keep_checkpoints >= 1, f"trainer.keep_checkpoints={self.keep_checkpoints}: >= 1")
+        _need(self.val_every >= 0, f"trainer.val_every={self.val_every}: 0 or positive")
+
+
+@dataclass
+class LaptopProfile:
+    """CPU demo sizes applied on the local engine (FACTS.md "CPU demo profile").
+
+    Each value replaces the recipe's unless that key was set on the command line; the
+    recipe's paper-size numbers stay in the YAML for GPU runs.
+    """
+
+    group_size: int = _f(4, "-> algorithm.group_size")
+    batch_size: int = _f(2, "-> algorithm.batch_size")
+    oversample: int = _f(2, "-> algorithm.dynamic_sampling.oversample")
+    max_turns: int = _f(3, "caps every agent.*max_turns")
+    max_new_tokens: int = _f(256, "caps rollout.max_new_tokens")
+    observation_max_tokens: int = _f(256, "caps rollout.observation_max_tokens")
+    max_response_tokens: int = _f(1024, "caps rollout.max_response_tokens")
+    max_prompt_tokens: int = _f(4096, "caps rollout.max_prompt_tokens")
+    total_steps: int = _f(6, "-> trainer.total_steps")
+    save_every: int = _f(3, "-> trainer.save_every")
+    val_every: int = _f(0, "-> trainer.val_every")
+    eval_limit: int = _f(32, "-> data.eval_limit (the fixed before/after subset)")
+    lr: float = _f(1e-5, "-> optim.lr (1e-6 moves a 135M model too little in a few steps)")
+    micro_batch_size: int = _f(4, "-> optim.micro_batch_size")
+
+
+@dataclass
+class TrainConfig:
+    """The whole project configuration (``recipes/config.yaml``)."""
+
+    recipe_name: str | None = _f(None, "set by recipe=<name>; one of recipes/recipe/*.yaml")
+    seed: int = _f(0, "seeds python, numpy and torch")
+    dry_run: bool = _f(False, "print the effective configuration and exit")
+    resume: bool = _f(False, "continue from the latest checkpoint in run_dir")
+    fresh: bool = _f(False, "delete run_dir's checkpoints and start over")
+    run_dir: str = _f("runs/default", "checkpoints, metrics.jsonl and the wandb run go here")
+    logger: list[str] = _f(["console", "wandb"], "console | jsonl | wandb (metrics.jsonl is always written)")
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    stage: StageConfig = field(default_factory=StageConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    laptop: LaptopProfile = field(default_factory=LaptopProfile)
+    verl: dict[str, Any] = _f({}, "veRL ppo_trainer overrides for engine=verl (dotted paths allowed)")
+
+    def __post_init__(self) -> None:
+        recipes = list_recipes()
+        _need(self.recipe_name is not None,
+              f"no recipe chosen; run with recipe=<name>, one of: {', '.join(recipes)}")
+        _need(self.recipe_name in recipes,
+              f"unknown recipe {self.recipe_name!r}; available: {', '.join(recipes)}")
+        bad = [name for name in self.logger if name not in LOGGERS]
+        _need(not bad, f"logger={self.logger}: unknown {bad}; choose from {', '.join(LOGGERS)}")
+        _need(not (self.resume and self.fresh), "resume=true and fresh=true contradict; pick one")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "TrainConfig":
+        """Convert a composed (resolved) config tree, rejecting unknown keys by name."""
+        return _build(cls, dict(data), "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_OPTIONS_GROUPS = {AgentConfig: "options", RewardConfig: "options"}
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
+    """Build dataclass ``cls`` from ``data``; nested dataclasses recurse."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in fields or (cls in _OPTIONS_GROUPS and key == _OPTIONS_GROUPS[cls]):
+            if cls in _OPTIONS_GROUPS:
+                extra[key] = value
+                continue
+            raise ConfigError(
+                f"unknown config key {prefix}{key!r}; known keys here: {', '.join(sorted(fields))}"
+            )
+        ftype = fields[key].type
+        sub = _DATACLASSES.get(ftype if isinstance(ftype, str) else getattr(ftype, "__name__", ""))
+        if sub is not None and isinstance(value, Mapping):
+            kwargs[key] = _build(sub, dict(value), f"{prefix}{key}.")
+        else:
+            kwargs[key] = value
+    if cls in _OPTIONS_GROUPS:
+        kwargs[_OPTIONS_GROUPS[cls]] = extra
+    try:
+        return cls(**kwargs)
+    except TypeError as err:
+        raise ConfigError(f"bad config under {prefix or 'root'}: {err}") from err
+
+
+_DATACLASSES: dict[str, type] = {
+    c.__name__: c
+    for c in (AgentConfig, RewardConfig, AdvantageConfig, EngineConfig, ModelConfig, DataConfig,
+              StageConfig, DynamicSamplingConfig, AlgorithmConfig, RolloutConfig, OptimConfig,
+              TrainerConfig, LaptopProfile)
+}
+
+
+# ----------------------------------------------------------------------------- laptop profile
+
+def apply_laptop_profile(
+    cfg: TrainConfig, explicit: Sequence[str] = ()
+) -> tuple[TrainConfig, dict[str, tuple[Any, Any]]]:
+    """Return a copy with the laptop sizes applied, and ``{path: (recipe value, new value)}``.
+
+    ``explicit`` holds config paths set on the command line (``algorithm.group_size``):
+    those keep the user's value. Caps (turns, lengths) only ever lower a value.
+    """
+    p = cfg.laptop
+    changes: dict[str, tuple[Any, Any]] = {}
+    data = cfg.to_dict()
+
+    def put(path: str, value: Any, cap: bool = False) -> None:
+        if path in explicit or path.replace(".options.", ".") in explicit:
+            return
+        node = data
+        *parents, leaf = path.split(".")
+        for part in parents:
+            node = node[part]
+        old = node.get(leaf)
+        new = min(old, value) if cap and old is not None else value
+        if new != old:
+            node[leaf] = new
+            changes[path.replace(".options.", ".")] = (old, new)
+
+    put("algorithm.group_size", p.group_size)
+    put("algorithm.batch_size", p.batch_size)
+    put("algorithm.dynamic_sampling.oversample", p.oversample, cap=True)
+    for key in cfg.agent.turn_budget_keys():
+        put(f"agent.options.{key}", p.max_turns, cap=True)
+    put("rollout.max_new_tokens", p.max_new_tokens, cap=True)
+    put("rollout.observation_max_tokens", p.observation_max_tokens, cap=True)
+    put("rollout.max_response_tokens", p.max_response_tokens, cap=True)
+    put("rollout.max_prompt_tokens", p.max_prompt_tokens, cap=True)
+    put("trainer.total_steps", p.total_steps)
+    put("trainer.save_every", p.save_every)
+    put("trainer.val_every", p.val_every)
+    put("data.eval_limit", p.eval_limit, cap=True)
+    put("optim.lr", p.lr)
+    put("optim.micro_batch_size", p.micro_batch_size)
+    return _rebuild(data), changes
+
+
+def _rebuild(data: dict[str, Any]) -> TrainConfig:
+    agent = data["agent"]
+    reward = data["reward"]
+    flat = dict(data)
+    flat["agent"] = {"name": agent["name"], **agent["options"]}
+    flat["reward"] = {"name": reward["name"], "exec_metric": reward["exec_metric"], **reward["options"]}
+    return TrainConfig.from_mapping(flat)
+
+
+def to_yaml_tree(cfg: TrainConfig) -> dict[str, Any]:
+    """The config as the YAML layout (agent/reward options flattened back into their group)."""
+    data = cfg.to_dict()
+    data["agent"] = {"name": cfg.agent.name, **cfg.agent.options}
+    data["reward"] = {"name": cfg.reward.name, "exec_metric": cfg.reward.exec_metric, **cfg.reward.options}
+    return data
+
+
+def warmup_steps(total_steps: int, warmup_ratio: float) -> int:
+    """Whole warmup steps for a ratio (0 when the ratio is 0)."""
+    return int(math.ceil(total_steps * warmup_ratio)) if warmup_ratio > 0 else 0

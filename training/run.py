@@ -1,0 +1,103 @@
+"""``python -m training.run recipe=<name> [overrides]``: the user's training entry point.
+
+Hydra composes ``recipes/config.yaml`` with the chosen recipe and any command-line
+overrides (which beat the recipe); the tree is converted once into ``TrainConfig`` and
+validated. ``engine=auto`` picks the engine and says why; on the local engine on CPU the
+laptop profile shrinks sizes (printed, command-line values kept). ``dry_run=true`` prints
+the effective configuration and exits.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from typing import Any, Callable, Sequence
+
+from tools.errors import ToolkitError
+
+Say = Callable[[str], None]
+
+
+def explicit_keys(task_overrides: Sequence[str]) -> set[str]:
+    """Config paths set on the command line (``reward.exec_metric=rex`` -> that path).
+
+    >>> sorted(explicit_keys(["recipe=trustsql", "+x.y=1", "algorithm.group_size=8"]))
+    ['algorithm.group_size', 'recipe', 'x.y']
+    """
+    keys: set[str] = set()
+    for item in task_overrides:
+        key = item.split("=", 1)[0].lstrip("+~")
+        if key:
+            keys.add(key)
+    return keys
+
+
+def resolve_device(requested: str) -> str:
+    """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu``."""
+    if requested != "auto":
+        return requested
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def prepare_config(raw: dict[str, Any], explicit: set[str], say: Say = print) -> Any:
+    """Validate the composed tree, pick the engine, apply the laptop profile; return TrainConfig."""
+    from training.config import TrainConfig, apply_laptop_profile
+    from training.engines import resolve_engine
+
+    raw = {k: v for k, v in raw.items() if k != "hydra"}
+    cfg = TrainConfig.from_mapping(raw)
+    engine, why = resolve_engine(cfg.engine.name)
+    say(f"[engine] {why}")
+    device = resolve_device(cfg.engine.device) if engine == "local" else cfg.engine.device
+    cfg = replace(cfg, engine=replace(cfg.engine, name=engine, device=device))
+    mode = cfg.engine.laptop_profile
+    if mode == "on" or (mode == "auto" and engine == "local" and device == "cpu"):
+        cfg, changes = apply_laptop_profile(cfg, sorted(explicit))
+        say(_describe_profile(changes, mode))
+    return cfg
+
+
+def _describe_profile(changes: dict[str, tuple[Any, Any]], mode: str) -> str:
+    why = "engine.laptop_profile=on" if mode == "on" else "local engine on CPU"
+    if not changes:
+        return f"[laptop profile] {why}: nothing to change"
+    lines = [f"[laptop profile] {why} (engine.laptop_profile=off keeps the recipe's sizes):"]
+    lines += [f"    {path}: {old} -> {new}" for path, (old, new) in sorted(changes.items())]
+    return "\n".join(lines)
+
+
+def run(raw: dict[str, Any], explicit: set[str], say: Say = print) -> dict[str, Any] | None:
+    """Prepare the config, then print it (dry run) or train with the chosen engine."""
+    from training.engines import get_engine
+
+    cfg = prepare_config(raw, explicit, say)
+    engine = get_engine(cfg.engine.name)
+    if cfg.dry_run:
+        say(engine.describe(cfg))
+        return None
+    return engine.train(cfg)
+
+
+def _hydra_main() -> None:
+    import hydra
+    from omegaconf import DictConfig, OmegaConf
+
+    @hydra.main(config_path="pkg://recipes", config_name="config", version_base=None)
+    def main(dcfg: DictConfig) -> None:
+        from hydra.core.hydra_config import HydraConfig
+
+        explicit = explicit_keys(list(HydraConfig.get().overrides.task))
+        try:
+            raw = OmegaConf.to_container(dcfg, resolve=True)
+            run(raw, explicit)  # type: ignore[arg-type]
+        except ToolkitError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
+
+    main()
+
+
+if __name__ == "__main__":
+    _hydra_main()

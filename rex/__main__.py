@@ -1,0 +1,96 @@
+"""``python -m rex compare --db PATH --gold "SQL" --pred "SQL"``: one JSON object on stdout.
+
+The object holds the EX outcome (project and official-script modes), the REX score with
+its column mapping, the QATCH scores, and for each query its tables/columns, whether it
+has a top-level ORDER BY, and its row count or error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Sequence
+
+from rex.metrics import execution_match, qatch_scores, rex_compare
+from rex.scorer import ExecScorer
+from rex.sql import has_top_level_order_by, is_select_only, referenced_schema
+from rex.tables import Failure, as_outcome
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m rex", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    compare = sub.add_parser("compare", help="execute a gold and a predicted query and compare them")
+    compare.add_argument("--db", required=True, help="path of the SQLite database file")
+    compare.add_argument("--gold", required=True, help="the gold SQL")
+    compare.add_argument("--pred", required=True, help="the predicted SQL")
+    compare.add_argument("--timeout", type=float, default=30.0, help="seconds per query (default 30)")
+    return parser
+
+
+def _describe(sql: str, result: Any, schema: dict[str, list[str]]) -> dict[str, Any]:
+    ref = referenced_schema(sql, schema)
+    out: dict[str, Any] = {
+        "sql": sql,
+        "tables": list(ref.tables),
+        "columns": list(ref.columns),
+        "parsed": ref.parsed,
+        "select_only": is_select_only(sql),
+        "ordered": has_top_level_order_by(sql),
+    }
+    if ref.error:
+        out["parse_error"] = ref.error
+    if ref.unresolved:
+        out["unresolved"] = list(ref.unresolved)
+    outcome = as_outcome(result)
+    if isinstance(outcome, Failure):
+        out["error"] = {"kind": outcome.kind, "message": outcome.message}
+    else:
+        out["columns_returned"] = list(outcome.columns)
+        out["row_count"] = len(outcome.rows)
+    return out
+
+
+def compare(db_path: str, gold_sql: str, pred_sql: str, timeout_s: float = 30.0) -> dict[str, Any]:
+    """Everything ``python -m rex compare`` prints, as a dict."""
+    from tools import get_database
+
+    db = get_database(db_path)
+    scorer = ExecScorer(timeout_s=timeout_s)
+    gold = scorer.gold(db, gold_sql)
+    pred = scorer.execute(db, pred_sql)
+    report: dict[str, Any] = {
+        "db": str(db.path),
+        "ex": execution_match(gold.result, pred),
+        "ex_official": execution_match(gold.result, pred, official=True),
+        "rex": None,
+        "qatch": None,
+    }
+    both = not isinstance(as_outcome(gold.result), Failure) and not isinstance(as_outcome(pred), Failure)
+    if both:
+        rex = rex_compare(gold.result, pred, gold.ordered)
+        report["rex"] = rex.score
+        report["rex_details"] = rex.to_json()
+        report["qatch"] = qatch_scores(gold.result, pred).to_json()
+    schema = db.schema()
+    report["gold"] = _describe(gold_sql, gold.result, schema)
+    report["pred"] = _describe(pred_sql, pred, schema)
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from tools.errors import ToolkitError
+
+    try:
+        report = compare(args.db, args.gold, args.pred, args.timeout)
+    except ToolkitError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(report, ensure_ascii=False, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""Executing gold and predicted SQL for a metric, with a gold-result cache.
+
+Every execution goes through ``tools.execute`` (the one read-only connection helper) with
+``tools.PRESETS["metric"]``: no row cap, so metrics see whole results, and a wall-clock
+timeout (30 s by default). Gold results are cached per (database content hash,
+normalised SQL): a GRPO group scores G samples against the same gold query, and an
+evaluation scores many runs against the same benchmark.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rex.metrics import ex_score, execution_match, qatch_scores, rex_compare
+from rex.sql import has_top_level_order_by, normalize_sql
+from rex.tables import Failure, as_outcome
+from tools.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tools import Database, QueryLimits, QueryResult, ToolError
+
+METRICS: tuple[str, ...] = ("ex", "rex", "qatch")
+"""The execution-metric knob of every reward (SPEC.md "One execution-metric knob")."""
+
+
+def check_metric(metric: str) -> str:
+    """``metric`` if it is one of ``METRICS``, else a ``ConfigError`` saying which are."""
+    if metric not in METRICS:
+        raise ConfigError(f"exec_metric={metric!r} is not a metric; use one of {', '.join(METRICS)}")
+    return metric
+
+
+@dataclass(frozen=True)
+class ExecScore:
+    """The execution score of one prediction against its gold query.
+
+    ``score`` is in [0, 1] under ``metric`` (EX: 1/0, REX: its score, QATCH: the mean
+    of CP, CR, TC) and is 0 whenever either query failed. ``outcome`` is the EX outcome
+    (six values, see ``rex.metrics.OUTCOMES``). ``pred_executed``: the prediction ran;
+    ``pred_nonempty``: it ran and returned at least one non-NULL cell. ``details`` holds
+    the metric's working (``rex``, ``qatch``), ``ordered`` (gold has a top-level ORDER
+    BY), row counts and error messages (``gold_error``, ``pred_error``).
+    """
+
+    metric: str
+    score: float
+    outcome: str
+    pred_executed: bool
+    pred_nonempty: bool
+    ex_match: bool
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gold_failed(self) -> bool:
+        """True when the gold query itself failed: the example cannot be scored."""
+        return self.outcome in ("gold_error", "gold_timeout")
+
+
+@dataclass(frozen=True)
+class _Gold:
+    result: Any  # QueryResult | ToolError
+    ordered: bool
+
+
+class ExecScorer:
+    """Scores predicted SQL against gold SQL on a database under one metric.
+
+    Thread-safe; holds no connection (``tools.Database`` gives each thread its own).
+    Picklable for process pools (the cache is not carried over).
+
+    ``timeout_s`` bounds each query; ``gold_cache_size`` is the number of gold results
+    kept (least recently used first out).
+    """
+
+    def __init__(self, timeout_s: float = 30.0, gold_cache_size: int = 4096) -> None:
+        if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
+            raise ConfigError(f"ExecScorer timeout_s={timeout_s!r}; use a positive number of seconds")
+        if not (isinstance(gold_cache_size, int) and gold_cache_size >= 0):
+            raise ConfigError(f"ExecScorer gold_cache_size={gold_cache_size!r}; use an int >= 0")
+        self.timeout_s = float(timeout_s)
+        self.gold_cache_size = gold_cache_size
+        self._cache: OrderedDict[tuple[str, str], _Gold] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"timeout_s": self.timeout_s, "gold_cache_size": self.gold_cache_size}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["timeout_s"], state["gold_cache_size"])  # type: ignore[misc]
+
+    @property
+    def limits(self) -> "QueryLimits":
+        from tools import PRESETS
+
+        return dataclasses.replace(PRESETS["metric"], timeout_s=self.timeout_s)
+
+    def execute(self, db: "Database", sql: str) -> "QueryResult | ToolError":
+        """Run ``sql`` (normalised: comments and trailing semicolons stripped) read-only."""
+        from tools import ToolError, execute
+
+        text = normalize_sql(sql) if isinstance(sql, str) else ""
+        if not text:
+            return ToolError("syntax", "no SQL to execute", "answer with one SELECT statement")
+        return execute(db, text, self.limits)
+
+    def gold(self, db: "Database", gold_sql: str) -> _Gold:
+        """The gold result and ordering, cached per (database content hash, SQL)."""
+        key = (db.content_hash, normalize_sql(gold_sql) if isinstance(gold_sql, str) else "")
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                self.hits += 1
+                return hit
+            self.misses += 1
+        entry = _Gold(self.execute(db, gold_sql), has_top_level_order_by(key[1]))
+        if self.gold_cache_size:
+            with self._lock:
+                self._cache[key] = entry
+                while len(self._cache) > self.gold_cache_size:
+                    self._cache.popitem(last=False)
+        return entry
+
+    def score(
+        self, db: "Database", gold_sql: str, pred_sql: str | None, metric: str = "ex"
+    ) -> ExecScore:
+        """Execute both queries and score the prediction under ``metric``.
+
+        ``pred_sql`` None (the model gave no SQL) scores like a failing prediction
+        (outcome ``pred_error``). Never raises on SQL text; an unknown ``metric`` is a
+        ``ConfigError``.
+        """
+        check_metric(metric)
+        gold = self.gold(db, gold_sql)
+        pred = self.execute(db, pred_sql) if pred_sql is not None else None
+        return score_results(gold.result, pred, metric, gold.ordered)
+
+
+def score_results(gold: Any, pred: Any | None, metric: str, ordered: bool) -> ExecScore:
+    """Score two already-executed results (``pred`` None = no SQL) under ``metric``."""
+    check_metric(metric)
+    g = as_outcome(gold)
+    p: Any = as_outcome(pred) if pred is not None else Failure("syntax", "no SQL in the answer")
+    outcome = execution_match(g, p)
+    details: dict[str, Any] = {"ordered": ordered}
+    if isinstance(g, Failure):
+        details["gold_error"] = f"{g.kind}: {g.message}"
+    else:
+        details["gold_rows"] = len(g.rows)
+    if isinstance(p, Failure):
+        details["pred_error"] = f"{p.kind}: {p.message}"
+        details["pred_error_kind"] = p.kind
+    else:
+        details["pred_rows"] = len(p.rows)
+    executed = not isinstance(p, Failure)
+    nonempty = executed and any(v is not None for row in p.rows for v in row)
+    score = 0.0
+    if not isinstance(g, Failure) and executed:
+        if metric == "ex":
+            score = ex_score(outcome)
+        elif metric == "rex":
+            rex = rex_compare(g, p, ordered)
+            details["rex"] = rex.to_json()
+            score = rex.score
+        else:
+            qatch = qatch_scores(g, p)
+            details["qatch"] = qatch.to_json()
+            score = qatch.mean
+    return ExecScore(
+        metric=metric,
+        score=float(score),
+        outcome=outcome,
+        pred_executed=executed,
+        pred_nonempty=nonempty,
+        ex_match=outcome == "match",
+        details=details,
+    )

@@ -1,0 +1,195 @@
+"""DualSQL (SPEC §4): a schema linker, then a SQL generator built from its result.
+
+Both roles share one set of weights and the tools executor (DualSQL preset),
+fts_search and get_profile. ``start`` returns the linker episode first, then a generator
+episode whose prompt holds the M-Schema restricted to the linked tables/columns (the
+full schema, flagged ``full_schema_fallback``, when the linker linked nothing usable).
+
+Rollout guardrails, exactly as SPEC §4 — a turn fails unless:
+1. it has a non-empty ``<think>`` block;
+2. after the reasoning there is exactly one ``<tool_call>`` or exactly one ``` block;
+3. a tool call is valid JSON with a known tool name and valid arguments (the toolbox
+   answers ``bad_arguments`` / ``unknown_tool`` otherwise);
+4. it is not an identical repeat of an earlier call of this episode;
+5. the text after the code block is at most half the turn.
+A failed turn ends the episode at once (``format_cutoff``) when ``guardrails`` is on;
+with it off (an ablation) the model is told what failed and the episode goes on. A
+passing code-block turn is the role's answer; the turn is cut after the closing fence.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+from agents import prompts
+from agents.base import BaseEpisode, TurnOutcome, invalid, make_toolbox, run_tool, tool_message, tools_block
+from agents.parsing import ToolCallParser, call_key, find_blocks, find_fences, get_parser, parse_schema_json
+from agents.registry import register_agent
+from agents.types import EpisodeResult, Example, SchemaSelection, ToolCall
+from tools.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tools import Database, ToolBox
+
+TOOLS = ("execute_sql", "fts_search", "get_profile")
+ARGUMENT_ERRORS = ("bad_arguments", "unknown_tool")
+
+
+class DualSQLEpisode(BaseEpisode):
+    def __init__(
+        self,
+        role: str,
+        messages: list,
+        toolbox: "ToolBox",
+        tool_names: Sequence[str],
+        parser: ToolCallParser,
+        max_turns: int,
+        guardrails: bool,
+    ) -> None:
+        super().__init__(role, messages, toolbox.schemas(), tuple(parser.stop), max_turns)
+        self.toolbox, self.tool_names, self.parser = toolbox, tuple(tool_names), parser
+        self.guardrails = guardrails
+        self._calls_made: set[str] = set()
+
+    def _fail(self, reason: str, call: ToolCall | None = None, tool_outcome: str | None = None) -> TurnOutcome:
+        if self.guardrails:
+            return invalid(reason, done=True, end_reason="format_cutoff", call=call, tool_outcome=tool_outcome)
+        message = prompts.render("format_error", reason=reason, expected="Write <think>…</think> and one tool call or one code block.")
+        return invalid(reason, tool_message("format_error", message), call=call, tool_outcome=tool_outcome)
+
+    def _turn(self, text: str) -> TurnOutcome:
+        thinks = find_blocks(text, "think")
+        if not any(block.content.strip() for block in thinks):
+            return self._fail("no non-empty <think>…</think>")
+        body_start = thinks[-1].end
+        rest = text[body_start:]
+        n_calls = self.parser.count(rest)
+        fences, unclosed = find_fences(rest)
+        n_blocks = len(fences) + int(unclosed)
+        if n_calls + n_blocks != 1:
+            return self._fail(
+                f"expected exactly one <tool_call> or one ``` code block, found {n_calls} tool call(s) and {n_blocks} code block(s)"
+            )
+        if n_calls:
+            return self._tool_turn(rest)
+        if unclosed:
+            return self._fail("the ``` code block is not closed")
+        fence = fences[0]
+        after = rest[fence.end :].strip()
+        if len(after) > len(text) / 2:
+            return self._fail(f"{len(after)} characters after the code block: more than half the turn")
+        return self._answer(fence.body, kept=text[: body_start + fence.end])
+
+    def _tool_turn(self, rest: str) -> TurnOutcome:
+        calls = self.parser.parse(rest)
+        parsed = calls[0] if calls else None
+        if parsed is None or parsed.call is None:
+            return self._fail(parsed.error if parsed else "the tool call is not closed")
+        call = parsed.call
+        if call.name not in self.tool_names:
+            return self._fail(f"unknown tool {call.name[:60]!r}; tools: {', '.join(self.tool_names)}", call, "unknown_tool")
+        key = call_key(call)
+        if key in self._calls_made:
+            return self._fail("identical repeat of an earlier tool call", call)
+        self._calls_made.add(key)
+        run = run_tool(self.toolbox, call)
+        if run.outcome in ARGUMENT_ERRORS:
+            return self._fail(f"invalid tool arguments: {run.observation['content'][:200]}", call, run.outcome)
+        return TurnOutcome("tool_call", True, observations=(run.observation,), call=call, tool_outcome=run.outcome)
+
+    def _answer(self, body: str, kept: str) -> TurnOutcome:
+        if self.role == "linker":
+            selection, reason = parse_schema_json(body)
+            if selection is None or not selection.tables:
+                self.flags["unparsable_answer"] = reason or "no tables linked"
+            self.schema = selection if selection is not None and selection.tables else None
+        else:
+            self.final_sql = body.strip() or None
+            if self.final_sql is None:
+                self.flags["unparsable_answer"] = "empty code block"
+        return TurnOutcome("answer", True, done=True, end_reason="answer", text=kept)
+
+
+def restrict_schema(linked: SchemaSelection, schema: dict[str, list[str]]) -> tuple[list[str], list[str]]:
+    """The linked tables and ``table.column`` names in the database's own spelling.
+
+    Names the database does not have are dropped; a linked table with no linked column
+    keeps all its columns (the linker named the table, so the generator sees it whole).
+    """
+    tables_by_lower = {t.lower(): t for t in schema}
+    wanted: dict[str, list[str]] = {}
+    for table in linked.tables:
+        if table.lower() in tables_by_lower:
+            wanted.setdefault(tables_by_lower[table.lower()], [])
+    for column in linked.columns:
+        table, _, name = column.partition(".")
+        original = tables_by_lower.get(table.lower())
+        if original is None:
+            continue
+        by_lower = {c.lower(): c for c in schema[original]}
+        if name.lower() in by_lower:
+            wanted.setdefault(original, []).append(by_lower[name.lower()])
+    columns = [f"{t}.{c}" for t, cols in wanted.items() for c in (dict.fromkeys(cols) or schema[t])]
+    return list(wanted), columns
+
+
+@register_agent("dualsql")
+class DualSQLAgent:
+    """DualSQL: linker (``linker_max_turns``) then generator (``generator_max_turns``).
+    ``guardrails``: cut the rollout at the first failed turn (SPEC §4)."""
+
+    name = "dualsql"
+
+    def __init__(
+        self,
+        linker_max_turns: int = 5,
+        generator_max_turns: int = 10,
+        guardrails: bool = True,
+        tools: Sequence[str] = TOOLS,
+        preset: str = "dualsql",
+        parser: str = "hermes",
+    ) -> None:
+        for key, value in (("linker_max_turns", linker_max_turns), ("generator_max_turns", generator_max_turns)):
+            if value < 1:
+                raise ConfigError(f"dualsql {key} must be >= 1, got {value}")
+        self.max_turns = {"linker": linker_max_turns, "generator": generator_max_turns}
+        self.guardrails = guardrails
+        self.tools, self.preset = tuple(tools), preset
+        self.parser = get_parser(parser)
+
+    def _prompt(self, role: str, example: Example, schema_text: str, schemas: list) -> list[dict]:
+        system = prompts.render(f"dualsql_{role}_system", max_turns=self.max_turns[role], tools=tools_block(schemas))
+        user = prompts.render(
+            f"dualsql_{role}_user",
+            db_id=example.db_id,
+            schema=schema_text,
+            question=example.question,
+            evidence=example.evidence or "(none)",
+        )
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+    def start(self, example: Example, db: "Database", previous: Sequence[EpisodeResult] = ()) -> DualSQLEpisode | None:
+        if len(previous) > 1:
+            return None
+        role = "generator" if previous else "linker"
+        from tools.schema import m_schema
+
+        toolbox = make_toolbox(db, self.tools, self.preset)
+        profile = db.profile()
+        linked = previous[0].schema if previous else None
+        fallback = False
+        if role == "generator":
+            tables, columns = restrict_schema(linked, db.schema()) if linked is not None else ([], [])
+            fallback = not tables
+            schema_text = m_schema(profile) if fallback else m_schema(profile, tables=tables, columns=columns)
+        else:
+            schema_text = m_schema(profile)
+        messages = self._prompt(role, example, schema_text, toolbox.schemas())
+        episode = DualSQLEpisode(
+            role, messages, toolbox, self.tools, self.parser, self.max_turns[role], self.guardrails
+        )
+        if role == "generator":
+            episode.schema = linked
+            if fallback:
+                episode.flags["full_schema_fallback"] = True
+        return episode

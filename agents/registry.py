@@ -1,0 +1,59 @@
+"""The agent registry: ``@register_agent(name)``, ``get_agent``, ``list_agents``, ``make_agent``.
+
+Agents are registered as classes; ``make_agent(name, **options)`` builds one from the
+options of the Hydra ``agent`` config group and rejects unknown options with the list
+of valid ones, so a typo in a YAML file fails at start-up, not mid-training.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+from agents.types import Agent
+from tools.errors import ConfigError
+from tools.registry import Registry, did_you_mean
+
+AGENTS: Registry[type] = Registry("agent")
+
+
+def register_agent(name: str) -> Callable[[type], type]:
+    """Class decorator: ``@register_agent("trustsql")``; the class gets ``name``."""
+
+    def decorator(cls: type) -> type:
+        cls.name = name  # type: ignore[attr-defined]
+        return AGENTS.register(name)(cls)
+
+    return decorator
+
+
+def get_agent(name: str) -> type:
+    """The agent class registered as ``name`` (``UnknownNameError`` lists the names)."""
+    return AGENTS.get(name)
+
+
+def list_agents() -> list[str]:
+    return AGENTS.names()
+
+
+def agent_options(name: str) -> dict[str, Any]:
+    """Every option ``make_agent(name, ...)`` accepts, with its default."""
+    params = inspect.signature(get_agent(name).__init__).parameters
+    return {
+        p.name: (None if p.default is inspect.Parameter.empty else p.default)
+        for p in list(params.values())[1:]
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    }
+
+
+def make_agent(name: str, **options: Any) -> Agent:
+    """Build agent ``name`` with ``options`` (the Hydra ``agent`` group's values)."""
+    cls = get_agent(name)
+    valid = agent_options(name)
+    for key in options:
+        if key not in valid:
+            raise ConfigError(
+                f"agent {name!r} has no option {key!r}{did_you_mean(key, list(valid))} "
+                f"valid options: {', '.join(sorted(valid))}"
+            )
+    return cls(**options)

@@ -1,0 +1,31 @@
+"""The shared, read-only database tool layer (see docs/INTERFACES.md).
+
+Every tool, reward and evaluation runs SQL through ``tools.connection``: one read-only
+connection helper with an authorizer, a VM-step limit and a wall-clock deadline.
+"""
+
+from __future__ import annotations
+
+from tools.connection import (
+    INTERNAL_LIMITS,
+    METADATA_PRAGMAS,
+    PRESETS,
+    Database,
+    QueryLimits,
+    execute,
+    get_database,
+)
+from tools.results import ERROR_KINDS, QueryResult, ToolError
+
+__all__ = [
+    "Database",
+    "ERROR_KINDS",
+    "INTERNAL_LIMITS",
+    "METADATA_PRAGMAS",
+    "PRESETS",
+    "QueryLimits",
+    "QueryResult",
+    "ToolError",
+    "execute",
+    "get_database",
+]

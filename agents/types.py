@@ -182,6 +182,10 @@ class Trajectory:
     logprobs: list[float] | None = None
     group_id: str = ""  # GRPO group: example id + role ("q17:linker")
     sample_index: int = 0  # index within the group
+    messages: list[Message] = field(default_factory=list)
+    """The conversation as the chat template rendered it (prompt messages, assistant turns
+    as generated, observations in the roles the template accepts): rendering it reproduces
+    ``prompt_ids + response_ids`` when the episode ended at a turn boundary."""
 
     @property
     def num_policy_tokens(self) -> int:

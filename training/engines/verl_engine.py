@@ -1,0 +1,702 @@
+"""The ``verl`` engine: veRL 0.9.1 on Ray with vLLM rollouts (the GPU path of ``training.run``).
+
+The project config is never merged into veRL's tree: veRL's ``ppo_trainer`` already owns
+``data``, ``reward``, ``model`` and ``algorithm``, and extra keys there break its
+dataclasses. Instead this module
+
+1. composes ``ppo_trainer`` on its own from ``pkg://verl.trainer.config``;
+2. fills it from a typed :class:`VerlSettings` (made from the project config by
+   :func:`settings_from_project`): model path, G -> ``rollout.n``, lr, clip-higher,
+   token-mean loss, KL loss, sampling, lengths, batch sizes for the node, dynamic sampling
+   (``algorithm.filter_groups``), our agent loop and our reward function;
+3. adds one top-level ``sqlagent`` namespace that the Ray workers read (agent, reward,
+   rollout limits, advantage and KL-schedule settings) - a namespace veRL does not own;
+4. applies the recipe's ``verl:`` block and ``verl.<path>=<value>`` overrides on top;
+5. validates with veRL's own ``validate_config`` plus the dataclass conversions veRL runs
+   at start-up, so a bad value fails here rather than minutes into a Ray launch.
+
+``dry_run=true`` prints the complete veRL config as YAML and exits; otherwise the engine
+writes the prompt parquet files and launches veRL's v1 trainer (our registered
+``sqlagent_sync`` trainer) through ``verl.trainer.main_ppo.run_ppo``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import logging
+import math
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from tools.errors import ConfigError
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from agents.types import Example
+    from training.config import TrainConfig
+    from training.kl import KLSchedule
+
+log = logging.getLogger(__name__)
+
+PPO_CONFIG_MODULE = "verl.trainer.config"
+PPO_CONFIG_NAME = "ppo_trainer"
+AGENT_LOOP_NAME = "sqlagent"
+TRAINER_MODE = "sqlagent_sync"
+PROJECT_NAMESPACE = "sqlagent"
+REWARD_FUNCTION_MODULE = "training.engines.verl_reward"
+REWARD_FUNCTION_NAME = "compute_score"
+DATA_SOURCE = "sqlagent"
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class VerlSettings:
+    """Everything the verl engine takes from the project config, in veRL's terms.
+
+    One field per setting the engine writes into veRL's tree or into the ``sqlagent``
+    namespace; :func:`settings_from_project` fills it from the typed project config so
+    the mapping lives in one place and both engines read the same algorithm settings.
+    """
+
+    model_path: str
+    train_files: str
+    val_files: str
+    agent: str
+    agent_options: Mapping[str, Any] = field(default_factory=dict)
+    reward: str = "composite"
+    reward_options: Mapping[str, Any] = field(default_factory=dict)
+    group_size: int = 16  # G -> actor_rollout_ref.rollout.n
+    train_batch_size: int = 16  # questions per step (B)
+    ppo_mini_batch_size: int | None = None  # questions per optimizer step; None = one pass
+    ppo_epochs: int = 1
+    lr: float = 1e-6
+    warmup_ratio: float = 0.03
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.28
+    clip_ratio_c: float = 3.0
+    entropy_coeff: float = 0.0
+    loss_agg_mode: str = "token-mean"
+    kl_schedule: tuple[tuple[int, float], ...] = ((0, 0.0),)  # ((from_step, beta), ...), training.kl
+    kl_loss_type: str = "low_var_kl"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    val_temperature: float = 0.0
+    val_top_p: float = 1.0
+    val_n: int = 1
+    prompt_length: int = 4096
+    response_length: int = 8192  # whole multi-turn response (policy + observation tokens)
+    max_new_tokens_per_turn: int | None = None
+    max_turns: int | None = None
+    observation_max_tokens: int | None = None
+    filter_groups: bool = False
+    filter_metric: str = "exec"
+    filter_max_inflight_batches: int = 4
+    advantage: str = "grpo"  # "grpo" | "two_track" (the training.advantages estimator name)
+    schema_weight: float = 0.25  # lambda of the schema track
+    schema_track: str = "schema"
+    advantage_clip: float | None = None
+    advantage_epsilon: float = 1e-6
+    norm_by_std: bool = True
+    group_by: str = "role"  # "role": one GRPO group per (question, role); "question"
+    total_epochs: int = 1
+    total_training_steps: int | None = None
+    save_freq: int = -1
+    test_freq: int = -1
+    val_before_train: bool = False
+    n_gpus_per_node: int = 8
+    nnodes: int = 1
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.6
+    agent_workers: int = 8
+    project_name: str = "sqlagent-rl"
+    experiment_name: str = "run"
+    output_dir: str = "outputs/verl"
+    loggers: tuple[str, ...] = ("console", "file")
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check_positive("group_size", self.group_size, "G, the rollouts per question (>= 2 for GRPO)")
+        if self.group_size < 2:
+            raise ConfigError(f"group_size={self.group_size}: GRPO needs G >= 2 rollouts per question")
+        _check_positive("train_batch_size", self.train_batch_size, "questions per step")
+        if self.ppo_mini_batch_size is not None:
+            _check_positive("ppo_mini_batch_size", self.ppo_mini_batch_size, "questions per update")
+            if self.train_batch_size % self.ppo_mini_batch_size:
+                raise ConfigError(
+                    f"ppo_mini_batch_size={self.ppo_mini_batch_size} must divide "
+                    f"train_batch_size={self.train_batch_size}"
+                )
+        if not 0.0 <= self.clip_ratio_low <= 1.0 or not 0.0 <= self.clip_ratio_high <= 1.0:
+            raise ConfigError(
+                f"clip ratios must lie in [0, 1]: got low={self.clip_ratio_low}, high={self.clip_ratio_high}"
+            )
+        self.schedule  # validates the pairs (training.kl.KLSchedule says how to fix them)
+        if self.advantage not in ("grpo", "two_track"):
+            raise ConfigError(f"advantage={self.advantage!r}: the verl engine supports 'grpo' and 'two_track'")
+        _check_positive("prompt_length", self.prompt_length, "tokens")
+        _check_positive("response_length", self.response_length, "tokens")
+        _check_positive("n_gpus_per_node", self.n_gpus_per_node, "GPUs per node")
+
+    @property
+    def schedule(self) -> "KLSchedule":
+        from training.kl import KLSchedule
+
+        return KLSchedule.from_pairs(self.kl_schedule)
+
+    @property
+    def uses_kl(self) -> bool:
+        """True when any step of the run has a positive beta (the reference pass is needed)."""
+        return self.schedule.needs_reference(0)
+
+
+def _check_positive(name: str, value: int, what: str) -> None:
+    if not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{name}={value!r}: expected a positive integer ({what})")
+
+
+# ----------------------------------------------------------------------------- composition
+
+
+def compose_ppo_trainer() -> "DictConfig":
+    """veRL's own ``ppo_trainer`` config, composed with Hydra from its package.
+
+    Inside the project's ``@hydra.main`` entry point Hydra's global state is already
+    initialised (with the project's search path); it is set aside for this composition
+    and restored afterwards, so the two configs never mix.
+    """
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+
+    backup = get_gh_backup()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module(config_module=PPO_CONFIG_MODULE, version_base=None):
+            return compose(config_name=PPO_CONFIG_NAME)
+    finally:
+        restore_gh_from_backup(backup)
+
+
+def fill_from_settings(cfg: "DictConfig", s: VerlSettings) -> "DictConfig":
+    """Write the project's settings into veRL's tree (in place; returns ``cfg``)."""
+    from omegaconf import OmegaConf, open_dict
+
+    mini = s.ppo_mini_batch_size or s.train_batch_size
+    # Multi-turn responses vary a lot in length: pack micro-batches by tokens, not rows.
+    # Two full-length sequences per GPU micro-batch at most.
+    max_tokens_per_gpu = 2 * (s.prompt_length + s.response_length)
+    values: dict[str, Any] = {
+        "actor_rollout_ref.model.path": s.model_path,
+        "actor_rollout_ref.model.use_remove_padding": True,
+        "actor_rollout_ref.model.enable_gradient_checkpointing": True,
+        "actor_rollout_ref.actor.optim.lr": s.lr,
+        "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": s.warmup_ratio,
+        "actor_rollout_ref.actor.optim.weight_decay": s.weight_decay,
+        "actor_rollout_ref.actor.grad_clip": s.grad_clip,
+        "actor_rollout_ref.actor.clip_ratio_low": s.clip_ratio_low,
+        "actor_rollout_ref.actor.clip_ratio_high": s.clip_ratio_high,
+        "actor_rollout_ref.actor.loss_agg_mode": s.loss_agg_mode,
+        "actor_rollout_ref.actor.use_kl_loss": s.uses_kl,
+        "actor_rollout_ref.actor.kl_loss_coef": s.schedule.beta(0),
+        "actor_rollout_ref.actor.kl_loss_type": s.kl_loss_type,
+        "actor_rollout_ref.actor.clip_ratio_c": s.clip_ratio_c,
+        "actor_rollout_ref.actor.entropy_coeff": s.entropy_coeff,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": mini,
+        "actor_rollout_ref.actor.ppo_epochs": s.ppo_epochs,
+        "actor_rollout_ref.actor.use_dynamic_bsz": True,
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": max_tokens_per_gpu,
+        "actor_rollout_ref.rollout.name": "vllm",
+        "actor_rollout_ref.rollout.mode": "async",
+        "actor_rollout_ref.rollout.n": s.group_size,
+        "actor_rollout_ref.rollout.temperature": s.temperature,
+        "actor_rollout_ref.rollout.top_p": s.top_p,
+        "actor_rollout_ref.rollout.top_k": s.top_k,
+        "actor_rollout_ref.rollout.val_kwargs.temperature": s.val_temperature,
+        "actor_rollout_ref.rollout.val_kwargs.top_p": s.val_top_p,
+        "actor_rollout_ref.rollout.val_kwargs.n": s.val_n,
+        "actor_rollout_ref.rollout.val_kwargs.do_sample": s.val_temperature > 0,
+        "actor_rollout_ref.rollout.prompt_length": s.prompt_length,
+        "actor_rollout_ref.rollout.response_length": s.response_length,
+        "actor_rollout_ref.rollout.max_model_len": s.prompt_length + s.response_length,
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": s.tensor_parallel_size,
+        "actor_rollout_ref.rollout.gpu_memory_utilization": s.gpu_memory_utilization,
+        "actor_rollout_ref.rollout.calculate_log_probs": True,
+        "actor_rollout_ref.rollout.multi_turn.enable": True,
+        "actor_rollout_ref.rollout.agent.default_agent_loop": AGENT_LOOP_NAME,
+        "actor_rollout_ref.rollout.agent.num_workers": s.agent_workers,
+        "data.train_files": s.train_files,
+        "data.val_files": s.val_files,
+        "data.train_batch_size": s.train_batch_size,
+        "data.max_prompt_length": s.prompt_length,
+        "data.max_response_length": s.response_length,
+        "data.return_raw_chat": True,
+        "data.filter_overlong_prompts": False,
+        "data.truncation": "error",
+        "data.shuffle": True,
+        "data.seed": s.seed,
+        "algorithm.adv_estimator": "grpo",
+        "algorithm.norm_adv_by_std_in_grpo": s.norm_by_std,
+        "algorithm.use_kl_in_reward": False,
+        "algorithm.filter_groups.enable": s.filter_groups,
+        "algorithm.filter_groups.metric": s.filter_metric,
+        "algorithm.filter_groups.max_inflight_gen_batches": s.filter_max_inflight_batches,
+        "reward.custom_reward_function.path": _module_file(REWARD_FUNCTION_MODULE),
+        "reward.custom_reward_function.name": REWARD_FUNCTION_NAME,
+        "trainer.use_v1": True,
+        "trainer.v1.trainer_mode": TRAINER_MODE,
+        "trainer.n_gpus_per_node": s.n_gpus_per_node,
+        "trainer.nnodes": s.nnodes,
+        "trainer.total_epochs": s.total_epochs,
+        "trainer.total_training_steps": s.total_training_steps,
+        "trainer.save_freq": s.save_freq,
+        "trainer.test_freq": s.test_freq,
+        "trainer.val_before_train": s.val_before_train,
+        "trainer.project_name": s.project_name,
+        "trainer.experiment_name": s.experiment_name,
+        "trainer.default_local_dir": str(Path(s.output_dir) / "checkpoints"),
+        "trainer.logger": list(s.loggers),
+        "trainer.critic_warmup": 0,
+    }
+    for key in ("actor_rollout_ref.rollout", "actor_rollout_ref.ref"):
+        values[f"{key}.log_prob_use_dynamic_bsz"] = True
+        values[f"{key}.log_prob_max_token_len_per_gpu"] = max_tokens_per_gpu
+    for dotted, value in values.items():
+        OmegaConf.update(cfg, dotted, value, merge=False)
+    with open_dict(cfg):
+        cfg[PROJECT_NAMESPACE] = OmegaConf.create(worker_namespace(s))
+    return cfg
+
+
+def worker_namespace(s: VerlSettings) -> dict[str, Any]:
+    """The ``sqlagent`` block the Ray workers read (agent loop and trainer subclass).
+
+    Kept to plain JSON-like values so it survives OmegaConf and Ray pickling.
+    """
+    return {
+        "agent": {"name": s.agent, "options": _plain(s.agent_options)},
+        "reward": {"name": s.reward, "options": _plain(s.reward_options)},
+        "rollout": {
+            "max_turns": s.max_turns,
+            "max_new_tokens_per_turn": s.max_new_tokens_per_turn,
+            "observation_max_tokens": s.observation_max_tokens,
+        },
+        "advantage": {
+            "estimator": s.advantage,
+            "schema_weight": s.schema_weight,
+            "schema_track": s.schema_track,
+            "clamp": s.advantage_clip,
+            "epsilon": s.advantage_epsilon,
+            "norm_by_std": s.norm_by_std,
+            "group_by": s.group_by,
+        },
+        "kl_schedule": [[int(a), float(b)] for a, b in s.kl_schedule],
+    }
+
+
+def _plain(value: Any) -> Any:
+    """Mappings/sequences (including OmegaConf nodes) as plain dicts/lists."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(value, (DictConfig, ListConfig)):
+            return OmegaConf.to_container(value, resolve=True)
+    except ImportError:  # pragma: no cover - omegaconf is a base dependency
+        pass
+    return value
+
+
+def _module_file(module: str) -> str:
+    """Absolute path of a module's source file (veRL loads reward functions by path)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise ConfigError(f"cannot locate module {module!r}; is the project installed (`pip install -e .`)?")
+    return spec.origin
+
+
+def apply_verl_overrides(
+    cfg: "DictConfig", block: Mapping[str, Any] | None = None, overrides: Iterable[str] = ()
+) -> "DictConfig":
+    """Apply the recipe's ``verl:`` block, then ``verl.<path>=<value>`` strings, on top.
+
+    Keys must already exist in veRL's tree (a typo fails with the key and the closest
+    existing one); the ``sqlagent`` namespace is ours and accepts any key.
+    """
+    if block:
+        for dotted, value in _flatten(_plain(block)).items():
+            _set_existing(cfg, dotted, value)
+    for item in overrides:
+        dotted, value = _parse_override(item)
+        _set_existing(cfg, dotted, value)
+    return cfg
+
+
+def _parse_override(item: str) -> tuple[str, Any]:
+    """``verl.<path>=<value>`` -> (path, value), parsed with Hydra's override grammar."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    text = item.strip()
+    if not text.startswith("verl.") or "=" not in text:
+        raise ConfigError(f"bad veRL override {item!r}: write verl.<path>=<value>, e.g. verl.trainer.save_freq=10")
+    try:
+        parsed = OverridesParser.create().parse_override(text)
+    except HydraException as err:
+        raise ConfigError(f"bad veRL override {item!r}: {err}") from err
+    return parsed.key_or_group.removeprefix("verl."), _plain(parsed.value())
+
+
+def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mapping -> {"a.b.c": leaf}. Lists and empty dicts are leaves."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(_flatten(value, dotted + "."))
+        else:
+            out[dotted] = value
+    return out
+
+
+def _set_existing(cfg: "DictConfig", dotted: str, value: Any) -> None:
+    from omegaconf import OmegaConf, open_dict
+
+    if dotted.split(".", 1)[0] == PROJECT_NAMESPACE:
+        with open_dict(cfg):
+            OmegaConf.update(cfg, dotted, value, merge=True, force_add=True)
+        return
+    parent_path, _, leaf = dotted.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_path) if parent_path else cfg
+    if parent is None or not hasattr(parent, "keys") or leaf not in parent:
+        raise ConfigError(f"verl.{dotted}: no such key in veRL's ppo_trainer config{_closest_key(cfg, dotted)}")
+    OmegaConf.update(cfg, dotted, value, merge=True)
+
+
+def _closest_key(cfg: "DictConfig", dotted: str) -> str:
+    import difflib
+
+    from omegaconf import OmegaConf
+
+    container = OmegaConf.to_container(cfg, resolve=False)
+    keys = list(_flatten(container).keys()) if isinstance(container, dict) else []
+    close = difflib.get_close_matches(dotted, keys, n=1, cutoff=0.6)
+    return f"; did you mean verl.{close[0]}?" if close else "; see `engine=verl dry_run=true` for every key"
+
+
+def validate_verl_config(cfg: "DictConfig") -> None:
+    """veRL's ``validate_config`` plus the conversions veRL does at start-up.
+
+    Failures are re-raised as :class:`ConfigError` with the veRL message inside.
+    """
+    from verl.trainer.config import AlgoConfig  # noqa: F401  (registers _target_ classes)
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from hydra.errors import HydraException
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    _check_namespace(cfg)
+    chatter = io.StringIO()  # veRL prints progress lines; keep stdout for the YAML of a dry run
+    try:
+        with contextlib.redirect_stdout(chatter), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Disabled critic")  # GRPO needs no critic
+            validate_config(
+                config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg)
+            )
+        omega_conf_to_dataclass(cfg.algorithm)
+        omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
+    except (AssertionError, ValueError, TypeError, KeyError, HydraException) as err:
+        raise ConfigError(f"veRL rejected the composed config: {err}") from err
+    log.debug("veRL validate_config: %s", chatter.getvalue().strip())
+    rollout = cfg.actor_rollout_ref.rollout
+    if rollout.agent.default_agent_loop != AGENT_LOOP_NAME:
+        log.warning("rollout.agent.default_agent_loop=%s is not the project's agent loop", rollout.agent.default_agent_loop)
+    if cfg.trainer.v1.trainer_mode != TRAINER_MODE or not cfg.trainer.use_v1:
+        raise ConfigError(
+            f"verl.trainer.v1.trainer_mode={cfg.trainer.v1.trainer_mode!r} (use_v1={cfg.trainer.use_v1}): the "
+            f"project's per-role and two-track advantages and the KL schedule live in the {TRAINER_MODE!r} "
+            "trainer; leave trainer.use_v1=true and trainer.v1.trainer_mode unset"
+        )
+    if cfg.algorithm.filter_groups.enable and not cfg.algorithm.filter_groups.metric:
+        raise ConfigError("algorithm.filter_groups.enable needs a metric (the project uses 'exec')")
+
+
+def _check_namespace(cfg: "DictConfig") -> None:
+    ns = cfg.get(PROJECT_NAMESPACE)
+    if ns is None:
+        raise ConfigError(f"the veRL config lacks the '{PROJECT_NAMESPACE}' block; build it with build_verl_config")
+    if not ns.get("agent", {}).get("name"):
+        raise ConfigError(f"{PROJECT_NAMESPACE}.agent.name is empty: set agent=<name> (e.g. agent=trustsql)")
+
+
+def build_verl_config(
+    settings: VerlSettings, block: Mapping[str, Any] | None = None, overrides: Iterable[str] = ()
+) -> "DictConfig":
+    """Compose, fill, override and validate: the complete veRL config for one run."""
+    cfg = compose_ppo_trainer()
+    fill_from_settings(cfg, settings)
+    apply_verl_overrides(cfg, block, overrides)
+    validate_verl_config(cfg)
+    return cfg
+
+
+def to_yaml(cfg: "DictConfig") -> str:
+    """The config as YAML, interpolations left as written (what veRL will resolve)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(cfg)
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def example_to_row(example: "Example", index: int) -> dict[str, Any]:
+    """One prompt row of veRL's RLHFDataset for one example.
+
+    The chat ``prompt`` is a placeholder (the agent builds the real prompt from the
+    example); the example itself travels as JSON in ``extra_info`` so the agent loop in
+    the Ray worker can rebuild it exactly.
+    """
+    return {
+        "data_source": DATA_SOURCE,
+        "agent_name": AGENT_LOOP_NAME,
+        "prompt": [{"role": "user", "content": example.question}],
+        "reward_model": {"style": "rule", "ground_truth": example.gold_sql},
+        "extra_info": {"index": index, "example_id": example.id, "example": example_to_json(example)},
+    }
+
+
+def example_to_json(example: "Example") -> str:
+    return json.dumps(dataclasses.asdict(example), ensure_ascii=False)
+
+
+def example_from_json(text: str) -> "Example":
+    """Inverse of :func:`example_to_json` (tuples restored)."""
+    from agents.types import Example
+    from training.config import TrainConfig
+    from training.kl import KLSchedule
+
+    data = json.loads(text)
+    for key in ("gold_tables", "gold_columns"):
+        data[key] = tuple(data.get(key) or ())
+    return Example(**data)
+
+
+def write_prompt_file(examples: Sequence["Example"], path: str | Path) -> Path:
+    """Write examples as a parquet file veRL's RLHFDataset reads."""
+    import datasets
+
+    if not examples:
+        raise ConfigError(f"no examples to write to {path}: check the data config (split, limit)")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [example_to_row(ex, i) for i, ex in enumerate(examples)]
+    datasets.Dataset.from_list(rows).to_parquet(str(path))
+    return path
+
+
+# ----------------------------------------------------------------------------- launch
+
+
+def launch(cfg: "DictConfig") -> None:
+    """Run veRL's v1 trainer (our ``sqlagent_sync``) on Ray; blocks until training ends."""
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+    from verl.utils.device import auto_set_device
+
+    import training.engines.verl_plugin  # noqa: F401  (agent loop + trainer registered here too)
+
+    auto_set_device(cfg)
+    run_ppo(cfg, task_runner_class=TaskRunnerV1)
+
+
+def steps_per_epoch(num_examples: int, settings: VerlSettings) -> int:
+    """Training steps in one pass over ``num_examples`` questions (veRL drops the last batch)."""
+    return max(1, math.floor(num_examples / settings.train_batch_size))
+
+
+# ----------------------------------------------------------------------------- the project's engine API
+
+
+VERL_LOGGERS = {"console": "console", "jsonl": "file", "wandb": "wandb"}
+
+
+def data_files(run_dir: str | Path) -> tuple[Path, Path]:
+    """Where the engine writes the train / validation prompt parquet files."""
+    root = Path(run_dir) / "verl_data"
+    return root / "train.parquet", root / "val.parquet"
+
+
+def settings_from_project(cfg: "TrainConfig", model_path: str | None = None) -> VerlSettings:
+    """Map the typed project config onto :class:`VerlSettings` (the one place that does).
+
+    ``model_path`` is the resolved HF directory; without it the configured path is used,
+    or the embedded default's checkpoint directory (not converted here, so a dry run
+    never downloads anything).
+    """
+    alg, roll, opt = cfg.algorithm, cfg.rollout, cfg.optim
+    if alg.batch_size % alg.mini_batches:
+        raise ConfigError(
+            f"algorithm.mini_batches={alg.mini_batches} must divide algorithm.batch_size={alg.batch_size} "
+            "on the verl engine (veRL splits a step into equal mini-batches of questions)"
+        )
+    if model_path is None:
+        model_path = cfg.stage.init_from or cfg.model.path
+        if not model_path:
+            from training.model import embedded_checkpoint_dir
+
+            model_path = str(embedded_checkpoint_dir())
+    train_file, val_file = data_files(cfg.run_dir)
+    loggers = ["file"] + [VERL_LOGGERS[name] for name in cfg.logger if VERL_LOGGERS[name] != "file"]
+    agent_turns = [v for k, v in cfg.agent.options.items() if k.endswith("max_turns")]
+    return VerlSettings(
+        model_path=str(model_path),
+        train_files=str(train_file),
+        val_files=str(val_file),
+        agent=cfg.agent.name,
+        agent_options=dict(cfg.agent.options),
+        reward=cfg.reward.name,
+        reward_options={"exec_metric": cfg.reward.exec_metric, **cfg.reward.options},
+        group_size=alg.group_size,
+        train_batch_size=alg.batch_size,
+        ppo_mini_batch_size=alg.batch_size // alg.mini_batches,
+        lr=opt.lr,
+        warmup_ratio=opt.warmup_ratio,
+        weight_decay=opt.weight_decay,
+        grad_clip=opt.grad_clip,
+        clip_ratio_low=alg.clip_ratio_low,
+        clip_ratio_high=alg.clip_ratio_high,
+        clip_ratio_c=alg.clip_ratio_c,
+        entropy_coeff=alg.entropy_coeff,
+        loss_agg_mode=alg.loss_agg_mode,
+        kl_schedule=tuple((int(a), float(b)) for a, b in alg.kl_schedule),
+        kl_loss_type=alg.kl_type,
+        temperature=roll.temperature,
+        top_p=roll.top_p,
+        top_k=roll.top_k if roll.top_k > 0 else -1,
+        val_temperature=roll.eval_temperature,
+        prompt_length=roll.max_prompt_tokens,
+        response_length=roll.max_response_tokens,
+        max_new_tokens_per_turn=roll.max_new_tokens,
+        max_turns=max(agent_turns) if agent_turns else None,
+        observation_max_tokens=roll.observation_max_tokens,
+        filter_groups=alg.dynamic_sampling.enable,
+        filter_metric=alg.dynamic_sampling.metric,
+        filter_max_inflight_batches=alg.dynamic_sampling.oversample,
+        advantage=cfg.advantage.estimator,
+        schema_weight=cfg.advantage.schema_weight,
+        schema_track=cfg.advantage.schema_track,
+        advantage_clip=cfg.advantage.clamp,
+        advantage_epsilon=cfg.advantage.epsilon,
+        norm_by_std=cfg.advantage.norm_by_std,
+        group_by=cfg.advantage.group_by,
+        total_training_steps=cfg.trainer.total_steps,
+        save_freq=cfg.trainer.save_every,
+        test_freq=cfg.trainer.val_every if cfg.trainer.val_every > 0 else -1,
+        val_before_train=cfg.trainer.eval_before_after,
+        project_name=cfg.trainer.project,
+        experiment_name=cfg.recipe_name or "run",
+        output_dir=cfg.run_dir,
+        loggers=tuple(loggers),
+        seed=cfg.seed,
+    )
+
+
+def split_verl_block(block: Mapping[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
+    """The project's ``verl`` node -> (nested block, dotted overrides).
+
+    Recipes write nested YAML (``verl: {trainer: {save_freq: 5}}``); the command line's
+    ``+verl.a.b=1`` arrives nested too, and a key written with dots in YAML
+    (``"actor_rollout_ref.actor.optim.lr": 2e-6``) is kept as a dotted override.
+    """
+    nested: dict[str, Any] = {}
+    dotted: list[str] = []
+    for key, value in _plain(block or {}).items():
+        if "." in str(key):
+            dotted.append(f"verl.{key}={json.dumps(value)}")
+        else:
+            nested[str(key)] = value
+    return nested, dotted
+
+
+def verl_config_for(cfg: "TrainConfig", model_path: str | None = None) -> "DictConfig":
+    """The complete, validated veRL config for a project config."""
+    settings = settings_from_project(cfg, model_path)
+    block, dotted = split_verl_block(cfg.verl)
+    return build_verl_config(settings, block, dotted)
+
+
+def describe(cfg: "TrainConfig") -> str:
+    """``dry_run=true``: the complete veRL config as YAML (nothing is downloaded or started)."""
+    verl_cfg = verl_config_for(cfg)
+    header = (
+        f"# engine=verl: veRL {_verl_version()} ppo_trainer composed from pkg://{PPO_CONFIG_MODULE}, "
+        f"filled from recipe={cfg.recipe_name}, then the recipe's verl: block and verl.* overrides\n"
+    )
+    return header + to_yaml(verl_cfg)
+
+
+def _verl_version() -> str:
+    import verl
+
+    return str(getattr(verl, "__version__", "?"))
+
+
+def train(cfg: "TrainConfig", say: Say = print) -> dict[str, Any]:
+    """Write the prompt files, build the veRL config and run veRL's trainer on Ray."""
+    import os
+
+    from eval.data import load_examples
+    from training.model import resolve_model_path
+
+    model_path = resolve_model_path(cfg.stage.init_from or cfg.model.path, say)
+    verl_cfg = verl_config_for(cfg, model_path)
+    train_file, val_file = data_files(cfg.run_dir)
+    data = cfg.data
+    train_examples = load_examples(
+        kind=data.kind, root=data.root, split=data.split, drop_failing_gold=data.drop_failing_gold, limit=data.limit
+    )
+    val_examples = load_examples(
+        kind=data.kind, root=data.root, split=data.eval_split, drop_failing_gold=data.drop_failing_gold,
+        limit=data.eval_limit,
+    )
+    write_prompt_file(train_examples, train_file)
+    write_prompt_file(val_examples, val_file)
+    say(f"[verl] {len(train_examples)} train / {len(val_examples)} validation prompts in {train_file.parent}")
+    _set_logging_env(verl_cfg, cfg.run_dir)
+    launch(verl_cfg)
+    return {
+        "engine": "verl",
+        "run_dir": cfg.run_dir,
+        "metrics": os.environ.get("VERL_FILE_LOGGER_PATH"),
+        "train_examples": len(train_examples),
+        "val_examples": len(val_examples),
+    }
+
+
+def _set_logging_env(verl_cfg: "DictConfig", run_dir: str) -> None:
+    """veRL's file logger and wandb read environment variables; Ray actors inherit them."""
+    import os
+
+    from omegaconf import open_dict
+
+    env = {"VERL_FILE_LOGGER_PATH": str(Path(run_dir).resolve() / "metrics.jsonl")}
+    if "wandb" in verl_cfg.trainer.logger and not os.environ.get("WANDB_API_KEY"):
+        env["WANDB_MODE"] = os.environ.get("WANDB_MODE", "offline")
+    os.environ.update(env)
+    with open_dict(verl_cfg):
+        runtime_env = verl_cfg.ray_kwargs.ray_init.runtime_env
+        runtime_env.env_vars = {**(runtime_env.get("env_vars") or {}), **env}

@@ -1,0 +1,146 @@
+"""The reward function adapter between ``training.rewards`` and veRL.
+
+Our rewards need the whole episode (turn records, proposed schema, policy-token counts)
+and the database, which exist only inside the agent loop. So the agent loop scores each
+episode with the project's registered reward (:func:`score_episode`) and ships the
+breakdown with the output: ``reward_score`` (the total, which makes veRL skip its reward
+manager), ``extra_fields["reward_extra_info"]`` (flat floats veRL logs and that dynamic
+sampling reads its ``exec`` metric from) and ``extra_fields["sqlagent_reward"]`` (the
+full breakdown, per output, for the trainer subclass's per-role, per-track advantages).
+
+:func:`compute_score` is the function named in ``reward.custom_reward_function``: veRL's
+reward managers call it with ``extra_info`` holding the output's extra fields, and it
+returns that same breakdown, so any configuration that routes rewards through veRL's
+reward manager (a colocated reward model, a validation re-score) gets identical numbers.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agents.types import Example, RewardBreakdown, RewardFn, Trajectory
+    from tools import Database
+
+REWARD_KEY = "sqlagent_reward"
+"""Key of the full per-output breakdown in ``AgentLoopOutput.extra_fields``."""
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_reward(name: str, options_items: tuple[tuple[str, Any], ...]) -> "RewardFn":
+    from training.rewards import get_reward
+
+    return get_reward(name, **dict(options_items))
+
+
+def reward_function(name: str, options: Mapping[str, Any] | None = None) -> "RewardFn":
+    """The registered reward ``name`` built once per process (options must be hashable JSON)."""
+    items = tuple(sorted((str(k), _freeze(v)) for k, v in (options or {}).items()))
+    return _cached_reward(name, items)
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def score_episode(
+    reward_fn: "RewardFn", trajectory: "Trajectory", example: "Example", db: "Database"
+) -> "RewardBreakdown":
+    """Score one episode. A reward that cannot be computed returns a breakdown whose
+    ``error`` says why (counted in ``reward_error``); a reward that raises is a bug and
+    propagates, so veRL marks the group failed instead of training on a silent 0."""
+    return reward_fn(trajectory, example, db)
+
+
+def breakdown_to_json(breakdown: "RewardBreakdown") -> dict[str, Any]:
+    """A breakdown as plain JSON (what travels through Ray and TransferQueue).
+
+    >>> from agents.types import RewardBreakdown
+    >>> breakdown_to_json(RewardBreakdown(1.2, {"exec": 1.0}, {"full": 1.2}))
+    {'total': 1.2, 'components': {'exec': 1.0}, 'tracks': {'full': 1.2}, 'error': None}
+    """
+    return {
+        "total": float(breakdown.total),
+        "components": {str(k): float(v) for k, v in breakdown.components.items()},
+        "tracks": {str(k): float(v) for k, v in breakdown.tracks.items()},
+        "error": breakdown.error,
+    }
+
+
+def breakdown_from_json(data: Mapping[str, Any]) -> "RewardBreakdown":
+    from agents.types import RewardBreakdown
+
+    return RewardBreakdown(
+        total=float(data["total"]),
+        components=dict(data.get("components") or {}),
+        tracks=dict(data.get("tracks") or {}),
+        error=data.get("error"),
+    )
+
+
+def extra_info_keys(breakdowns: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The flat ``reward_extra_info`` keys for a set of outputs (their union, sorted).
+
+    veRL stacks ``reward_extra_info`` per key across a batch, so every output of one
+    agent-loop call carries the same keys; a component one role lacks (DualSQL's linker
+    has no SQL term) is logged as 0 there, while the true per-role values stay in
+    ``extra_fields["sqlagent_reward"]``.
+    """
+    keys = {"score", "exec", "reward_error"}
+    for b in breakdowns:
+        keys.update(f"component/{k}" for k in b.get("components", {}))
+        keys.update(f"track/{k}" for k in b.get("tracks", {}))
+    return sorted(keys)
+
+
+def flat_extra_info(breakdown: Mapping[str, Any], keys: Sequence[str]) -> dict[str, float]:
+    """One output's ``reward_extra_info``: floats under exactly ``keys``.
+
+    >>> b = {"total": 2.5, "components": {"exec": 1.0, "format": 0.5}, "tracks": {"full": 2.5}, "error": None}
+    >>> flat_extra_info(b, extra_info_keys([b]))["component/format"]
+    0.5
+    """
+    values: dict[str, float] = {
+        "score": float(breakdown["total"]),
+        "exec": float(breakdown.get("components", {}).get("exec", 0.0)),
+        "reward_error": 1.0 if breakdown.get("error") else 0.0,
+    }
+    for name, value in breakdown.get("components", {}).items():
+        values[f"component/{name}"] = float(value)
+    for name, value in breakdown.get("tracks", {}).items():
+        values[f"track/{name}"] = float(value)
+    return {key: values.get(key, 0.0) for key in keys}
+
+
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: str,
+    extra_info: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> dict[str, float]:
+    """veRL's custom reward function signature; returns ``{"score": total, ...}``.
+
+    veRL's reward managers merge the output's extra fields into ``extra_info``; the
+    project's agent loop put the episode's breakdown there. Rows that did not come from
+    that agent loop cannot be scored from text alone (the reward needs the episode's
+    turns and database), so they fail with an explanation.
+    """
+    breakdown = (extra_info or {}).get(REWARD_KEY)
+    if not isinstance(breakdown, Mapping) or "total" not in breakdown:
+        raise ValueError(
+            f"row from data source {data_source!r} carries no '{REWARD_KEY}' breakdown: the project's rewards "
+            "are computed inside its agent loop; set actor_rollout_ref.rollout.agent.default_agent_loop=sqlagent "
+            "and agent_name=sqlagent in the data rows"
+        )
+    total = float(breakdown["total"])
+    if math.isnan(total):
+        raise ValueError(f"reward total is NaN for data source {data_source!r}: {breakdown}")
+    return flat_extra_info(breakdown, extra_info_keys([breakdown]))

@@ -1,0 +1,146 @@
+"""Run logging: console lines + a progress bar, ``metrics.jsonl`` in the run dir, wandb.
+
+wandb runs offline (files under ``<run_dir>/wandb``) unless the user is logged in (an
+API key in ``WANDB_API_KEY`` or ``~/.netrc``) or set ``WANDB_MODE`` themselves; it is
+never a hard dependency of training - if it cannot start, that is said and training
+goes on with the other sinks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+Say = Callable[[str], None]
+
+CONSOLE_KEYS = (
+    ("reward/total", "reward"),
+    ("ex/batch", "ex"),
+    ("kl/beta", "beta"),
+    ("policy/entropy", "ent"),
+    ("policy/clip_frac", "clip"),
+    ("length/response", "len"),
+    ("episode/turns", "turns"),
+    ("sampling/fill_rate", "fill"),
+    ("time/step", "s"),
+)
+
+
+def wandb_mode() -> str:
+    """``online`` only if the user is logged in or asked for it; else ``offline``."""
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    if os.environ.get("WANDB_API_KEY"):
+        return "online"
+    netrc = Path.home() / ".netrc"
+    try:
+        if netrc.is_file() and "api.wandb.ai" in netrc.read_text():
+            return "online"
+    except OSError:
+        pass
+    return "offline"
+
+
+class RunLogger:
+    """Fan out per-step metrics to the configured sinks."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        sinks: Sequence[str],
+        total_steps: int,
+        project: str = "sqlagent-rl",
+        run_name: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        wandb_id: str | None = None,
+        start_step: int = 0,
+        say: Say = print,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.say = say
+        self.console = "console" in sinks
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+        self._jsonl = open(self.metrics_path, "a", encoding="utf-8")
+        self._bar = self._make_bar(total_steps, start_step) if self.console else None
+        self.wandb_run: Any = None
+        if "wandb" in sinks:
+            self.wandb_run = self._start_wandb(project, run_name, config, wandb_id)
+
+    @property
+    def wandb_id(self) -> str | None:
+        return getattr(self.wandb_run, "id", None)
+
+    @property
+    def wandb_dir(self) -> str | None:
+        return getattr(self.wandb_run, "dir", None)
+
+    def _make_bar(self, total: int, start: int) -> Any:
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, initial=start, desc="train", unit="step", dynamic_ncols=True, leave=True)
+
+    def _start_wandb(
+        self, project: str, name: str | None, config: Mapping[str, Any] | None, run_id: str | None
+    ) -> Any:
+        mode = wandb_mode()
+        try:
+            import wandb
+
+            run = wandb.init(
+                project=project, name=name, config=dict(config or {}), dir=str(self.run_dir),
+                mode=mode, id=run_id, resume="allow" if run_id else None, reinit="finish_previous",
+            )
+        except Exception as err:  # noqa: BLE001 - logging must not stop training; said aloud
+            self.say(f"[log] wandb could not start ({type(err).__name__}: {err}); continuing without it")
+            return None
+        self.say(f"[log] wandb {mode} run {run.id} in {run.dir}")
+        return run
+
+    def log(self, step: int, metrics: Mapping[str, Any], kind: str = "train") -> None:
+        """Write one record; train records also advance the bar and print a line."""
+        clean = {k: _plain(v) for k, v in metrics.items()}
+        record = {"step": step, "kind": kind, "time": time.time(), **clean}
+        self._jsonl.write(json.dumps(record, sort_keys=True) + "\n")
+        self._jsonl.flush()
+        if self.wandb_run is not None:
+            self.wandb_run.log({f"{kind}/{k}" if kind != "train" else k: v
+                                for k, v in clean.items() if isinstance(v, (int, float))}, step=step)
+        if self.console:
+            line = f"[{kind} {step}] " + format_metrics(clean)
+            if self._bar is not None and kind == "train":
+                self._bar.update(1)
+                self._bar.write(line)
+            else:
+                self.say(line)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        self._jsonl.close()
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+
+
+def format_metrics(metrics: Mapping[str, Any]) -> str:
+    """The console summary of a step: the headline numbers, short names."""
+    parts = []
+    for key, short in CONSOLE_KEYS:
+        value = metrics.get(key)
+        if isinstance(value, (int, float)) and not (isinstance(value, float) and math.isnan(value)):
+            parts.append(f"{short}={value:.3g}")
+    if not parts:  # evaluation records: print what there is
+        parts = [f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items()]
+    return " ".join(parts)
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    return value

@@ -1,0 +1,507 @@
+"""The ``local`` engine: one process, CPU or one GPU, a HF transformers policy.
+
+A step: draw B questions (B*K with dynamic sampling), roll G episodes each through the
+rollout driver with batched ``generate``, score them, drop zero-variance groups (dynamic
+sampling), turn rewards into per-track advantages, then one optimizer pass over the
+buffer (``algorithm.mini_batches`` optimizer steps, gradient accumulation over
+micro-batches). Old log-probs come from a forward pass (with one mini-batch the policy
+has not moved since the rollout, so they are the detached log-probs of the update's own
+forward pass); reference log-probs only while beta > 0. Checkpoints every N steps;
+``resume=true`` continues exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from training.config import TrainConfig, to_yaml_tree, warmup_steps
+from training.engines import local_policy as lp
+from training.engines import local_state as st
+from training.engines.local_batch import StepBuffer, build_buffer
+from training.kl import KLSchedule
+from tools.errors import ConfigError
+
+Say = Callable[[str], None]
+
+
+def describe(cfg: TrainConfig) -> str:
+    """The effective configuration the local engine runs, as YAML."""
+    from omegaconf import OmegaConf
+
+    header = f"# effective configuration: engine=local device={cfg.engine.device}\n"
+    return header + OmegaConf.to_yaml(OmegaConf.create(to_yaml_tree(cfg)))
+
+
+def train(cfg: TrainConfig) -> dict[str, Any]:
+    """Run ``cfg`` to completion and return the summary (also written to summary.json)."""
+    return LocalTrainer(cfg).fit()
+
+
+# ----------------------------------------------------------------------------- timing
+
+class Stopwatch:
+    """Accumulates named durations for the step-time breakdown."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = {}
+
+    def add(self, name: str, seconds: float) -> None:
+        self.totals[name] = self.totals.get(name, 0.0) + seconds
+
+    def measure(self, name: str) -> "_Timer":
+        return _Timer(self, name)
+
+
+@dataclass
+class _Timer:
+    watch: Stopwatch
+    name: str
+    start: float = 0.0
+
+    def __enter__(self) -> "_Timer":
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.watch.add(self.name, time.perf_counter() - self.start)
+
+
+# ----------------------------------------------------------------------------- trainer
+
+@dataclass
+class TrainerInputs:
+    """What a trainer can be given instead of loading it (tests, benchmarks)."""
+
+    model: Any = None
+    tokenizer: Any = None
+    model_source: str = ""
+    train_examples: Sequence[Any] | None = None
+    eval_examples: Sequence[Any] | None = None
+    generate: Callable[..., Any] | None = None  # a GenerateFn replacing the model's generate
+
+
+@dataclass
+class LocalTrainer:
+    """Holds the policy, optimizer, data and loggers of one run."""
+
+    cfg: TrainConfig
+    inputs: TrainerInputs = field(default_factory=TrainerInputs)
+    say: Say = print
+
+    def __post_init__(self) -> None:
+        cfg = self.cfg
+        self.device = cfg.engine.device if cfg.engine.device != "auto" else "cpu"
+        st.seed_everything(cfg.seed)
+        self._load_model()
+        self._load_data()
+        self._build_components()
+        self.step = 0
+        self.watch = Stopwatch()
+        self.wandb_id: str | None = None
+        self.logger: Any = None
+
+    # ------------------------------------------------------------------ setup
+    def _load_model(self) -> None:
+        from training.model import autocast_dtype, load_model, prepare_tokenizer
+
+        given = self.inputs
+        if given.model is not None:
+            self.model, self.tokenizer = given.model.to(self.device), prepare_tokenizer(given.tokenizer)
+            self.model_source = given.model_source or "given"
+        else:
+            path = self.cfg.stage.init_from or self.cfg.model.path
+            loaded = load_model(path, self.device, say=self.say, trust_remote_code=self.cfg.model.trust_remote_code)
+            self.model, self.tokenizer, self.model_source = loaded.model, loaded.tokenizer, loaded.source
+        self.model.train()
+        if self.cfg.model.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
+        mode = self.cfg.model.autocast
+        self.autocast = None if mode == "off" else (torch.bfloat16 if mode == "bf16" else autocast_dtype(self.device))
+        self.say(f"[model] {self.model_source}: {sum(p.numel() for p in self.model.parameters()) / 1e6:.1f}M "
+                 f"parameters, fp32 weights, autocast={self.autocast}")
+
+    def _load_data(self) -> None:
+        from eval.data import load_examples
+
+        d = self.cfg.data
+        if self.inputs.train_examples is not None:
+            self.train_examples = list(self.inputs.train_examples)
+        else:
+            self.train_examples = load_examples(kind=d.kind, root=d.root, split=d.split,
+                                                drop_failing_gold=d.drop_failing_gold, limit=d.limit)
+        if self.inputs.eval_examples is not None:
+            self.eval_examples = list(self.inputs.eval_examples)
+        else:
+            self.eval_examples = load_examples(kind=d.kind, root=d.root, split=d.eval_split,
+                                               drop_failing_gold=d.drop_failing_gold, limit=None)
+        self.eval_examples = fixed_subset(self.eval_examples, d.eval_limit, self.cfg.seed)
+        if not self.train_examples:
+            raise ConfigError(f"data split {d.split!r} of {d.kind!r} has no examples; check data.root / data.limit")
+        self.say(f"[data] {len(self.train_examples)} training examples ({d.kind}/{d.split}), "
+                 f"{len(self.eval_examples)} held-out ({d.kind}/{d.eval_split})")
+
+    def _build_components(self) -> None:
+        from agents import agent_options, make_agent
+        from training.rewards import get_reward
+        from training.rollout import RolloutLimits, SamplingParams
+
+        cfg = self.cfg
+        options = dict(cfg.agent.options)
+        accepted = agent_options(cfg.agent.name)
+        if "few_shot_pool" in accepted:
+            options["few_shot_pool"] = tuple(self.train_examples)
+        self.agent = make_agent(cfg.agent.name, **options)
+        eval_options = dict(options, inference=True) if "inference" in accepted else options
+        self.eval_agent = make_agent(cfg.agent.name, **eval_options)
+        self.reward_fn = get_reward(cfg.reward.name, exec_metric=cfg.reward.exec_metric, **cfg.reward.options)
+        r = cfg.rollout
+        self.sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p,
+                                       top_k=r.top_k if r.top_k > 0 else -1, max_new_tokens=r.max_new_tokens)
+        self.eval_sampling = SamplingParams(temperature=r.eval_temperature, top_p=1.0, top_k=-1,
+                                            max_new_tokens=r.max_new_tokens)
+        self.limits = RolloutLimits(max_response_tokens=r.max_response_tokens,
+                                    max_context_tokens=r.max_prompt_tokens + r.max_response_tokens,
+                                    max_tokens_per_turn=r.max_new_tokens,
+                                    max_observation_tokens=r.observation_max_tokens,
+                                    max_prompt_tokens=r.max_prompt_tokens)
+        self.kl = KLSchedule.from_pairs(cfg.algorithm.kl_schedule)
+        self.ref_model: Any = None
+        given = self.inputs.model is not None and self.kl.needs_reference(0)
+        self._initial_state_model = _frozen_copy(self.model) if given else None
+        self.total_steps = self._total_steps()
+        o = cfg.optim
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.lr, betas=tuple(o.betas),
+                                           weight_decay=o.weight_decay)
+        warm = warmup_steps(self.total_steps * cfg.algorithm.mini_batches, o.warmup_ratio)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0)
+        self.sampler = st.DataSampler(len(self.train_examples), seed=cfg.seed)
+        a = cfg.algorithm
+        weights = (("full", 1.0),)
+        if cfg.advantage.estimator == "two_track":
+            weights = (("full", 1.0), (cfg.advantage.schema_track, cfg.advantage.schema_weight))
+        self.loss_settings = lp.LossSettings(
+            clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high, clip_ratio_c=a.clip_ratio_c,
+            loss_agg_mode=a.loss_agg_mode, track_weights=weights, kl_type=a.kl_type,
+            entropy_coeff=a.entropy_coeff)
+        self.generate = self.inputs.generate or self._model_generate
+
+    def _total_steps(self) -> int:
+        if self.cfg.trainer.total_steps is not None:
+            return self.cfg.trainer.total_steps
+        a = self.cfg.algorithm
+        per_step = a.batch_size * (a.dynamic_sampling.oversample if a.dynamic_sampling.enable else 1)
+        return max(1, math.ceil(len(self.train_examples) / per_step))
+
+    # ------------------------------------------------------------------ generation
+    def _model_generate(self, prompts: list[list[int]], params: Any) -> list[Any]:
+        """The GenerateFn: batched HF generate in chunks of similar length."""
+        from training.rollout import GenerationOutput
+
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        out: list[Any] = [None] * len(prompts)
+        chunk = max(1, self.cfg.optim.micro_batch_size * 4)
+        for start in range(0, len(order), chunk):
+            idx = order[start:start + chunk]
+            rows = lp.batched_generate(
+                self.model, self.tokenizer, [prompts[i] for i in idx],
+                max_new_tokens=params.max_new_tokens, temperature=params.temperature,
+                top_p=params.top_p, top_k=max(params.top_k, 0), stop=params.stop,
+                device=self.device, autocast=self.autocast)
+            for i, row in zip(idx, rows):
+                out[i] = GenerationOutput(token_ids=row.token_ids, logprobs=None, finish_reason=row.finish_reason)
+        return out
+
+    def _timed_generate(self, prompts: list[list[int]], params: Any) -> list[Any]:
+        with self.watch.measure("generation"):
+            return self.generate(prompts, params)
+
+    def rollout(self, examples: Sequence[Any], group_size: int, agent: Any, sampling: Any) -> list[Any]:
+        """Trajectories for every (example, sample) pair, through the rollout driver."""
+        from tools import get_database
+        from training.rollout import run_episodes
+
+        requests = [(ex, get_database(ex.db_path), g) for ex in examples for g in range(group_size)]
+        return run_episodes(agent, requests, self.tokenizer, self._timed_generate, sampling, self.limits)
+
+    # ------------------------------------------------------------------ one step
+    def train_step(self) -> dict[str, Any]:
+        """Roll out, score, filter, update; returns the step's metrics."""
+        cfg, a = self.cfg, self.cfg.algorithm
+        self.watch = Stopwatch()
+        start = time.perf_counter()
+        count = a.batch_size * (a.dynamic_sampling.oversample if a.dynamic_sampling.enable else 1)
+        examples = [self.train_examples[i] for i in self.sampler.take(count)]
+        with self.watch.measure("rollout"):
+            trajectories = self.rollout(examples, a.group_size, self.agent, self.sampling)
+        by_id = {ex.id: ex for ex in examples}
+        with self.watch.measure("rewards"):
+            rewards = [self._score(t, by_id[t.example_id]) for t in trajectories]
+        buffer = build_buffer(trajectories, rewards, self.cfg, target_questions=a.batch_size)
+        beta = self.kl.beta(self.step)
+        update_metrics = self.update(buffer, beta) if buffer.size else {"update/skipped": 1.0}
+        self.step += 1
+        metrics = step_metrics(trajectories, rewards, buffer, beta)
+        metrics.update(update_metrics)
+        metrics["lr"] = self.scheduler.get_last_lr()[0]
+        times = dict(self.watch.totals)
+        times["tools"] = max(0.0, times.get("rollout", 0.0) - times.get("generation", 0.0))
+        for key in ("generation", "tools", "rewards", "logprob", "update"):
+            metrics[f"time/{key}"] = times.get(key, 0.0)
+        metrics["time/step"] = time.perf_counter() - start
+        return metrics
+
+    def _score(self, trajectory: Any, example: Any) -> Any:
+        from tools import get_database
+
+        return self.reward_fn(trajectory, example, get_database(example.db_path))
+
+    # ------------------------------------------------------------------ update
+    def update(self, buffer: StepBuffer, beta: float) -> dict[str, float]:
+        """One optimizer pass over the buffer (``mini_batches`` optimizer steps)."""
+        self._sync_reference(beta)
+        chunks = _split(list(range(buffer.size)), self.cfg.algorithm.mini_batches)
+        old = self._old_log_probs(buffer) if len(chunks) > 1 else None
+        sums: Counter[str] = Counter()
+        for rows in chunks:
+            sums.update(self._optimizer_step(buffer, rows, beta, old))
+        return {k: v / len(chunks) for k, v in sums.items()}
+
+    def _optimizer_step(self, buffer: StepBuffer, rows: list[int], beta: float,
+                        old: dict[int, torch.Tensor] | None) -> dict[str, float]:
+        """Accumulate gradients over micro-batches, then clip and step once."""
+        totals = lp.track_totals(buffer.mask_tensors(rows))
+        losses: Counter[str] = Counter()  # per-micro losses are already globally normalised: sum them
+        weighted: Counter[str] = Counter()  # token-weighted averages (clip fraction, entropy)
+        n_full = totals.tokens.get("full", 0.0) or 1.0
+        self.optimizer.zero_grad(set_to_none=True)
+        for micro in _micro_batches(rows, buffer, self.cfg.optim.micro_batch_size):
+            batch = buffer.policy_batch(micro, self.tokenizer.pad_token_id)
+            ref = self._ref_log_probs(batch) if beta > 0 else None
+            with self.watch.measure("update"):
+                logp, entropy = lp.response_log_probs(
+                    self.model, batch, self.device, self.autocast, with_entropy=True,
+                    entropy_grad=self.loss_settings.entropy_coeff > 0)  # [micro, resp_len] x2
+                old_lp = (torch.stack([_pad_to(old[i], logp.shape[1]) for i in micro]).to(logp.device)
+                          if old else logp.detach())  # [micro, resp_len]
+                loss, m = lp.grpo_loss(logp, old_lp, batch.masks, batch.advantages, totals,
+                                       self.loss_settings, beta=beta, ref_log_probs=ref, entropy=entropy)
+                loss.backward()
+            full = batch.masks["full"].to(logp.device)  # [micro, resp_len]
+            share = float(full.sum()) / n_full
+            losses.update({k: v for k, v in m.items() if k.startswith("pg_loss/") or k == "kl"})
+            weighted["policy/clip_frac"] += m.get("clip_frac/full", 0.0) * share
+            weighted["policy/ppo_kl"] += m.get("ppo_kl/full", 0.0) * share
+            if entropy is not None:
+                weighted["policy/entropy"] += float((entropy.detach() * full).sum()) / n_full
+        with self.watch.measure("update"):
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip)
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        return {**losses, **weighted, "policy/grad_norm": float(norm)}
+
+    def _old_log_probs(self, buffer: StepBuffer) -> dict[int, torch.Tensor]:
+        """Log-probs of the rollout policy, before any optimizer step of this buffer."""
+        out: dict[int, torch.Tensor] = {}
+        with self.watch.measure("logprob"), torch.no_grad():
+            for micro in _micro_batches(list(range(buffer.size)), buffer, self.cfg.optim.micro_batch_size):
+                batch = buffer.policy_batch(micro, self.tokenizer.pad_token_id)
+                logp, _ = lp.response_log_probs(self.model, batch, self.device, self.autocast)
+                for j, i in enumerate(micro):
+                    out[i] = logp[j].cpu()
+        return out
+
+    def _ref_log_probs(self, batch: lp.PolicyBatch) -> torch.Tensor:
+        with self.watch.measure("logprob"), torch.no_grad():
+            logp, _ = lp.response_log_probs(self.ref_model, batch, self.device, self.autocast)
+        return logp
+
+    def _sync_reference(self, beta: float) -> None:
+        """Load the frozen initial policy while beta > 0 now or later; free it after."""
+        needed = self.kl.needs_reference(self.step)
+        if needed and self.ref_model is None:
+            self.ref_model = self._initial_policy()
+        elif not needed and self.ref_model is not None:
+            self.ref_model = None
+            self.say(f"[kl] beta is 0 from step {self.step} on: reference model released")
+
+    def _initial_policy(self) -> Any:
+        import copy
+
+        if self.inputs.model is not None:
+            ref = copy.deepcopy(self._initial_state_model)
+        else:
+            from training.model import load_model
+
+            path = self.cfg.stage.init_from or self.cfg.model.path
+            ref = load_model(path, self.device, say=self.say).model
+        ref.eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        return ref
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, tag: str) -> dict[str, Any]:
+        """Greedy EX of the current policy on the fixed held-out subset."""
+        from training.engines.local_eval import execution_accuracy
+
+        if not self.eval_examples:
+            return {}
+        start = time.perf_counter()
+        trajectories = self.rollout(self.eval_examples, 1, self.eval_agent, self.eval_sampling)
+        result = execution_accuracy(self.eval_examples, trajectories)
+        result["time"] = time.perf_counter() - start
+        self.say(f"[eval {tag}] EX {result['ex']:.3f} on {result['n']} held-out questions "
+                 f"({result['executable']:.0%} executable, {result['time']:.0f}s)")
+        return result
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self) -> Path:
+        meta = st.CheckpointMeta(step=self.step, sampler=self.sampler.state_dict(), wandb_id=self.wandb_id,
+                                 model_source=self.model_source)
+        return st.save_checkpoint(self.cfg.run_dir, meta, self.model, self.optimizer, self.scheduler,
+                                  keep=self.cfg.trainer.keep_checkpoints, save_weights=self.cfg.trainer.save_weights)
+
+    def restore(self) -> bool:
+        """Continue from the latest checkpoint; False when there is none."""
+        path = st.latest_checkpoint(self.cfg.run_dir)
+        if path is None:
+            return False
+        meta = st.load_checkpoint(path, self.model, self.optimizer, self.scheduler)
+        self.step, self.wandb_id = meta.step, meta.wandb_id
+        self.sampler.load_state_dict(meta.sampler)
+        self.say(f"[resume] continuing from {path} (step {self.step})")
+        return True
+
+    def _prepare_run_dir(self) -> None:
+        cfg = self.cfg
+        existing = st.latest_checkpoint(cfg.run_dir)
+        if cfg.fresh:
+            st.clear_checkpoints(cfg.run_dir)
+            metrics = Path(cfg.run_dir) / "metrics.jsonl"
+            metrics.unlink(missing_ok=True)
+        elif cfg.resume:
+            if not self.restore():
+                self.say(f"[resume] no checkpoint in {cfg.run_dir}; starting from step 0")
+        elif existing is not None:
+            raise ConfigError(
+                f"{cfg.run_dir} already holds checkpoint {existing.name}; pass resume=true to continue it, "
+                "fresh=true to start over, or run_dir=<another directory>")
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self) -> dict[str, Any]:
+        """Before-EX, steps with periodic checkpoints and validation, after-EX, summary."""
+        from training.logging_utils import RunLogger
+
+        cfg = self.cfg
+        self._prepare_run_dir()
+        self.logger = RunLogger(cfg.run_dir, cfg.logger, self.total_steps, project=cfg.trainer.project,
+                                run_name=f"{cfg.recipe_name}-{Path(cfg.run_dir).name}", config=to_yaml_tree(cfg),
+                                wandb_id=self.wandb_id, start_step=self.step, say=self.say)
+        self.wandb_id = self.logger.wandb_id
+        before = self._eval_logged("before") if cfg.trainer.eval_before_after and self.step == 0 else {}
+        try:
+            while self.step < self.total_steps:
+                metrics = self.train_step()
+                self.logger.log(self.step, metrics)
+                if self.step % cfg.trainer.save_every == 0 or self.step == self.total_steps:
+                    with self.watch.measure("checkpoint"):
+                        self.save()
+                if cfg.trainer.val_every and self.step % cfg.trainer.val_every == 0 and self.step < self.total_steps:
+                    self._eval_logged("val")
+            after = self._eval_logged("after") if cfg.trainer.eval_before_after else {}
+            final_dir = self._save_final()
+        finally:
+            self.logger.close()
+        return self._summary(before, after, final_dir)
+
+    def _eval_logged(self, tag: str) -> dict[str, Any]:
+        result = self.evaluate(tag)
+        if result:
+            self.logger.log(self.step, {k: v for k, v in result.items() if not isinstance(v, dict)}, kind=f"eval_{tag}")
+        return result
+
+    def _save_final(self) -> Path:
+        """A plain HF checkpoint (model + tokenizer) that eval.run and model.path can load."""
+        final = Path(self.cfg.run_dir) / "final"
+        self.model.save_pretrained(final)
+        self.tokenizer.save_pretrained(final)
+        return final
+
+    def _summary(self, before: dict[str, Any], after: dict[str, Any], final_dir: Path) -> dict[str, Any]:
+        import json
+
+        summary = {
+            "recipe": self.cfg.recipe_name, "steps": self.step, "run_dir": str(self.cfg.run_dir),
+            "final_model": str(final_dir), "metrics": str(Path(self.cfg.run_dir) / "metrics.jsonl"),
+            "checkpoint": str(st.latest_checkpoint(self.cfg.run_dir)), "wandb_dir": self.logger.wandb_dir,
+            "ex_before": before.get("ex"), "ex_after": after.get("ex"), "eval_questions": before.get("n", after.get("n")),
+        }
+        (Path(self.cfg.run_dir) / "summary.json").write_text(json.dumps(summary, indent=2))
+        delta = ""
+        if summary["ex_before"] is not None and summary["ex_after"] is not None:
+            delta = (f"EX before {summary['ex_before']:.3f} -> after {summary['ex_after']:.3f} on "
+                     f"{summary['eval_questions']} held-out questions (greedy)")
+        self.say(f"[summary] {self.cfg.recipe_name}: {self.step} steps. {delta}\n"
+                 f"    checkpoint {summary['checkpoint']}\n    final model {final_dir}\n"
+                 f"    metrics {summary['metrics']}\n    wandb {summary['wandb_dir']}")
+        return summary
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def fixed_subset(examples: Sequence[Any], limit: int | None, seed: int) -> list[Any]:
+    """A deterministic subset (seeded shuffle, then the first ``limit``), in id order."""
+    items = list(examples)
+    if limit is None or limit >= len(items):
+        return items
+    gen = torch.Generator().manual_seed(seed + 1234)
+    picked = torch.randperm(len(items), generator=gen)[:limit].tolist()
+    return [items[i] for i in sorted(picked)]
+
+
+def step_metrics(trajectories: Sequence[Any], rewards: Sequence[Any], buffer: StepBuffer, beta: float) -> dict[str, Any]:
+    """Reward and every component, EX, lengths, turns, tool calls, format failures."""
+    from training.engines.local_eval import rollout_metrics
+
+    metrics = rollout_metrics(trajectories, rewards)
+    metrics["kl/beta"] = beta
+    metrics["sampling/fill_rate"] = buffer.fill_rate
+    metrics["sampling/groups_kept"] = buffer.groups_kept
+    metrics["sampling/zero_variance_groups"] = buffer.zero_variance_groups
+    metrics["sampling/trajectories_updated"] = buffer.size
+    metrics.update(buffer.flags)
+    return metrics
+
+
+def _split(rows: list[int], parts: int) -> list[list[int]]:
+    parts = max(1, min(parts, len(rows)))
+    size = math.ceil(len(rows) / parts)
+    return [rows[i:i + size] for i in range(0, len(rows), size)]
+
+
+def _micro_batches(rows: list[int], buffer: StepBuffer, size: int) -> list[list[int]]:
+    """Rows grouped by total length (less padding), ``size`` per micro-batch."""
+    ordered = sorted(rows, key=buffer.length)
+    return [ordered[i:i + size] for i in range(0, len(ordered), size)]
+
+
+def _pad_to(t: torch.Tensor, width: int) -> torch.Tensor:
+    if t.shape[0] >= width:
+        return t[:width]
+    return torch.cat([t, t.new_zeros(width - t.shape[0])])
+
+
+def _frozen_copy(model: Any) -> Any:
+    import copy
+
+    return copy.deepcopy(model).eval()

@@ -1,0 +1,135 @@
+"""The rollout buffer of one step: kept trajectories, their track masks and advantages.
+
+``build_buffer`` is the pipeline between rewards and the update, run in order:
+group keys -> dynamic-sampling filter -> per-track advantages (registered estimator) ->
+per-track token masks (``training.masks``: policy tokens, DualSQL's error-turn mask,
+TRUST-SQL's phase prefix for the schema track).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from training import masks as M
+from training.advantages import AdvantageOptions, dynamic_sampling_filter, get_estimator, group_keys
+from training.engines.local_policy import PolicyBatch, build_policy_batch
+
+
+@dataclass
+class StepBuffer:
+    """What the update consumes. Masks are per trajectory, one 0/1 list per track."""
+
+    trajectories: list[Any]
+    masks: dict[str, list[list[float]]]  # track -> per trajectory, len(response_ids) each
+    advantages: dict[str, list[float]]  # track -> per trajectory
+    fill_rate: float = 1.0
+    groups_kept: int = 0
+    zero_variance_groups: int = 0
+    flags: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return len(self.trajectories)
+
+    def length(self, i: int) -> int:
+        t = self.trajectories[i]
+        return len(t.prompt_ids) + len(t.response_ids)
+
+    def mask_tensors(self, rows: Sequence[int]) -> dict[str, torch.Tensor]:
+        """track -> [len(rows), max_resp_len] float masks (for whole-mini-batch totals)."""
+        width = max(1, max(len(self.trajectories[i].response_ids) for i in rows))
+        out: dict[str, torch.Tensor] = {}
+        for track, per_row in self.masks.items():
+            mask = torch.zeros((len(rows), width))  # [rows, resp_len]
+            for j, i in enumerate(rows):
+                if per_row[i]:
+                    mask[j, : len(per_row[i])] = torch.tensor(per_row[i])
+            out[track] = mask
+        return out
+
+    def policy_batch(self, rows: Sequence[int], pad_id: int) -> PolicyBatch:
+        trajs = [self.trajectories[i] for i in rows]
+        return build_policy_batch(
+            [t.prompt_ids for t in trajs],
+            [t.response_ids for t in trajs],
+            {track: [per_row[i] for i in rows] for track, per_row in self.masks.items()},
+            {track: [values[i] for i in rows] for track, values in self.advantages.items()},
+            pad_id,
+            rows=rows,
+        )
+
+
+def build_buffer(
+    trajectories: Sequence[Any],
+    rewards: Sequence[Any],
+    cfg: Any,
+    target_questions: int,
+) -> StepBuffer:
+    """Filter, compute advantages and masks for the update (see the module docstring)."""
+    adv_cfg, ds = cfg.advantage, cfg.algorithm.dynamic_sampling
+    groups = group_keys([t.example_id for t in trajectories], [t.role for t in trajectories], adv_cfg.group_by)
+    roles = max(1, len({t.role for t in trajectories}))
+    metric = [_metric(r, ds.metric) for r in rewards]
+    if ds.enable:
+        result = dynamic_sampling_filter(metric, groups, target_questions * roles, ds.min_std)
+        keep, fill = result.keep, result.fill_rate
+    else:
+        result = dynamic_sampling_filter(metric, groups, len(groups), ds.min_std)
+        keep, fill = [True] * len(trajectories), 1.0
+    kept = [i for i, k in enumerate(keep) if k]
+    buffer = StepBuffer(
+        trajectories=[trajectories[i] for i in kept], masks={}, advantages={}, fill_rate=fill,
+        groups_kept=len(set(groups[i] for i in kept)), zero_variance_groups=len(result.zero_variance_groups),
+    )
+    if not kept:
+        return buffer
+    kept_groups = [groups[i] for i in kept]
+    tracks = _track_scores([rewards[i] for i in kept])
+    opts = AdvantageOptions(epsilon=adv_cfg.epsilon, norm_by_std=adv_cfg.norm_by_std, clamp=adv_cfg.clamp,
+                            schema_track=adv_cfg.schema_track)
+    advantages = get_estimator(adv_cfg.estimator)(tracks, kept_groups, opts)
+    guardrails = bool(cfg.agent.options.get("guardrails", False))
+    buffer.masks, buffer.flags = track_masks(buffer.trajectories, list(advantages), adv_cfg.schema_track, guardrails)
+    buffer.advantages = {k: [float(x) for x in v] for k, v in advantages.items()}
+    return buffer
+
+
+def _metric(reward: Any, name: str) -> float:
+    if name == "total":
+        return float(reward.total)
+    return float(reward.components.get(name, 0.0))
+
+
+def _track_scores(rewards: Sequence[Any]) -> dict[str, torch.Tensor]:
+    """track -> [n] scores; ``full`` falls back to the total (RewardBreakdown contract)."""
+    names = {name for r in rewards for name in r.tracks}
+    out = {"full": torch.tensor([float(r.tracks.get("full", r.total)) for r in rewards])}  # [n]
+    for name in names - {"full"}:
+        if all(name in r.tracks for r in rewards):
+            out[name] = torch.tensor([float(r.tracks[name]) for r in rewards])  # [n]
+    return out
+
+
+def track_masks(
+    trajectories: Sequence[Any], tracks: Sequence[str], schema_track: str, guardrails: bool
+) -> tuple[dict[str, list[list[float]]], dict[str, float]]:
+    """Per-track 0/1 token masks for each trajectory (unpadded lists) and mask stats."""
+    padded = M.pad_trajectories(trajectories, pad_token_id=0)
+    policy = M.combine_masks(M.observation_mask(padded.response_mask), padded.padding)  # [n, resp_len]
+    error_turns = M.final_error_turns(trajectories)  # [n]
+    if guardrails:
+        policy = M.combine_masks(policy, M.error_turn_mask(padded.turn_index, error_turns))  # [n, resp_len]
+    per_track = {"full": policy}
+    flags = {"mask/policy_tokens": float(policy.sum()),
+             "mask/error_turn_rows": float((error_turns >= 0).sum()) if guardrails else 0.0}
+    if schema_track in tracks:
+        span = M.schema_span_turns(trajectories)  # [n]
+        prefix = M.phase_prefix_mask(padded.turn_index, span)  # [n, resp_len]
+        per_track[schema_track] = M.combine_masks(policy, prefix)  # [n, resp_len]
+        flags["mask/schema_tokens"] = float(per_track[schema_track].sum())
+        flags["mask/empty_schema_rows"] = float((span < 0).sum())
+    lengths = [len(t.response_ids) for t in trajectories]
+    return {k: [row[:n].tolist() for row, n in zip(v, lengths)] for k, v in per_track.items()}, flags

@@ -136,6 +136,7 @@ class ChatSegments:
         if eot_ids and eot_ids[0] in set(getattr(tokenizer, "all_special_ids", ())):
             ids.add(eot_ids[0])  # e.g. <|im_end|> when eos is <|endoftext|>
         self.eos_ids = frozenset(ids)
+        self.end_of_turn_len = len(eot_ids)  # room every turn keeps to close itself
 
     def render(self, messages: Sequence[Message], generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(
@@ -298,15 +299,19 @@ class EpisodeRunner:
 
     # ------------------------------------------------------------------ internals
     def _turn_budget(self) -> tuple[int, str]:
-        """Max new tokens for this call and which limit binds ("turn" or an end reason)."""
+        """Max new tokens for this call and which limit binds ("turn" or an end reason).
+
+        The response and context budgets keep room for the end-of-turn marker, so a turn
+        that fits can always be closed."""
+        reserve = self.segments.end_of_turn_len
         options = [(self.sampling.max_new_tokens, "turn")]
         if self.limits.max_tokens_per_turn is not None:
             options.append((self.limits.max_tokens_per_turn, "turn"))
         if self.limits.max_response_tokens is not None:
-            options.append((self.limits.max_response_tokens - len(self.tokens.ids), "response_limit"))
+            options.append((self.limits.max_response_tokens - len(self.tokens.ids) - reserve, "response_limit"))
         if self.limits.max_context_tokens is not None:
             used = len(self.prompt_ids) + len(self.tokens.ids)
-            options.append((self.limits.max_context_tokens - used, "context_limit"))
+            options.append((self.limits.max_context_tokens - used - reserve, "context_limit"))
         budget = min(n for n, _ in options)
         reason = "turn" if any(n == budget and r == "turn" for n, r in options) else min(options)[1]
         return budget, reason
@@ -385,8 +390,8 @@ class EpisodeRunner:
     def _check_limits(self) -> None:
         if self.limits.max_turns is not None and self.turns >= self.limits.max_turns:
             self._finish("turn_budget")
-        elif self._overflow(1) is not None:
-            self._finish(self._overflow(1))
+        elif (reason := self._overflow(1 + self.segments.end_of_turn_len)) is not None:
+            self._finish(reason)
 
     def _finish(self, reason: EndReason | None) -> None:
         if reason is not None:

@@ -1,0 +1,302 @@
+"""Loading BIRD, Spider, JSONL and minibird examples into immutable ``Example`` objects.
+
+One pipeline for every kind: resolve the layout (``eval.data.layout``), read the records,
+validate them (required fields, unique ids, a database for every db_id, gold SQL that
+parses), and only then build examples — every problem found is reported together in one
+``DataError``. Gold tables and columns come from ``rex.sql.referenced_schema`` against the
+database's schema. With ``drop_failing_gold`` the gold SQL is executed through the shared
+read-only helper (``tools.execute`` with the ``metric`` preset) and failures are dropped
+with a logged count.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from agents.types import Example
+from eval.data.layout import Layout, Problems, resolve_bird, resolve_jsonl, resolve_spider, show_ids
+from tools.errors import ConfigError, DataError
+from tools.registry import Registry
+
+log = logging.getLogger(__name__)
+
+DIFFICULTIES = ("simple", "moderate", "challenging")
+
+
+@dataclass(frozen=True)
+class Fields:
+    """Which record keys hold what, per dataset kind (first present key wins)."""
+
+    ids: tuple[str, ...]
+    sql: tuple[str, ...]
+    sql_required: bool
+    evidence: tuple[str, ...] = ("evidence",)
+    difficulty: tuple[str, ...] = ("difficulty",)
+
+
+BIRD_FIELDS = Fields(ids=("question_id",), sql=("SQL",), sql_required=True)
+SPIDER_FIELDS = Fields(ids=(), sql=("query",), sql_required=True, evidence=(), difficulty=())
+JSONL_FIELDS = Fields(ids=("id", "question_id"), sql=("sql", "SQL", "query"), sql_required=False)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One validated question record, before its database is looked at."""
+
+    id: str
+    db_id: str
+    question: str
+    evidence: str
+    sql: str
+    difficulty: str
+    where: str  # "file:line" or "file[index]" for messages
+
+
+Resolver = Callable[[Path, str, Problems], Layout]
+
+
+@dataclass(frozen=True)
+class Kind:
+    resolve: Resolver
+    fields: Fields
+    reader: str  # "json" | "jsonl"
+
+
+KINDS: Registry[Kind] = Registry("dataset kind")
+KINDS.register("bird")(Kind(resolve_bird, BIRD_FIELDS, "json"))
+KINDS.register("spider")(Kind(resolve_spider, SPIDER_FIELDS, "json"))
+KINDS.register("jsonl")(Kind(resolve_jsonl, JSONL_FIELDS, "jsonl"))
+KINDS.register("minibird")(Kind(resolve_bird, BIRD_FIELDS, "json"))
+
+
+def load_examples(
+    kind: str = "minibird",
+    root: str | os.PathLike[str] | None = None,
+    split: str = "dev",
+    drop_failing_gold: bool = False,
+    limit: int | None = None,
+) -> list[Example]:
+    """The examples of one split, validated up front.
+
+    ``root`` is the dataset folder (BIRD: the split folder or its parent; Spider: the
+    folder with ``tables.json``; JSONL: the ``.jsonl`` file or a folder with
+    ``<split>.jsonl``); for ``minibird`` None means the cached build (built on first use).
+    ``limit`` keeps the first N records of the file (before validation, so a quick run
+    does not parse a whole training set). ``drop_failing_gold`` executes each gold SQL and
+    drops the examples whose SQL errors or times out, logging how many; otherwise they
+    are kept without executing anything.
+
+    Raises ``DataError`` listing every layout problem (missing files, db_ids without a
+    database, unparseable gold SQL, duplicate ids, malformed records) with paths and
+    example ids; ``UnknownNameError`` for an unknown kind; ``ConfigError`` for bad
+    arguments.
+    """
+    spec = KINDS.get(kind)
+    if limit is not None and (not isinstance(limit, int) or limit < 1):
+        raise ConfigError(f"limit={limit!r}: pass a positive integer or None")
+    if not split or not isinstance(split, str):
+        raise ConfigError(f"split={split!r}: pass a split name such as 'train' or 'dev'")
+    base = _root(kind, root)
+    problems = Problems(kind, base, split)
+    if not base.exists():
+        problems.add(f"dataset root {base} does not exist; set data.root to the folder holding the dataset")
+        problems.raise_if_any()
+    layout = spec.resolve(base, split, problems)
+    records = _read_all(layout, spec, problems, limit)
+    _check_unique_ids(records, problems)
+    databases = _databases(records, layout, problems)
+    examples = _build_examples(records, databases, split, problems)
+    problems.raise_if_any()
+    if drop_failing_gold:
+        examples = _drop_failing(examples, f"{kind} {split}")
+    return examples
+
+
+def _root(kind: str, root: str | os.PathLike[str] | None) -> Path:
+    if root is not None and str(root) != "":
+        return Path(root).expanduser().resolve()
+    if kind == "minibird":
+        from eval.data import minibird
+
+        return minibird.ensure()
+    raise ConfigError(f"data.root is required for kind {kind!r}: set it to the dataset folder (e.g. data.root=/data/{kind})")
+
+
+# ----------------------------------------------------------------------------- records
+
+
+def _read_all(layout: Layout, spec: Kind, problems: Problems, limit: int | None) -> list[Record]:
+    """Records of every question file in order; an example without an id gets its position
+    (counted across files, so Spider's two train files give unique ids)."""
+    records: list[Record] = []
+    position = 0
+    for path in layout.question_files:
+        raw = _read_jsonl(path, problems) if spec.reader == "jsonl" else _read_json(path, problems)
+        for where, item in raw:
+            if limit is not None and len(records) >= limit:
+                return records
+            rec = _record(item, position, where, spec.fields, problems)
+            position += 1
+            if rec is not None:
+                records.append(rec)
+    return records
+
+
+def _read_json(path: Path, problems: Problems) -> list[tuple[str, Any]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        problems.add(f"{path}: cannot read the questions file ({err})")
+        return []
+    if not isinstance(data, list):
+        problems.add(f"{path}: expected a JSON list of question objects, found {type(data).__name__}")
+        return []
+    return [(f"{path}[{i}]", item) for i, item in enumerate(data)]
+
+
+def _read_jsonl(path: Path, problems: Problems) -> list[tuple[str, Any]]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        problems.add(f"{path}: cannot read the questions file ({err})")
+        return []
+    out = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append((f"{path}:{number}", json.loads(line)))
+        except json.JSONDecodeError as err:
+            problems.add(f"{path}:{number}: not valid JSON ({err.msg})")
+    return out
+
+
+def _get(item: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
+    for key in keys:
+        if key in item and item[key] is not None:
+            return item[key]
+    return None
+
+
+def _record(item: Any, index: int, where: str, fields: Fields, problems: Problems) -> Record | None:
+    if not isinstance(item, dict):
+        problems.add(f"{where}: expected a JSON object, found {type(item).__name__}")
+        return None
+    raw_id = _get(item, fields.ids)
+    ex_id = str(raw_id) if raw_id is not None else str(index)
+    missing = [k for k in ("db_id", "question") if not isinstance(item.get(k), str) or not item[k].strip()]
+    sql = _get(item, fields.sql)
+    if fields.sql_required and (not isinstance(sql, str) or not sql.strip()):
+        missing.append("/".join(fields.sql))
+    if missing:
+        problems.add(f"{where} (example {ex_id}): missing or empty {', '.join(missing)}")
+        return None
+    difficulty = _get(item, fields.difficulty)
+    difficulty = str(difficulty).strip().lower() if difficulty not in (None, "") else "unknown"
+    evidence = _get(item, fields.evidence)
+    return Record(
+        id=ex_id,
+        db_id=item["db_id"].strip(),
+        question=item["question"].strip(),
+        evidence=str(evidence).strip() if evidence is not None else "",
+        sql=sql.strip() if isinstance(sql, str) else "",
+        difficulty=difficulty,
+        where=where,
+    )
+
+
+def _check_unique_ids(records: list[Record], problems: Problems) -> None:
+    seen: dict[str, str] = {}
+    for rec in records:
+        if rec.id in seen:
+            problems.add(f"{rec.where}: example id {rec.id} already used at {seen[rec.id]}; ids must be unique")
+        else:
+            seen[rec.id] = rec.where
+
+
+# --------------------------------------------------------------------------- databases
+
+
+def _databases(records: list[Record], layout: Layout, problems: Problems) -> dict[str, Any]:
+    """``{db_id: tools.Database}`` for every db_id that has a readable SQLite file."""
+    from tools import get_database
+
+    by_db: dict[str, list[str]] = {}
+    for rec in records:
+        by_db.setdefault(rec.db_id, []).append(rec.id)
+    out: dict[str, Any] = {}
+    for db_id, ids in by_db.items():
+        path = layout.database(db_id)
+        if path is None:
+            problems.add(f"db_id {db_id!r} has no database at {layout.expected_database(db_id)} ({show_ids(ids)})")
+            continue
+        try:
+            db = get_database(path, db_id)
+            db.schema()
+        except DataError as err:
+            problems.add(f"db_id {db_id!r}: {err} ({show_ids(ids)})")
+            continue
+        out[db_id] = db
+    return out
+
+
+def _build_examples(records: list[Record], databases: Mapping[str, Any], split: str, problems: Problems) -> list[Example]:
+    from rex.sql import referenced_schema
+
+    examples = []
+    schemas = {db_id: db.schema() for db_id, db in databases.items()}
+    for rec in records:
+        db = databases.get(rec.db_id)
+        if db is None:
+            continue  # already reported once per db_id
+        tables: tuple[str, ...] = ()
+        columns: tuple[str, ...] = ()
+        if rec.sql:
+            ref = referenced_schema(rec.sql, schemas[rec.db_id])
+            if not ref.parsed:
+                problems.add(f"{rec.where} (example {rec.id}): gold SQL does not parse: {ref.error}")
+                continue
+            tables, columns = ref.tables, ref.columns
+        examples.append(Example(
+            id=rec.id, db_id=rec.db_id, db_path=str(db.path), question=rec.question, evidence=rec.evidence,
+            gold_sql=rec.sql, difficulty=rec.difficulty, gold_tables=tables, gold_columns=columns, split=split,
+        ))
+    return examples
+
+
+def _drop_failing(examples: list[Example], label: str) -> list[Example]:
+    """Keep the examples whose gold SQL executes (or that have none); log what was dropped."""
+    from tools import PRESETS, ToolError, execute, get_database
+
+    kept, dropped = [], []
+    for ex in examples:
+        if not ex.gold_sql:
+            kept.append(ex)
+            continue
+        result = execute(get_database(ex.db_path, ex.db_id), ex.gold_sql, PRESETS["metric"])
+        if isinstance(result, ToolError):
+            dropped.append(f"{ex.id} ({result.kind}: {result.message})")
+        else:
+            kept.append(ex)
+    if dropped:
+        log.warning("%s: dropped %d of %d examples whose gold SQL fails to execute: %s",
+                    label, len(dropped), len(examples), "; ".join(dropped[:5]) + (" ..." if len(dropped) > 5 else ""))
+    return kept
+
+
+def load_from_config(data: Any, which: str = "train") -> list[Example]:
+    """The examples a ``data`` config names (a mapping or the typed dataclass).
+
+    ``which="train"`` uses ``split`` and ``limit``; ``which="eval"`` uses ``eval_split``
+    and ``eval_limit``.
+    """
+    get = (lambda k: data[k]) if isinstance(data, Mapping) else (lambda k: getattr(data, k))
+    if which not in ("train", "eval"):
+        raise ConfigError(f"which={which!r}: use 'train' or 'eval'")
+    split, limit = (get("split"), get("limit")) if which == "train" else (get("eval_split"), get("eval_limit"))
+    return load_examples(get("kind"), get("root"), split, bool(get("drop_failing_gold")), limit)

@@ -1,0 +1,113 @@
+"""Command line for datasets.
+
+    python -m eval.data minibird --out DIR          # write the bundled benchmark into DIR
+    python -m eval.data minibird                    # build (or find) the cached copy
+    python -m eval.data stats data=minibird         # counts per split, database, difficulty
+    python -m eval.data stats data=bird data.root=PATH data.split=dev
+
+``stats`` takes the same Hydra overrides as training: the ``data`` group is composed
+from the installed ``recipes`` package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any, Sequence
+
+from tools.errors import ConfigError, ToolkitError
+
+
+def compose_data(overrides: Sequence[str]) -> dict[str, Any]:
+    """The ``data`` config after Hydra-style overrides (``data=bird data.root=PATH``)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    import recipes
+
+    fixed = [("+" + o) if o.startswith("data=") else o for o in overrides]
+    if not any(o.startswith("+data=") for o in fixed):
+        fixed.insert(0, "+data=minibird")
+    bad = [o for o in fixed if not (o.startswith("+data=") or o.startswith("data."))]
+    if bad:
+        raise ConfigError(f"unexpected argument(s) {bad}; stats takes data=<kind> and data.<key>=<value> overrides")
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(Path(recipes.__file__).parent), version_base=None):
+            cfg = compose(config_name=None, overrides=fixed)
+    except (HydraException, OmegaConfBaseException) as err:
+        raise ConfigError(f"cannot compose the data config from {list(overrides)}: {err}") from None
+    finally:
+        GlobalHydra.instance().clear()
+    return OmegaConf.to_container(cfg.data, resolve=True)  # type: ignore[return-value]
+
+
+def stats_text(data: dict[str, Any]) -> str:
+    """Counts per split, database and difficulty, as a plain-text table."""
+    from eval.data.loaders import load_examples
+
+    lines = [f"data: kind={data['kind']} root={data['root']}"]
+    plan = [(data["split"], data.get("limit"))]
+    if data.get("eval_split") and data["eval_split"] != data["split"]:
+        plan.append((data["eval_split"], data.get("eval_limit")))
+    for split, limit in plan:
+        examples = load_examples(data["kind"], data["root"], split, bool(data.get("drop_failing_gold")), limit)
+        difficulties = sorted({e.difficulty for e in examples}, key=_difficulty_order)
+        lines.append(f"\nsplit {split}: {len(examples)} examples, {len({e.db_id for e in examples})} databases")
+        lines.append(_table(examples, difficulties))
+    return "\n".join(lines)
+
+
+def _difficulty_order(label: str) -> tuple[int, str]:
+    order = {"simple": 0, "moderate": 1, "challenging": 2}
+    return (order.get(label, 3), label)
+
+
+def _table(examples: list, difficulties: list[str]) -> str:
+    per_db: dict[str, Counter] = {}
+    for ex in examples:
+        per_db.setdefault(ex.db_id, Counter())[ex.difficulty] += 1
+    width = max([len("database"), *(len(db) for db in per_db)])
+    header = f"  {'database':<{width}}  " + "  ".join(f"{d:>11}" for d in difficulties) + f"  {'total':>6}"
+    rows = [header]
+    for db in sorted(per_db):
+        counts = per_db[db]
+        rows.append(f"  {db:<{width}}  " + "  ".join(f"{counts[d]:>11}" for d in difficulties) + f"  {sum(counts.values()):>6}")
+    total = Counter(ex.difficulty for ex in examples)
+    share = "  ".join(f"{total[d]:>5} ({100 * total[d] / max(1, len(examples)):3.0f}%)" for d in difficulties)
+    rows.append(f"  {'all':<{width}}  " + share + f"  {len(examples):>6}")
+    return "\n".join(rows)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eval.data", description="Datasets: build minibird, print statistics.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    mb = sub.add_parser("minibird", help="build the bundled benchmark")
+    mb.add_argument("--out", type=Path, default=None, help="empty or new folder to write into (default: the cache)")
+    st = sub.add_parser("stats", help="counts per split, database and difficulty")
+    st.add_argument("overrides", nargs="*", help="data=<kind> data.root=PATH data.split=dev ...")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "minibird":
+            from eval.data import minibird
+
+            root = minibird.build(args.out) if args.out else minibird.ensure()
+            print(f"minibird {minibird.version()} at {root}")
+            print(stats_text({"kind": "minibird", "root": str(root), "split": "train", "eval_split": "dev",
+                              "drop_failing_gold": False, "limit": None, "eval_limit": None}))
+        else:
+            print(stats_text(compose_data(args.overrides)))
+    except (ToolkitError, FileExistsError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

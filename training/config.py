@@ -59,13 +59,13 @@ class AgentConfig:
     def __post_init__(self) -> None:
         _need(bool(self.name), "agent.name is empty; pick one with agent=<retoolsql|think2sql|trustsql|dualsql>")
         for key, value in self.options.items():
-            if key.endswith("max_turns"):
+            if "max_turns" in key:
                 _need(isinstance(value, int) and value >= 1,
                       f"agent.{key}={value!r}: a turn budget is a positive integer")
 
     def turn_budget_keys(self) -> list[str]:
         """Option names that are turn budgets (the laptop profile caps them)."""
-        return [k for k in self.options if k.endswith("max_turns")]
+        return [k for k in self.options if "max_turns" in k]
 
 
 @dataclass

@@ -1,0 +1,143 @@
+"""Recipes compose into typed, validated configs; command-line overrides beat recipes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+from tools.errors import ConfigError
+from training.config import TrainConfig, apply_laptop_profile, list_recipes, to_yaml_tree
+from training.run import explicit_keys, prepare_config
+
+RECIPES = ["dualsql", "retoolsql", "think2sql", "trustsql"]
+
+
+def composed(*overrides: str) -> dict[str, Any]:
+    with initialize_config_module("recipes", version_base=None):
+        cfg = compose("config", overrides=list(overrides))
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+def build(*overrides: str) -> TrainConfig:
+    return TrainConfig.from_mapping(composed(*overrides))
+
+
+def test_the_four_recipes_are_listed() -> None:
+    assert list_recipes() == RECIPES
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_each_recipe_builds_and_selects_its_design(name: str) -> None:
+    cfg = build(f"recipe={name}")
+    assert cfg.recipe_name == name
+    assert cfg.agent.name == name
+    assert cfg.run_dir == f"runs/{name}"
+
+
+def test_paper_numbers_stay_in_the_recipes() -> None:
+    r = build("recipe=retoolsql")
+    assert (r.algorithm.group_size, r.algorithm.batch_size) == (16, 16)
+    assert r.algorithm.kl_schedule == [[0, 0.005], [40, 0.001], [80, 0.0]]
+    assert (r.algorithm.clip_ratio_low, r.algorithm.clip_ratio_high) == (0.2, 0.28)
+    assert r.algorithm.dynamic_sampling.enable and r.algorithm.dynamic_sampling.oversample == 12
+    assert (r.rollout.temperature, r.rollout.top_p, r.optim.lr) == (1.2, 0.95, 1e-6)
+    assert r.agent.options["max_turns"] == 8 and r.reward.name == "composite"
+    t = build("recipe=trustsql")
+    assert t.advantage.estimator == "two_track" and t.advantage.schema_weight == 0.25
+    assert t.advantage.clamp == 10.0 and t.algorithm.group_size == 8 and t.rollout.temperature == 0.8
+    assert t.rollout.max_new_tokens == 2048 and t.rollout.observation_max_tokens == 1024
+    d = build("recipe=dualsql")
+    assert d.reward.exec_metric == "rex" and d.agent.options["guardrails"] is True
+    assert (d.rollout.top_k, d.rollout.top_p, d.optim.lr) == (20, 0.99, 2e-6)
+    assert d.advantage.group_by == "role"
+    k = build("recipe=think2sql")
+    assert k.reward.name == "think2sql" and k.reward.exec_metric == "qatch"
+
+
+def test_command_line_overrides_beat_the_recipe() -> None:
+    assert build("recipe=trustsql", "reward.exec_metric=rex").reward.exec_metric == "rex"
+    single = build("recipe=trustsql", "advantage=grpo")
+    assert single.advantage.estimator == "grpo" and single.agent.name == "trustsql"
+    assert build("recipe=dualsql", "agent.guardrails=false").agent.options["guardrails"] is False
+    assert build("recipe=retoolsql", "reward.exec_metric=qatch").reward.exec_metric == "qatch"
+    assert build("recipe=retoolsql", "algorithm.group_size=8").algorithm.group_size == 8
+
+
+def test_group_size_below_two_explains_why() -> None:
+    with pytest.raises(ConfigError, match="G >= 2.*no baseline"):
+        build("recipe=trustsql", "algorithm.group_size=1")
+
+
+def test_missing_recipe_lists_the_recipes() -> None:
+    with pytest.raises(ConfigError, match="recipe=<name>, one of: dualsql, retoolsql, think2sql, trustsql"):
+        build()
+
+
+def test_unknown_recipe_lists_the_recipes() -> None:
+    with pytest.raises(Exception, match="trustsql"):
+        composed("recipe=trustsq")
+    raw = composed("recipe=trustsql")
+    raw["recipe_name"] = "trustsq"
+    with pytest.raises(ConfigError, match="unknown recipe 'trustsq'; available: dualsql"):
+        TrainConfig.from_mapping(raw)
+
+
+@pytest.mark.parametrize("override,match", [
+    ("reward.exec_metric=bleu", "exec_metric='bleu'; choose one of ex, rex, qatch"),
+    ("rollout.temperature=0", "GRPO samples"),
+    ("algorithm.clip_ratio_c=1.0", "clip_ratio_c"),
+    ("optim.warmup_ratio=1.5", "warmup_ratio"),
+    ("algorithm.kl_schedule=[[5,0.1]]", "start with"),
+    ("logger=[console,tensorboard]", "tensorboard"),
+    ("agent.max_turns=0", "turn budget"),
+])
+def test_bad_values_name_the_key_and_the_fix(override: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        build("recipe=trustsql", override)
+
+
+def test_unknown_key_is_rejected_by_name() -> None:
+    raw = composed("recipe=trustsql")
+    raw["algorithm"]["groupsize"] = 4
+    with pytest.raises(ConfigError, match="algorithm.'groupsize'|'groupsize'"):
+        TrainConfig.from_mapping(raw)
+
+
+def test_laptop_profile_shrinks_sizes_but_keeps_explicit_values() -> None:
+    cfg = build("recipe=retoolsql", "algorithm.batch_size=3")
+    small, changes = apply_laptop_profile(cfg, ["algorithm.batch_size"])
+    assert small.algorithm.group_size == 4 and small.algorithm.batch_size == 3
+    assert small.agent.options["max_turns"] == 3 and small.rollout.max_new_tokens == 256
+    assert small.rollout.observation_max_tokens == 256 and small.data.eval_limit == 32
+    assert small.algorithm.kl_schedule == cfg.algorithm.kl_schedule  # algorithm settings untouched
+    assert changes["algorithm.group_size"] == (16, 4)
+    assert "algorithm.batch_size" not in changes
+    assert changes["agent.max_turns"] == (8, 3)
+
+
+def test_laptop_profile_only_lowers_caps() -> None:
+    cfg = build("recipe=trustsql", "agent.max_turns=2", "rollout.max_new_tokens=100")
+    small, _ = apply_laptop_profile(cfg, [])
+    assert small.agent.options["max_turns"] == 2 and small.rollout.max_new_tokens == 100
+
+
+def test_prepare_config_applies_the_profile_on_cpu_and_prints_it() -> None:
+    lines: list[str] = []
+    cfg = prepare_config(composed("recipe=dualsql", "engine=local", "engine.device=cpu"),
+                         explicit_keys(["recipe=dualsql"]), lines.append)
+    assert cfg.engine.name == "local" and cfg.algorithm.group_size == 4
+    assert cfg.agent.options["linker_max_turns"] == 3
+    text = "\n".join(lines)
+    assert "laptop profile" in text and "algorithm.group_size: 16 -> 4" in text
+    off = prepare_config(composed("recipe=dualsql", "engine=local", "engine.device=cpu",
+                                  "engine.laptop_profile=off"), set(), lines.append)
+    assert off.algorithm.group_size == 16
+
+
+def test_yaml_tree_round_trips() -> None:
+    cfg = build("recipe=dualsql")
+    again = TrainConfig.from_mapping(to_yaml_tree(cfg))
+    assert again == cfg

@@ -25,8 +25,9 @@ from agents import prompts
 from agents.base import BaseEpisode, TurnOutcome, invalid, make_toolbox, run_tool, tool_message, tools_block
 from agents.parsing import ToolCallParser, call_key, find_blocks, find_fences, get_parser, parse_schema_json
 from agents.registry import register_agent
-from agents.types import EpisodeResult, Example, SchemaSelection, ToolCall
+from agents.types import EpisodeResult, Example, ToolCall
 from tools.errors import ConfigError
+from tools.schema import m_schema, select
 
 if TYPE_CHECKING:
     from tools import Database, ToolBox
@@ -110,29 +111,6 @@ class DualSQLEpisode(BaseEpisode):
         return TurnOutcome("answer", True, done=True, end_reason="answer", text=kept)
 
 
-def restrict_schema(linked: SchemaSelection, schema: dict[str, list[str]]) -> tuple[list[str], list[str]]:
-    """The linked tables and ``table.column`` names in the database's own spelling.
-
-    Names the database does not have are dropped; a linked table with no linked column
-    keeps all its columns (the linker named the table, so the generator sees it whole).
-    """
-    tables_by_lower = {t.lower(): t for t in schema}
-    wanted: dict[str, list[str]] = {}
-    for table in linked.tables:
-        if table.lower() in tables_by_lower:
-            wanted.setdefault(tables_by_lower[table.lower()], [])
-    for column in linked.columns:
-        table, _, name = column.partition(".")
-        original = tables_by_lower.get(table.lower())
-        if original is None:
-            continue
-        by_lower = {c.lower(): c for c in schema[original]}
-        if name.lower() in by_lower:
-            wanted.setdefault(original, []).append(by_lower[name.lower()])
-    columns = [f"{t}.{c}" for t, cols in wanted.items() for c in (dict.fromkeys(cols) or schema[t])]
-    return list(wanted), columns
-
-
 @register_agent("dualsql")
 class DualSQLAgent:
     """DualSQL: linker (``linker_max_turns``) then generator (``generator_max_turns``).
@@ -172,24 +150,21 @@ class DualSQLAgent:
         if len(previous) > 1:
             return None
         role = "generator" if previous else "linker"
-        from tools.schema import m_schema
-
         toolbox = make_toolbox(db, self.tools, self.preset)
         profile = db.profile()
-        linked = previous[0].schema if previous else None
-        fallback = False
+        schema_text, linked = m_schema(profile), None
         if role == "generator":
-            tables, columns = restrict_schema(linked, db.schema()) if linked is not None else ([], [])
-            fallback = not tables
-            schema_text = m_schema(profile) if fallback else m_schema(profile, tables=tables, columns=columns)
-        else:
-            schema_text = m_schema(profile)
+            linked = previous[0].schema
+            if linked is not None and select(profile, linked.tables, linked.columns):
+                schema_text = m_schema(profile, linked.tables, linked.columns)
+            else:
+                linked = None
         messages = self._prompt(role, example, schema_text, toolbox.schemas())
         episode = DualSQLEpisode(
             role, messages, toolbox, self.tools, self.parser, self.max_turns[role], self.guardrails
         )
         if role == "generator":
-            episode.schema = linked
-            if fallback:
+            episode.schema = previous[0].schema
+            if linked is None:  # nothing usable linked: the full schema, flagged
                 episode.flags["full_schema_fallback"] = True
         return episode

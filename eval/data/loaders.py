@@ -131,49 +131,50 @@ def _root(kind: str, root: str | os.PathLike[str] | None) -> Path:
 
 
 def _read_all(layout: Layout, spec: Kind, problems: Problems, limit: int | None) -> list[Record]:
-    """Records of every question file in order; an example without an id gets its position
-    (counted across files, so Spider's two train files give unique ids)."""
+    """Records of every question file in order. An example without an id gets its position
+    in the file (JSON: list index; JSONL: line number - 1), offset by the sizes of earlier
+    files, so Spider's two train files give unique ids and fixing a broken line keeps ids."""
     records: list[Record] = []
-    position = 0
+    offset = 0
     for path in layout.question_files:
-        raw = _read_jsonl(path, problems) if spec.reader == "jsonl" else _read_json(path, problems)
-        for where, item in raw:
+        raw, size = _read_jsonl(path, problems) if spec.reader == "jsonl" else _read_json(path, problems)
+        for where, index, item in raw:
             if limit is not None and len(records) >= limit:
                 return records
-            rec = _record(item, position, where, spec.fields, problems)
-            position += 1
+            rec = _record(item, offset + index, where, spec.fields, problems)
             if rec is not None:
                 records.append(rec)
+        offset += size
     return records
 
 
-def _read_json(path: Path, problems: Problems) -> list[tuple[str, Any]]:
+def _read_json(path: Path, problems: Problems) -> tuple[list[tuple[str, int, Any]], int]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         problems.add(f"{path}: cannot read the questions file ({err})")
-        return []
+        return [], 0
     if not isinstance(data, list):
         problems.add(f"{path}: expected a JSON list of question objects, found {type(data).__name__}")
-        return []
-    return [(f"{path}[{i}]", item) for i, item in enumerate(data)]
+        return [], 0
+    return [(f"{path}[{i}]", i, item) for i, item in enumerate(data)], len(data)
 
 
-def _read_jsonl(path: Path, problems: Problems) -> list[tuple[str, Any]]:
+def _read_jsonl(path: Path, problems: Problems) -> tuple[list[tuple[str, int, Any]], int]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as err:
         problems.add(f"{path}: cannot read the questions file ({err})")
-        return []
+        return [], 0
     out = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            out.append((f"{path}:{number}", json.loads(line)))
+            out.append((f"{path}:{number}", number - 1, json.loads(line)))
         except json.JSONDecodeError as err:
             problems.add(f"{path}:{number}: not valid JSON ({err.msg})")
-    return out
+    return out, len(lines)
 
 
 def _get(item: Mapping[str, Any], keys: tuple[str, ...]) -> Any:

@@ -1,0 +1,63 @@
+"""``python -m training.run ... dry_run=true`` in a subprocess from a temporary directory."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+
+def run(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "training.run", *overrides],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+
+
+def effective(proc: subprocess.CompletedProcess) -> dict:
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = proc.stdout
+    return yaml.safe_load(text[text.index("# effective configuration"):])
+
+
+@pytest.mark.parametrize("recipe", ["retoolsql", "think2sql", "trustsql", "dualsql"])
+def test_dry_run_prints_each_recipe(tmp_path: Path, recipe: str) -> None:
+    proc = run(tmp_path, f"recipe={recipe}", "dry_run=true", "engine=local", "engine.device=cpu")
+    cfg = effective(proc)
+    assert cfg["recipe_name"] == recipe and cfg["agent"]["name"] == recipe
+    assert "[laptop profile]" in proc.stdout and "algorithm.group_size" in proc.stdout
+    assert cfg["algorithm"]["group_size"] == 4  # the laptop profile on CPU
+    assert not (tmp_path / "runs" / recipe / "checkpoints").exists()
+
+
+def test_command_line_beats_recipe_and_profile(tmp_path: Path) -> None:
+    proc = run(tmp_path, "recipe=trustsql", "advantage=grpo", "reward.exec_metric=rex",
+               "algorithm.group_size=6", "dry_run=true", "engine=local", "engine.device=cpu")
+    cfg = effective(proc)
+    assert cfg["advantage"]["estimator"] == "grpo"
+    assert cfg["reward"]["exec_metric"] == "rex"
+    assert cfg["algorithm"]["group_size"] == 6
+
+
+def test_paper_sizes_without_the_profile(tmp_path: Path) -> None:
+    cfg = effective(run(tmp_path, "recipe=dualsql", "agent.guardrails=false", "dry_run=true",
+                        "engine=local", "engine.device=cpu", "engine.laptop_profile=off"))
+    assert cfg["agent"]["guardrails"] is False
+    assert cfg["algorithm"]["group_size"] == 16 and cfg["agent"]["generator_max_turns"] == 10
+
+
+def test_bad_values_exit_with_the_fix(tmp_path: Path) -> None:
+    proc = run(tmp_path, "recipe=trustsql", "algorithm.group_size=1", "dry_run=true")
+    assert proc.returncode == 2
+    assert "G >= 2" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run(tmp_path, "dry_run=true")
+    assert proc.returncode == 2 and "recipe=<name>, one of: dualsql, retoolsql" in proc.stderr
+
+
+def test_unknown_recipe_lists_the_available_ones(tmp_path: Path) -> None:
+    proc = run(tmp_path, "recipe=trustsq", "dry_run=true")
+    assert proc.returncode != 0
+    assert "trustsql" in proc.stderr and "retoolsql" in proc.stderr

@@ -1,0 +1,176 @@
+"""Hydra compose + veRL ``validate_config`` for every recipe, overrides, and the dry run.
+
+The project config is composed in-process from ``pkg://recipes`` exactly as
+``training.run`` does; veRL's ``ppo_trainer`` is composed separately by the engine. One
+subprocess test runs ``python -m training.run ... dry_run=true`` from a temporary
+directory and parses the printed YAML.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_module
+
+from tools.errors import ConfigError
+from training.config import TrainConfig, list_recipes
+from training.engines import verl_engine as E
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def project_config(recipe: str, *overrides: str) -> TrainConfig:
+    """The typed project config for ``recipe`` with engine=verl (as training.run builds it)."""
+    with initialize_config_module(config_module="recipes", version_base=None):
+        dcfg = compose(config_name="config", overrides=[f"recipe={recipe}", "engine=verl", "~data", *overrides])
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.to_container(dcfg, resolve=True)
+    return TrainConfig.from_mapping(raw)
+
+
+@pytest.mark.parametrize("recipe", list_recipes())
+def test_every_recipe_composes_and_validates(recipe: str, tmp_path: Path) -> None:
+    cfg = project_config(recipe, f"run_dir={tmp_path}")
+    verl_cfg = E.verl_config_for(cfg, model_path="/models/policy")
+    arr = verl_cfg.actor_rollout_ref
+    assert arr.model.path == "/models/policy"
+    assert arr.rollout.n == cfg.algorithm.group_size
+    assert arr.actor.optim.lr == pytest.approx(cfg.optim.lr)
+    assert arr.actor.clip_ratio_low == pytest.approx(cfg.algorithm.clip_ratio_low)
+    assert arr.actor.clip_ratio_high == pytest.approx(cfg.algorithm.clip_ratio_high)
+    assert arr.actor.loss_agg_mode == "token-mean"
+    assert arr.rollout.temperature == pytest.approx(cfg.rollout.temperature)
+    assert arr.rollout.top_p == pytest.approx(cfg.rollout.top_p)
+    assert arr.rollout.top_k == (cfg.rollout.top_k if cfg.rollout.top_k > 0 else -1)
+    assert arr.rollout.response_length == cfg.rollout.max_response_tokens
+    assert arr.rollout.prompt_length == cfg.rollout.max_prompt_tokens
+    assert arr.rollout.agent.default_agent_loop == E.AGENT_LOOP_NAME
+    assert verl_cfg.data.train_batch_size == cfg.algorithm.batch_size
+    assert verl_cfg.trainer.v1.trainer_mode == E.TRAINER_MODE
+    assert verl_cfg.trainer.n_gpus_per_node == 8
+    # the reward function under reward.*, not the legacy top-level key the v1 trainer ignores
+    assert verl_cfg.reward.custom_reward_function.name == "compute_score"
+    assert verl_cfg.reward.custom_reward_function.path.endswith("training/engines/verl_reward.py")
+    assert all(v is None for v in verl_cfg.custom_reward_function.values())
+    # the project's own namespace carries what the Ray workers need
+    ns = verl_cfg.sqlagent
+    assert ns.agent.name == cfg.agent.name and ns.reward.name == cfg.reward.name
+    assert ns.reward.options.exec_metric == cfg.reward.exec_metric
+    assert ns.advantage.estimator == cfg.advantage.estimator
+    # the project config never leaks into veRL's own sections
+    assert "group_size" not in verl_cfg.algorithm and "sqlagent" not in verl_cfg.data
+
+
+def test_recipe_specific_values() -> None:
+    retool = E.verl_config_for(project_config("retoolsql"), model_path="m")
+    assert retool.algorithm.filter_groups.enable is True
+    assert retool.algorithm.filter_groups.metric == "exec"
+    assert retool.algorithm.filter_groups.max_inflight_gen_batches == 12  # K = 12 candidate batches
+    assert retool.actor_rollout_ref.actor.use_kl_loss is True
+    assert retool.actor_rollout_ref.actor.kl_loss_coef == pytest.approx(0.005)
+    assert retool.actor_rollout_ref.actor.kl_loss_type == "low_var_kl"
+    assert [list(p) for p in retool.sqlagent.kl_schedule] == [[0, 0.005], [40, 0.001], [80, 0.0]]
+    assert retool.actor_rollout_ref.rollout.temperature == pytest.approx(1.2)
+
+    trust = E.verl_config_for(project_config("trustsql"), model_path="m")
+    assert trust.actor_rollout_ref.rollout.n == 8
+    assert trust.actor_rollout_ref.actor.use_kl_loss is False
+    assert trust.algorithm.filter_groups.enable is False
+    assert trust.sqlagent.advantage.estimator == "two_track"
+    assert trust.sqlagent.advantage.schema_weight == pytest.approx(0.25)
+    assert trust.sqlagent.advantage.clamp == pytest.approx(10.0)
+
+    dual = E.verl_config_for(project_config("dualsql"), model_path="m")
+    assert dual.actor_rollout_ref.rollout.top_k == 20
+    assert dual.sqlagent.advantage.group_by == "role"
+    assert dual.sqlagent.reward.options.exec_metric == "rex"
+
+
+def test_project_overrides_flow_into_verl() -> None:
+    cfg = project_config("trustsql", "algorithm.group_size=4", "optim.lr=3e-6", "reward.exec_metric=rex")
+    verl_cfg = E.verl_config_for(cfg, model_path="m")
+    assert verl_cfg.actor_rollout_ref.rollout.n == 4
+    assert verl_cfg.actor_rollout_ref.actor.optim.lr == pytest.approx(3e-6)
+    assert verl_cfg.sqlagent.reward.options.exec_metric == "rex"
+
+
+def test_verl_block_then_command_line_overrides() -> None:
+    cfg = project_config(
+        "think2sql",
+        "+verl.trainer.save_freq=7",
+        "+verl.actor_rollout_ref.rollout.gpu_memory_utilization=0.4",
+    )
+    verl_cfg = E.verl_config_for(cfg, model_path="m")
+    assert verl_cfg.trainer.save_freq == 7
+    assert verl_cfg.actor_rollout_ref.rollout.gpu_memory_utilization == pytest.approx(0.4)
+    # dotted strings (the form a user types) apply on top of the block
+    E.apply_verl_overrides(verl_cfg, {"trainer": {"save_freq": 3}}, ["verl.trainer.save_freq=5", "verl.actor_rollout_ref.actor.optim.lr=2e-6"])
+    assert verl_cfg.trainer.save_freq == 5
+    assert verl_cfg.actor_rollout_ref.actor.optim.lr == pytest.approx(2e-6)  # parsed as a float, not "2e-6"
+
+
+def test_unknown_verl_key_names_the_closest_one() -> None:
+    cfg = project_config("think2sql", "+verl.trainer.save_frq=7")
+    with pytest.raises(ConfigError, match=r"verl\.trainer\.save_frq.*did you mean verl\.trainer\.save_freq"):
+        E.verl_config_for(cfg, model_path="m")
+
+
+def test_invalid_values_fail_in_validate_config() -> None:
+    # 16 questions x 8 samples = 128 rows cannot be split over 7 GPUs' static micro-batches
+    cfg = project_config(
+        "trustsql",
+        "+verl.trainer.n_gpus_per_node=7",
+        "+verl.actor_rollout_ref.actor.use_dynamic_bsz=false",
+        "+verl.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+    )
+    with pytest.raises(ConfigError, match="veRL rejected"):
+        E.verl_config_for(cfg, model_path="m")
+    with pytest.raises(ConfigError, match="trainer_mode"):
+        E.verl_config_for(project_config("trustsql", "+verl.trainer.v1.trainer_mode=sync"), model_path="m")
+
+
+def test_bad_settings_are_rejected_with_the_fix() -> None:
+    with pytest.raises(ConfigError, match="must divide"):
+        E.verl_config_for(project_config("trustsql", "algorithm.mini_batches=3"), model_path="m")
+    with pytest.raises(ConfigError, match="write verl.<path>=<value>"):
+        E.apply_verl_overrides(E.compose_ppo_trainer(), None, ["trainer.save_freq=2"])
+
+
+def test_prompt_rows_round_trip(tmp_path: Path) -> None:
+    import datasets
+
+    from agents.types import Example
+
+    ex = Example(id="q1", db_id="shop", db_path=str(tmp_path / "shop.sqlite"), question="How many?",
+                 evidence="e", gold_sql="SELECT 1", difficulty="simple", gold_tables=("t",), gold_columns=("t.a",))
+    path = E.write_prompt_file([ex], tmp_path / "train.parquet")
+    rows = datasets.Dataset.from_parquet(str(path)).to_list()
+    assert rows[0]["agent_name"] == E.AGENT_LOOP_NAME
+    assert rows[0]["prompt"] == [{"role": "user", "content": "How many?"}]
+    assert E.example_from_json(rows[0]["extra_info"]["example"]) == ex
+    with pytest.raises(ConfigError, match="no examples"):
+        E.write_prompt_file([], tmp_path / "empty.parquet")
+
+
+def test_dry_run_prints_the_complete_verl_config(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "training.run", "recipe=trustsql", "engine=verl", "dry_run=true", "~data",
+           f"run_dir={tmp_path / 'run'}", "model.path=/models/policy", "+verl.trainer.save_freq=4"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = proc.stdout
+    start = text.index("# engine=verl")
+    printed = yaml.safe_load(text[start:])
+    assert printed["actor_rollout_ref"]["model"]["path"] == "/models/policy"
+    assert printed["actor_rollout_ref"]["rollout"]["n"] == 8
+    assert printed["trainer"]["save_freq"] == 4
+    assert printed["trainer"]["v1"]["trainer_mode"] == E.TRAINER_MODE
+    assert printed["sqlagent"]["agent"]["name"] == "trustsql"
+    assert set(printed) >= {"actor_rollout_ref", "algorithm", "data", "reward", "trainer", "critic"}
+    assert not (tmp_path / "run" / "verl_data").exists()  # a dry run writes no prompt files

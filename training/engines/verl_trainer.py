@@ -1,0 +1,257 @@
+"""veRL trainer subclass: per-role GRPO groups, TRUST-SQL's two-track advantage, KL schedule.
+
+veRL's v1 ``_compute_advantage`` fetches only uid, masks, ``rm_scores`` and log-probs, and
+its multi-output GRPO uses only the last output of each session and broadcasts it, so
+DualSQL's linker rows would inherit the generator's advantage. This trainer replaces
+that step: it reads each row's own reward breakdown and episode record (written by the
+agent loop into ``extra_fields``), groups rows by (prompt uid, role) or by prompt, and
+computes advantages with the project's estimators (``training.advantages``: ``grpo`` or
+``two_track``), so the local and verl engines share one piece of advantage math.
+
+Two-track (TRUST-SQL): loss = lambda * PG_schema + PG_full. veRL's loss is one clipped
+surrogate, token-mean over ``response_mask``; the two tracks are folded into one
+per-token advantage ``A_full * mask + lambda * (N_mask / N_schema) * A_schema *
+schema_mask``, where the ratio of the batch's token counts makes the schema term a mean
+over the schema mask's own tokens, as the paper normalises it. (This equals the sum of
+the two surrogates exactly where the ratio is not clipped.)
+
+KL schedule: veRL's ``kl_loss_coef`` is fixed, and ``ActorConfig`` is frozen. At each
+``on_step_begin`` the trainer reads the project's ``KLSchedule`` and, when beta changes,
+sends the actor workers a new loss function (``set_loss_fn``) built from a
+``dataclasses.replace``-d config; once beta is 0 for good, the KL term and the reference
+log-prob pass are switched off.
+
+The registered name (``trainer.v1.trainer_mode=sqlagent_sync``) is ours, but veRL also
+branches on ``trainer_mode == "sync"``; this trainer behaves as veRL's sync trainer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+from verl.protocol import DataProto
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+from training.engines.verl_engine import PROJECT_NAMESPACE, TRAINER_MODE
+from training.engines.verl_reward import REWARD_KEY
+
+log = logging.getLogger(__name__)
+
+EPISODE_KEY = "sqlagent"  # same key as verl_agent_loop.EPISODE_KEY (kept import-light here)
+
+
+@dataclass(frozen=True)
+class AdvantageSettings:
+    """The ``sqlagent.advantage`` block of the veRL config."""
+
+    estimator: str = "grpo"
+    group_by: str = "role"
+    epsilon: float = 1e-6
+    norm_by_std: bool = True
+    clamp: float | None = None
+    schema_weight: float = 0.25
+    schema_track: str = "schema"
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> "AdvantageSettings":
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in dict(data or {}).items() if k in known})
+
+
+def _padded(rows: Sequence[Sequence[int]], width: int) -> torch.Tensor:
+    """Right-pad 0/1 lists to ``[n, width]`` (longer rows are cut)."""
+    out = torch.zeros(len(rows), width, dtype=torch.float32)  # [n, width]
+    for i, row in enumerate(rows):
+        values = list(row)[:width]
+        if values:
+            out[i, : len(values)] = torch.tensor(values, dtype=torch.float32)
+    return out
+
+
+def phase_aware_advantages(
+    data: DataProto, settings: AdvantageSettings, is_padding: Sequence[bool] | None = None
+) -> tuple[DataProto, dict[str, float]]:
+    """Per-row advantages from each row's own reward tracks; writes ``advantages`` and ``returns``.
+
+    ``data.batch["response_mask"]`` is ``[n, resp_len]``; ``data.non_tensor_batch`` holds
+    ``uid`` (the prompt id shared by its ``rollout.n`` sessions) and ``extra_fields`` (a
+    dict per row, as the agent loop wrote it). Padding rows (veRL's synthetic rows that
+    make the batch divisible) get zero advantage and stay out of the group statistics.
+    """
+    from training.advantages import AdvantageOptions, get_estimator, group_keys, token_advantages
+
+    mask = data.batch["response_mask"].float()  # [n, resp_len]
+    n, width = mask.shape
+    padding = list(is_padding) if is_padding is not None else [False] * n
+    extra = list(data.non_tensor_batch["extra_fields"])
+    real = [i for i in range(n) if not padding[i]]
+    records = [_field(extra[i], EPISODE_KEY, i) for i in real]
+    rewards = [_field(extra[i], REWARD_KEY, i) for i in real]
+    uids = [str(data.non_tensor_batch["uid"][i]) for i in real]
+    groups = group_keys(uids, [r["role"] for r in records], settings.group_by)
+    track_names = sorted(set.intersection(*(set(r["tracks"]) for r in rewards))) if rewards else ["full"]
+    tracks = {
+        name: torch.tensor([float(r["tracks"][name]) for r in rewards], dtype=torch.float32)  # [n_real]
+        for name in track_names
+    }
+    options = AdvantageOptions(
+        epsilon=settings.epsilon, norm_by_std=settings.norm_by_std, clamp=settings.clamp,
+        schema_track=settings.schema_track,
+    )
+    seq_adv = get_estimator(settings.estimator)(tracks, groups, options) if real else {}
+
+    advantages = torch.zeros(n, width, dtype=torch.float32)  # [n, resp_len]
+    metrics: dict[str, float] = {}
+    if real:
+        real_mask = mask[real]  # [n_real, resp_len]
+        adv_real = token_advantages(seq_adv["full"], real_mask)  # [n_real, resp_len]
+        if settings.schema_track in seq_adv:
+            schema_mask = _padded([r["schema_mask"] for r in records], width) * real_mask  # [n_real, resp_len]
+            scale = float(real_mask.sum()) / max(float(schema_mask.sum()), 1.0)
+            weight = settings.schema_weight * scale
+            adv_real = adv_real + weight * token_advantages(seq_adv[settings.schema_track], schema_mask)
+            metrics["sqlagent/schema_track/token_fraction"] = float(schema_mask.sum()) / max(float(real_mask.sum()), 1.0)
+            metrics["sqlagent/schema_track/empty_masks"] = float((schema_mask.sum(-1) == 0).sum())
+        advantages[real] = adv_real
+        metrics.update(_reward_metrics(records, rewards, seq_adv))
+    data.batch["advantages"] = advantages
+    data.batch["returns"] = advantages.clone()
+    return data, metrics
+
+
+def _field(extra: Any, key: str, row: int) -> dict[str, Any]:
+    extra = getattr(extra, "data", extra)
+    if not isinstance(extra, Mapping) or key not in extra:
+        raise ValueError(
+            f"row {row} has no extra_fields[{key!r}]: the {TRAINER_MODE!r} trainer needs rows made by the "
+            "project's 'sqlagent' agent loop (set actor_rollout_ref.rollout.agent.default_agent_loop=sqlagent)"
+        )
+    return dict(extra[key])
+
+
+def _reward_metrics(
+    records: Sequence[Mapping[str, Any]], rewards: Sequence[Mapping[str, Any]], seq_adv: Mapping[str, torch.Tensor]
+) -> dict[str, float]:
+    """Per-role reward, component and advantage means, plus reward errors (logged, counted)."""
+    metrics: dict[str, float] = {}
+    roles = sorted({r["role"] for r in records})
+    for role in roles:
+        idx = [i for i, r in enumerate(records) if r["role"] == role]
+        prefix = f"sqlagent/{role}"
+        metrics[f"{prefix}/reward/mean"] = float(np.mean([rewards[i]["total"] for i in idx]))
+        for name in sorted({k for i in idx for k in rewards[i]["components"]}):
+            metrics[f"{prefix}/component/{name}"] = float(
+                np.mean([rewards[i]["components"].get(name, 0.0) for i in idx])
+            )
+        metrics[f"{prefix}/turns/mean"] = float(np.mean([records[i]["num_turns"] for i in idx]))
+        for track, adv in seq_adv.items():
+            metrics[f"{prefix}/advantage/{track}/abs_mean"] = float(adv[idx].abs().mean())
+    metrics["sqlagent/reward_errors"] = float(sum(1 for r in rewards if r.get("error")))
+    return metrics
+
+
+@register_trainer(TRAINER_MODE)
+class SqlAgentTrainer(PPOTrainerSync):
+    """veRL's sync trainer with the project's advantages and KL schedule."""
+
+    def _build_replay_buffer(self) -> Any:
+        # veRL branches on trainer_mode == "sync" (replay buffer, refills, checkpoints).
+        self.trainer_mode = "sync"
+        return super()._build_replay_buffer()
+
+    # ------------------------------------------------------------------ advantages
+
+    def _advantage_settings(self) -> AdvantageSettings:
+        from omegaconf import OmegaConf
+
+        block = self.config.get(PROJECT_NAMESPACE, {}).get("advantage")
+        return AdvantageSettings.from_mapping(OmegaConf.to_container(block, resolve=True) if block else None)
+
+    def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
+        """Fetch masks, uids and extra fields from TransferQueue; write advantages back."""
+        import transfer_queue as tq
+        from tensordict import TensorDict
+        from verl.workers.utils.padding import response_to_nested
+
+        fields = ["uid", "response_mask", "extra_fields"]
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+        nested_mask = data["response_mask"]
+        padded = data.to_padded_tensor()
+        proto = DataProto(
+            batch=TensorDict({"response_mask": padded["response_mask"]}, batch_size=len(batch)),
+            non_tensor_batch={
+                "uid": np.array(list(padded["uid"]), dtype=object),
+                "extra_fields": np.array(list(padded["extra_fields"]), dtype=object),
+            },
+        )
+        is_padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
+        proto, adv_metrics = phase_aware_advantages(proto, self._advantage_settings(), is_padding)
+        metrics.update(adv_metrics)
+        output = {
+            key: response_to_nested(proto.batch[key], nested_mask) for key in ("advantages", "returns")
+        }
+        return tq.kv_batch_put(
+            keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(output, batch_size=len(batch))
+        )
+
+    # ------------------------------------------------------------------ KL schedule
+
+    def on_init_end(self) -> None:
+        super().on_init_end()
+        from training.kl import KLSchedule
+
+        pairs = self.config.get(PROJECT_NAMESPACE, {}).get("kl_schedule") or [[0, 0.0]]
+        self.kl_schedule = KLSchedule.from_pairs([list(p) for p in pairs])
+        actor = self.config.actor_rollout_ref.actor
+        self._kl_state = (bool(actor.use_kl_loss), float(actor.kl_loss_coef))
+
+    def on_step_begin(self) -> None:
+        super().on_step_begin()
+        self.apply_kl_schedule(self.global_steps - 1)  # veRL counts steps from 1
+
+    def apply_kl_schedule(self, step: int) -> tuple[bool, float]:
+        """Send the actor a loss with this step's beta when it differs from the current one."""
+        use_kl, coef = self._kl_state
+        beta = self.kl_schedule.beta(step)
+        if not use_kl or beta == coef:
+            return self._kl_state
+        keep_kl = self.kl_schedule.needs_reference(step)
+        self.actor_rollout_wg.set_loss_fn(kl_loss_fn(self._actor_config(), beta, keep_kl))
+        if not keep_kl:
+            self.use_reference_policy = False  # beta is 0 from here on: skip the reference pass
+        self._kl_state = (keep_kl, beta)
+        log.info("KL schedule: step %d beta %.6g (reference pass %s)", step, beta, "on" if keep_kl else "off")
+        return self._kl_state
+
+    def _actor_config(self) -> Any:
+        cached = getattr(self, "_cached_actor_config", None)
+        if cached is None:
+            cached = actor_config_from(self.config)
+            self._cached_actor_config = cached
+        return cached
+
+
+def actor_config_from(config: Any) -> Any:
+    """The ``ActorConfig`` the actor worker builds at init (model config attached)."""
+    from verl.utils.config import omega_conf_to_dataclass
+
+    actor = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
+    actor.model_config = omega_conf_to_dataclass(config.actor_rollout_ref.model)
+    return actor
+
+
+def kl_loss_fn(actor_config: Any, beta: float, use_kl: bool = True) -> Any:
+    """veRL's PPO loss bound to a copy of ``actor_config`` with this KL coefficient."""
+    from verl.workers.utils.losses import ppo_loss
+
+    updated = dataclasses.replace(actor_config, kl_loss_coef=float(beta), use_kl_loss=bool(use_kl))
+    updated.model_config = getattr(actor_config, "model_config", None)
+    return partial(ppo_loss, config=updated)

@@ -16,6 +16,7 @@ from tools.connection import (
     get_database,
 )
 from tools.results import ERROR_KINDS, QueryResult, ToolError
+from tools.toolbox import TOOL_SCHEMAS, TOOLS, ToolBox, ToolResponse, ToolSpec
 
 __all__ = [
     "Database",
@@ -25,7 +26,12 @@ __all__ = [
     "PRESETS",
     "QueryLimits",
     "QueryResult",
+    "TOOLS",
+    "TOOL_SCHEMAS",
+    "ToolBox",
     "ToolError",
+    "ToolResponse",
+    "ToolSpec",
     "execute",
     "get_database",
 ]

@@ -1,0 +1,69 @@
+"""Each agent's rendered prompt against a golden file, and ``python -m agents show``.
+
+Regenerate the golden files after an intended prompt change with
+``UPDATE_GOLDEN=1 python -m pytest tests/agents/test_golden_prompts.py`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agents.__main__ import format_messages, prompt_messages
+from tests.agents.test_retoolsql import _pool
+
+GOLDEN = Path(__file__).parent / "golden"
+REPO = Path(__file__).resolve().parents[2]
+CASES = {
+    # golden name: (agent, options, role, linked)
+    "retoolsql": ("retoolsql", {"few_shot_pool": _pool()}, None, ""),
+    "think2sql": ("think2sql", {}, None, ""),
+    "trustsql": ("trustsql", {}, None, ""),
+    "dualsql_linker": ("dualsql", {}, "linker", ""),
+    "dualsql_generator": ("dualsql", {}, "generator", "schools.id, schools.city, satscores.school_id, satscores.avg_math"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_prompt_matches_golden_file(case: str, join_example, db) -> None:
+    agent, options, role, linked = CASES[case]
+    text = format_messages(prompt_messages(agent, join_example, db, options, role, linked))
+    path = GOLDEN / f"{case}.txt"
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text, encoding="utf-8")
+    assert path.is_file(), f"missing {path}; run UPDATE_GOLDEN=1 python -m pytest {__file__}"
+    assert text == path.read_text(encoding="utf-8"), f"prompt of {case} changed; if intended, regenerate with UPDATE_GOLDEN=1"
+
+
+def _cli(*args: str, cache: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SQLAGENT_RL_CACHE": str(cache)}
+    return subprocess.run([sys.executable, "-m", "agents", *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+
+
+def test_cli_show_renders_the_prompt(db_path: Path, join_example, tmp_path: Path) -> None:
+    proc = _cli(
+        "show", "dualsql", "--role", "generator", "--db", str(db_path), "--question", join_example.question,
+        "--evidence", join_example.evidence,
+        "--linked", CASES["dualsql_generator"][3], cache=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == (GOLDEN / "dualsql_generator.txt").read_text(encoding="utf-8")
+    proc = _cli("show", "think2sql", "--db", str(db_path), "--question", "How many?", "--gold-sql",
+                "SELECT COUNT(*) FROM satscores", "-o", 'schema_format="compact"', cache=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "satscores(" in proc.stdout and "schools(" not in proc.stdout and "=== system ===" in proc.stdout
+
+
+def test_cli_errors_say_how_to_fix(db_path: Path, tmp_path: Path) -> None:
+    proc = _cli("show", "trustsql", "--db", str(tmp_path / "missing.sqlite"), "--question", "q", cache=tmp_path)
+    assert proc.returncode == 2 and "no database file" in proc.stderr
+    proc = _cli("show", "trustsq", "--db", str(db_path), "--question", "q", cache=tmp_path)
+    assert proc.returncode == 2 and "did you mean 'trustsql'" in proc.stderr
+    proc = _cli("show", "trustsql", "--db", str(db_path), "--question", "q", "-o", "max_turn=3", cache=tmp_path)
+    assert proc.returncode == 2 and "max_turns" in proc.stderr
+    proc = _cli("list", cache=tmp_path)
+    assert proc.returncode == 0 and "linker_max_turns=5" in proc.stdout

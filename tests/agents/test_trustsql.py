@@ -1,0 +1,106 @@
+"""TRUST-SQL: four actions, the acknowledgement, the invalid-format message, the schema span."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agents import make_agent
+from agents.trustsql import ACTIONS, schema_span_turn
+from tests.agents.conftest import COUNT_SQL
+from tests.agents.scripts import TRUSTSQL, call, play
+
+THINK = "<think>t</think>"
+EXPLORE = THINK + "<action>explore_schema</action>" + call("execute_sql_query", db_id="schools", sql="SELECT 1")
+PROPOSE = THINK + '<action>propose_schema</action><schema>{"tables": ["schools"], "columns": {"schools": ["city"]}}</schema>'
+CONFIRM = THINK + f"<action>confirm_answer</action><answer>```sql\n{COUNT_SQL}\n```</answer>"
+
+
+def test_correct_trajectory(example, db) -> None:
+    episode = make_agent("trustsql").start(example, db)
+    assert "CREATE TABLE" not in episode.messages[1]["content"] and "# Table" not in episode.messages[1]["content"]
+    assert episode.stop == ("</tool_call>", "</schema>", "</answer>")
+    steps = play(episode, TRUSTSQL["agent"])
+    assert [s.phase for s in steps] == ["explore_schema", "explore_schema", "propose_schema", "generate_sql", "confirm_answer"]
+    assert all(s.format_ok for s in steps)
+    tables = json.loads(steps[0].observations[0]["content"])
+    assert ["schools"] in tables["rows"] and ["satscores"] in tables["rows"]
+    assert "city" in steps[1].observations[0]["content"]  # PRAGMA table_info is allowed in this preset
+    assert steps[2].observations[0]["content"] == "Schema acknowledged: 1 table(s), 1 column(s)."
+    assert json.loads(steps[3].observations[0]["content"])["rows"] == [[2]]
+    result = episode.result()
+    assert result.final_sql == COUNT_SQL and result.end_reason == "answer"
+    assert result.schema.tables == ("schools",) and result.schema.columns == ("schools.city",)
+    assert result.flags == {"schema_span_turn": 2}
+    assert [t.tool_outcome for t in result.turns] == ["ok", "ok", None, "ok", None]
+    assert result.all_turns_valid
+
+
+def test_acknowledgement_counts_tables_and_columns(example, db) -> None:
+    episode = make_agent("trustsql").start(example, db)
+    text = THINK + (
+        '<action>propose_schema</action><schema>{"tables": ["schools", "satscores"], '
+        '"columns": {"schools": ["id", "city"], "satscores": ["school_id"]}, "joins": ["schools.id = satscores.school_id"]}</schema>'
+    )
+    step = episode.step(text)
+    assert step.observations[0]["content"] == "Schema acknowledged: 2 table(s), 3 column(s)."
+    assert episode.schema.joins == ("schools.id = satscores.school_id",)
+
+
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("<action>explore_schema</action>" + call("execute_sql_query", db_id="schools", sql="SELECT 1"), "missing <think>"),
+        (THINK + THINK + "<action>confirm_answer</action><answer>SELECT 1</answer>", "exactly one <think>"),
+        (THINK + call("execute_sql_query", db_id="schools", sql="SELECT 1"), "missing <action>"),
+        (THINK + "<action>explore_schema</action><action>generate_sql</action>", "exactly one <action>"),
+        (THINK + "<action>drop_everything</action>", "unknown action 'drop_everything'"),
+        (THINK + "<action>explore_schema</action> SELECT 1", "explore_schema: expected exactly one <tool_call>"),
+        (THINK + "<action>generate_sql</action><tool_call>{bad json</tool_call>", "not valid JSON"),
+        (THINK + "<action>generate_sql</action>" + call("sqlite_query", db_id="schools", sql="SELECT 1"), "unknown tool"),
+        (THINK + "<action>propose_schema</action><schema>{tables: schools}</schema>", "schema is not valid JSON"),
+        (THINK + '<action>propose_schema</action><schema>{"tables": "schools"}</schema>', "'tables' must be a list"),
+        (THINK + "<action>propose_schema</action> schools.city", "propose_schema: missing <schema>"),
+        (THINK + "<action>confirm_answer</action> SELECT 1", "confirm_answer: missing <answer>"),
+        (THINK + "<action>confirm_answer</action><answer> </answer>", "holds no SQL"),
+    ],
+)
+def test_invalid_turns_get_the_format_message(example, db, text: str, reason: str) -> None:
+    episode = make_agent("trustsql").start(example, db)
+    step = episode.step(text)
+    assert step.phase == "invalid" and not step.format_ok and not step.done
+    assert reason in step.format_reason
+    (message,) = step.observations
+    assert message["content"].startswith("Invalid format:") and reason in message["content"]
+    assert all(action in message["content"] for action in ACTIONS)  # the message lists the four formats
+    assert episode.turns[0].phase == "invalid" and episode.turns[0].format_reason == step.format_reason
+
+
+def test_tool_errors_keep_the_turn_valid(example, db) -> None:
+    episode = make_agent("trustsql").start(example, db)
+    episode.step(THINK + "<action>generate_sql</action>" + call("execute_sql_query", db_id="schools", sql="SELEC 1"))
+    episode.step(THINK + "<action>explore_schema</action>" + call("execute_sql_query", db_id="schools", sql="PRAGMA writable_schema = 1"))
+    assert [t.format_ok for t in episode.turns] == [True, True]
+    assert [t.tool_outcome for t in episode.turns] == ["syntax", "forbidden"]
+
+
+def test_schema_span_flags(example, db) -> None:
+    explore_only = make_agent("trustsql").start(example, db)
+    play(explore_only, [EXPLORE, EXPLORE, CONFIRM])
+    result = explore_only.result()
+    assert result.flags == {"schema_span_turn": 1, "propose_fallback_explore": True}
+    bare = make_agent("trustsql").start(example, db)
+    play(bare, [CONFIRM])
+    assert bare.result().flags == {"schema_span_turn": -1, "no_schema_span": True}
+    last_valid = make_agent("trustsql").start(example, db)
+    play(last_valid, [PROPOSE, EXPLORE, PROPOSE.replace('{"tables"', "{bad"), CONFIRM])
+    assert schema_span_turn(last_valid.turns) == (0, "propose")  # the broken propose is "invalid"
+
+
+def test_turn_budgets(example, db) -> None:
+    train = make_agent("trustsql").start(example, db)
+    assert len(play(train, [EXPLORE] * 20)) == 10 and train.result().end_reason == "turn_budget"
+    infer = make_agent("trustsql", inference=True).start(example, db)
+    assert len(play(infer, ["garbage"] * 20)) == 15
+    assert make_agent("trustsql", max_turns=3).max_turns == 3

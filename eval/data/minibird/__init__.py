@@ -12,6 +12,6 @@ a temporary folder and renamed, so an interrupted build never leaves a half cach
 
 from __future__ import annotations
 
-from eval.data.minibird.build import FORMAT, SPLITS, build, ensure, version
+from eval.data.minibird.builder import FORMAT, SPLITS, build, ensure, version
 
 __all__ = ["FORMAT", "SPLITS", "build", "ensure", "version"]

@@ -53,7 +53,7 @@ def tool_message(name: str, content: str) -> Message:
 
 def tools_block(schemas: Sequence[Mapping[str, Any]]) -> str:
     """Tool descriptions for the system prompt, one OpenAI function schema per line."""
-    return "\n".join(json.dumps(schema, ensure_ascii=False, sort_keys=True) for schema in schemas)
+    return "\n".join(json.dumps(schema, ensure_ascii=False) for schema in schemas)
 
 
 def run_tool(toolbox: "ToolBox", call: ToolCall) -> ToolRun:

@@ -59,9 +59,11 @@ def _value(rng: random.Random, depth: int = 0):
 
 
 def _tool_call(rng: random.Random) -> str:
-    arguments = _value(rng) if rng.random() < 0.2 else {"db_id": rng.choice(["schools", "other", 7]), "sql": rng.choice(SQL),
-                                                        **_value(rng, 3) if rng.random() < 0.3 else {}}
-    if rng.random() < 0.5:
+    extra = _value(rng, 3) if rng.random() < 0.3 else {}
+    arguments = {"db_id": rng.choice(["schools", "other", 7]), "sql": rng.choice(SQL), **(extra if isinstance(extra, dict) else {})}
+    if rng.random() < 0.2:
+        arguments = _value(rng)
+    elif rng.random() < 0.5:
         arguments = {"db_id": "schools", "table": rng.choice(["schools", "satscores", "nope", "x'--"]),
                      "column": rng.choice(["city", "name", "nope"]), "columns": ["city"], "query": rng.choice(SQL)}
     payload = {"name": rng.choice(TOOL_NAMES), "arguments": arguments}

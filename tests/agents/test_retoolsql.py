@@ -51,13 +51,14 @@ def test_prompt_holds_schema_evidence_and_tools(example, db) -> None:
         (QUERY, "missing <scratch_pad>"),
         (SCRATCH + SCRATCH + QUERY, "exactly one <scratch_pad>"),
         (SCRATCH + "I will think more.", "no tool call and no <final_answer>"),
-        (SCRATCH + ANNOTATED + "<final_answer>SELECT 1</final_answer>" + QUERY, "not both"),
+        (SCRATCH + ANNOTATED + "<final_answer>SELECT 1" + QUERY, "not both"),
         (SCRATCH + "<tool_call>{not json}</tool_call>", "not valid JSON"),
         (SCRATCH + '<tool_call>{"arguments": {}}</tool_call>', "no string 'name'"),
         (SCRATCH + call("drop_table", db_id="schools"), "unknown tool 'drop_table'"),
         (SCRATCH + "<tool_call>" + QUERY, "exactly one <tool_call>"),  # nested opening tag
-        (QUERY.replace("</tool_call>", "") + SCRATCH, "exactly one <tool_call>"),  # unclosed: no stop hit
-        (ANNOTATED + FINAL.replace("</final_answer>", "") + SCRATCH, "<final_answer>"),
+        (SCRATCH + QUERY.replace("</tool_call>", ""), "not closed"),  # unclosed: no stop string hit
+        (QUERY.replace("</tool_call>", "") + SCRATCH, "must come before"),
+        (SCRATCH + ANNOTATED + FINAL.replace("</final_answer>", ""), "found 1 and 0"),
         (SCRATCH + ANNOTATED + "<final_answer>   </final_answer>", "holds no SQL"),
     ],
 )

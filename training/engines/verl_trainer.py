@@ -206,6 +206,10 @@ class SqlAgentTrainer(PPOTrainerSync):
 
     def on_init_end(self) -> None:
         super().on_init_end()
+        self.init_kl_schedule()
+
+    def init_kl_schedule(self) -> None:
+        """Read the project's schedule and the KL settings the actor workers started with."""
         from training.kl import KLSchedule
 
         pairs = self.config.get(PROJECT_NAMESPACE, {}).get("kl_schedule") or [[0, 0.0]]
@@ -239,12 +243,14 @@ class SqlAgentTrainer(PPOTrainerSync):
         return cached
 
 
-def actor_config_from(config: Any) -> Any:
-    """The ``ActorConfig`` the actor worker builds at init (model config attached)."""
+def actor_config_from(config: Any, with_model: bool = True) -> Any:
+    """The ``ActorConfig`` the actor worker builds at init (model config attached, which
+    loads the tokenizer and HF config from the model path)."""
     from verl.utils.config import omega_conf_to_dataclass
 
     actor = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
-    actor.model_config = omega_conf_to_dataclass(config.actor_rollout_ref.model)
+    if with_model:
+        actor.model_config = omega_conf_to_dataclass(config.actor_rollout_ref.model)
     return actor
 
 

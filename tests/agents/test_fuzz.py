@@ -109,6 +109,16 @@ def _fragment(rng: random.Random, scripts: list[str]) -> str:
 
 
 def _turn(rng: random.Random, scripts: list[str]) -> str:
+    with_calls = [t for t in scripts if "<tool_call>" in t and "</tool_call>" in t]
+    if with_calls and rng.random() < 0.3:  # a well-formed turn around an adversarial call
+        text = rng.choice(with_calls)
+        head, rest = text.split("<tool_call>", 1)
+        body, tail = rest.split("</tool_call>", 1)
+        if rng.random() < 0.5:  # the right tool, hostile SQL
+            name = json.loads(body)["name"]
+            call = json.dumps({"name": name, "arguments": {"db_id": "schools", "sql": rng.choice(SQL)}})
+            return f"{head}<tool_call>{call}</tool_call>{tail}"
+        return head + _tool_call(rng) + tail
     return "".join(_fragment(rng, scripts) for _ in range(rng.randrange(9)))
 
 
@@ -126,6 +136,7 @@ def test_random_turns_never_raise(name: str, options: dict, join_example, db) ->
     agent = make_agent(name, **options)
     before = _digest(join_example.db_path)
     episode, previous, turns, episodes = agent.start(join_example, db), [], 0, 0
+    outcomes: set[str | None] = set()
     while turns < TURNS_PER_AGENT:
         step = episode.step(_turn(rng, scripts))
         turns += 1
@@ -138,8 +149,11 @@ def test_random_turns_never_raise(name: str, options: dict, join_example, db) ->
             assert result.end_reason in ("answer", "turn_budget", "format_cutoff")
             assert len(result.turns) == len(episode.turns) and result.turns[-1].index == len(result.turns) - 1
             json.dumps([t.tool_arguments for t in result.turns], default=str)
+            outcomes.update(t.tool_outcome for t in result.turns)
             previous = [result] if name == "dualsql" and not previous else []
             episode = agent.start(join_example, db, previous) or agent.start(join_example, db)
             episodes += 1
     assert episodes > 10
+    if name != "think2sql":  # adversarial calls reached the tools and came back as structured errors
+        assert {"ok", "forbidden", "bad_arguments"} <= outcomes, outcomes
     assert _digest(join_example.db_path) == before  # nothing the model wrote changed the database

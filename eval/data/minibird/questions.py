@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import sqlite3
+import unicodedata
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -148,8 +150,13 @@ class Ctx:
 
     # -- language
     def mention(self, value: object) -> str:
-        """How a question names a stored value: often in another case than stored."""
+        """How a question names a stored value: often in another case or spelling than
+        stored (accents dropped, hyphens as spaces), so value search matters."""
         text = str(value)
+        if not text.isascii() and self.rng.random() < 0.5:
+            text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+        if "-" in text and self.rng.random() < 0.5:
+            text = text.replace("-", " ")
         r = self.rng.random()
         if r < 0.35:
             return text.lower()
@@ -178,6 +185,7 @@ class Ctx:
 
     def say(self, templates: Sequence[str], **fields: object) -> str:
         text = self.choice(templates).format(**fields)
+        text = re.sub(r"\b([Aa]) ([aeiouAEIOU])", r"\1n \2", text)  # "a amount" -> "an amount"
         return text[0].upper() + text[1:]
 
     def top_is_unique(self, scores_sql: str) -> bool:
@@ -246,7 +254,7 @@ def list_names_cat(ctx: Ctx):
     q = ctx.say(
         ["List the {np} of {n} whose {p} is {v}.", "Which {n} have {p} {v}? Give their {np}.",
          "Name the {n} with {p} {v}.", "What are the {np} of the {n} where {p} is {v}?"],
-        n=t.nouns, p=c.phrase, v=m, np=name.phrase + "s" if not name.phrase.endswith("s") else name.phrase,
+        n=t.nouns, p=c.phrase, v=m, np=plural(name.phrase),
     )
     return q, ctx.take_evidence(), f"SELECT {name.name} FROM {t.name} WHERE {cond}"
 
@@ -400,8 +408,8 @@ def list_names_num_gt(ctx: Ctx):
     k = top[ctx.rng.randrange(2, len(top))][0]
     k = int(k) if float(k).is_integer() else round(float(k), 1)
     ctx.col_hint(c)
-    q = ctx.say(["List the {np}s of {n} with a {p} above {k}.", "Which {n} have a {p} greater than {k}?",
-                 "Name every {s} whose {p} exceeds {k}."], np=t.name_column.phrase, n=t.nouns, p=c.phrase, k=k, s=t.noun)
+    q = ctx.say(["List the {nps} of {n} with a {p} above {k}.", "Which {n} have a {p} greater than {k}?",
+                 "Name every {s} whose {p} exceeds {k}."], nps=plural(t.name_column.phrase), n=t.nouns, p=c.phrase, k=k, s=t.noun)
     return q, ctx.take_evidence(), f"SELECT {t.name_column.name} FROM {t.name} WHERE {expr} > {k}"
 
 
@@ -414,6 +422,19 @@ def _fk_with(ctx: Ctx, child_kinds: tuple[str, ...] = (), parent_name: bool = Tr
         if (not parent_name or fk[2].name_column is not None) and all(fk[0].of_kind(k) for k in child_kinds)
     ]
     return ctx.choice(cands)
+
+
+def plural(noun: str) -> str:
+    if noun.endswith(("s", "sh", "ch", "x")):
+        return noun + "es"
+    if noun.endswith("y") and noun[-2:-1] not in "aeiou":
+        return noun[:-1] + "ies"
+    return noun + "s"
+
+
+def additive(column: Column) -> bool:
+    """Whether summing the column means something (not for years)."""
+    return not any(part in column.name for part in ("year", "yr", "founded"))
 
 
 def role(fk: Column) -> str:
@@ -466,9 +487,9 @@ def join_child_names(ctx: Ctx):
     if value is None:
         return None
     m = ctx.mention(value)
-    q = ctx.say(["List the {np}s of the {cn} whose {r} is {v}.", "Which {cn} have {r} {v}?",
+    q = ctx.say(["List the {nps} of the {cn} whose {r} is {v}.", "Which {cn} have {r} {v}?",
                  "Give the {np} of every {cs} with {r} {v}."],
-                np=child.name_column.phrase, cn=child.nouns, cs=child.noun, r=role(fkc), v=m)
+                nps=plural(child.name_column.phrase), np=child.name_column.phrase, cn=child.nouns, cs=child.noun, r=role(fkc), v=m)
     sql = (f"SELECT T1.{child.name_column.name} FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON "
            f"{ctx.join('T1', fkc, 'T2', pk)} WHERE T2.{parent.name_column.name} = {lit(value)}")
     return q, ctx.take_evidence(), sql
@@ -511,7 +532,7 @@ def join_avg_for_parent(ctx: Ctx):
         return None
     m = ctx.mention(value)
     ctx.col_hint(c)
-    fn, word = ctx.choice([("AVG", "average"), ("SUM", "total"), ("MAX", "highest")])
+    fn, word = ctx.choice([("AVG", "average"), ("SUM", "total"), ("MAX", "highest")] if additive(c) else [("MAX", "latest"), ("MIN", "earliest")])
     q = ctx.say(["What is the {w} {p} of the {cn} whose {r} is {v}?", "For the {r} {v}, what is the {w} {p} across its {cn}?"],
                 w=word, p=c.phrase, cn=child.nouns, r=role(fkc), v=m)
     sql = (f"SELECT {fn}({ctx.num(c, 'T1')}) FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON "
@@ -566,7 +587,7 @@ def sum_num_cat(ctx: Ctx):
     if t is None:
         return None
     c, cat = ctx.pick_col(t, "num"), ctx.pick_col(t, "cat")
-    if c is None or cat is None:
+    if c is None or cat is None or not additive(c):
         return None
     cond, m = ctx.cat_cond(t, cat, ctx.choice(ctx.cat_values(t, cat)))
     ctx.col_hint(c)
@@ -585,8 +606,8 @@ def count_parents_with_child_cat(ctx: Ctx):
     if cat is None:
         return None
     cond, m = ctx.cat_cond(child, cat, ctx.choice(ctx.cat_values(child, cat)), alias="T1")
-    q = ctx.say(["How many different {r}s appear on {cn} with {cp} {v}?",
-                 "Count the distinct {r}s of the {cn} whose {cp} is {v}."], r=role(fkc), cn=child.nouns, cp=cat.phrase, v=m)
+    q = ctx.say(["How many different {rs} appear on {cn} with {cp} {v}?",
+                 "Count the distinct {rs} of the {cn} whose {cp} is {v}."], rs=plural(role(fkc)), cn=child.nouns, cp=cat.phrase, v=m)
     sql = (f"SELECT COUNT(DISTINCT T2.{pk.name}) FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON "
            f"{ctx.join('T1', fkc, 'T2', pk)} WHERE {cond}")
     return q, ctx.take_evidence(), sql
@@ -656,9 +677,11 @@ def having_parent(ctx: Ctx):
     if k == counts[0]:
         ctx.take_evidence()
         return None
-    q = ctx.say(["List the {np}s of {pn} that are the {r} of more than {k} {cn}.",
-                 "Which {pn} appear as {r} on over {k} {cn}?"], np=parent.name_column.phrase, pn=parent.nouns, k=k, cn=child.nouns,
-                r=role(fkc))
+    if role(fkc) == parent.noun:
+        templates = ["List the {nps} of {pn} with more than {k} {cn}.", "Which {pn} have over {k} {cn}?"]
+    else:
+        templates = ["List the {nps} of {pn} that are the {r} of more than {k} {cn}.", "Which {pn} appear as {r} on over {k} {cn}?"]
+    q = ctx.say(templates, nps=plural(parent.name_column.phrase), pn=parent.nouns, k=k, cn=child.nouns, r=role(fkc))
     sql = (f"SELECT T2.{parent.name_column.name} FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON {on} "
            f"GROUP BY T2.{pk.name} HAVING COUNT(*) > {k}")
     return q, ctx.take_evidence(), sql
@@ -676,8 +699,8 @@ def above_avg(ctx: Ctx):
     expr = ctx.num(c)
     ctx.col_hint(c)
     q = ctx.say(["Among the {n} with {cp} {v}, which have a {p} above the average {p} of all {n}?",
-                 "List the {np}s of {n} whose {cp} is {v} and whose {p} is higher than the overall average."],
-                n=t.nouns, cp=cat.phrase, v=m, p=c.phrase, np=t.name_column.phrase)
+                 "List the {nps} of {n} whose {cp} is {v} and whose {p} is higher than the overall average."],
+                n=t.nouns, cp=cat.phrase, v=m, p=c.phrase, nps=plural(t.name_column.phrase))
     sql = f"SELECT {t.name_column.name} FROM {t.name} WHERE {cond} AND {expr} > (SELECT AVG({expr}) FROM {t.name})"
     return q, ctx.take_evidence(), sql
 

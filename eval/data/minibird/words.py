@@ -45,19 +45,27 @@ MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augus
 
 
 def person(rng: random.Random) -> str:
+    if rng.random() < 0.25:
+        return f"{rng.choice(FIRST_NAMES)} {rng.choice('ABCDEFGHJKLMNPRSTW')}. {rng.choice(LAST_NAMES)}"
     return f"{rng.choice(FIRST_NAMES)} {rng.choice(LAST_NAMES)}"
 
 
 def unique(rng: random.Random, n: int, make: Callable[[random.Random], str]) -> list[str]:
-    """``n`` distinct strings from ``make``; a numbered suffix breaks rare collisions."""
-    seen: dict[str, int] = {}
+    """``n`` distinct strings from ``make``: a collision draws again; only when the space
+    is nearly exhausted does a numbered suffix break it."""
+    seen: set[str] = set()
     out = []
     for _ in range(n):
         name = make(rng)
-        if name in seen:
-            seen[name] += 1
-            name = f"{name} {seen[name]}"
-        seen.setdefault(name, 1)
+        for _attempt in range(50):
+            if name not in seen:
+                break
+            name = make(rng)
+        suffix = 2
+        base = name
+        while name in seen:
+            name, suffix = f"{base} {suffix}", suffix + 1
+        seen.add(name)
         out.append(name)
     return out
 

@@ -57,7 +57,8 @@ def make_rows(rng: random.Random) -> dict[str, list[tuple]]:
         joined = w.date_between(rng, dt.date(2015, 1, 1), dt.date(2023, 6, 30))
         customers.append((i + 1, name, rng.choice(w.CITIES), w.noisy_pick(rng, rng.choice(segments), SEGMENTS, 0.2),
                           w.fmt_date(joined, "mdy")))
-    items_words = ("Chair", "Desk", "Lamp", "Monitor", "Stapler", "Kettle", "Tent", "Router", "Shelf", "Blender", "Grill")
+    items_words = ("Chair", "Desk", "Lamp", "Monitor", "Stapler", "Kettle", "Tent", "Router", "Shelf", "Blender", "Grill",
+                   "Backpack", "Keyboard", "Cabinet", "Toaster", "Lantern")
     products = [(i + 1, name, rng.choice(CATEGORIES), round(rng.uniform(2, 900), 2), str(rng.randrange(0, 500)))
                 for i, name in enumerate(w.unique(rng, 260, lambda r: f"{r.choice(w.ADJECTIVES)} {r.choice(items_words)}"))]
     orders = []

@@ -54,11 +54,16 @@ TABLES = (
 )
 
 
+def _school_name(rng: random.Random) -> str:
+    patron = rng.choice(w.LAST_NAMES) if rng.random() < 0.5 else f"{rng.choice(w.FIRST_NAMES)} {rng.choice(w.LAST_NAMES)}"
+    return f"{patron} {rng.choice(TYPES)} School"
+
+
 def make_rows(rng: random.Random) -> dict[str, list[tuple]]:
     districts = [(i + 1, f"{city} Unified", rng.choice(("Alder", "Birch", "Cypress", "Dogwood", "Elm")), rng.choice(REGIONS))
                  for i, city in enumerate(w.CITIES)]
     schools = []
-    for i, name in enumerate(w.unique(rng, 420, lambda r: f"{r.choice(w.LAST_NAMES)} {r.choice(TYPES)} School")):
+    for i, name in enumerate(w.unique(rng, 420, _school_name)):
         kind = next(t for t in TYPES if f" {t} " in f" {name} ")
         schools.append((i + 1, name, rng.randrange(1, len(districts) + 1), kind, rng.randrange(1890, 2020),
                         w.maybe_null(rng, rng.randrange(80, 2600), 0.07), round(rng.uniform(0.02, 0.95), 4)))

@@ -19,6 +19,10 @@ from sqlglot.optimizer.scope import Scope, traverse_scope
 
 DIALECT = "sqlite"
 
+MAX_SELECTS = 256
+"""``referenced_schema`` refuses queries with more SELECTs than this: sqlglot's scope
+analysis is quadratic in them (3,000 UNIONs take seconds), and no real query has so many."""
+
 SchemaMap = Mapping[str, Sequence[str]]
 """``{table: [column, ...]}`` as ``tools.Database.schema()`` returns it (any case)."""
 
@@ -423,6 +427,12 @@ def referenced_schema(sql: str, schema: SchemaMap | None = None) -> SqlReference
     statements, error = _parse(sql)
     if error:
         return SqlReference(tables=(), columns=(), parsed=False, error=error)
+    selects = sum(1 for st in statements for _ in st.find_all(exp.Select))
+    if selects > MAX_SELECTS:
+        return SqlReference(
+            tables=(), columns=(), parsed=False,
+            error=f"query too complex to analyse ({selects} SELECTs; the limit is {MAX_SELECTS})",
+        )
     lowered = _lower_schema(schema)
     resolver = _Resolver(lowered)
     try:

@@ -1,0 +1,82 @@
+"""Single-metric rewards, the registry, the shared DAPO penalty and the doctests."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+from typing import Any
+
+import pytest
+
+from tests.training.rewards.conftest import example, trajectory, turn
+from tools.errors import ConfigError, UnknownNameError
+from training.rewards import dapo_overlong_penalty, get_reward, list_rewards, register_reward
+
+
+def test_registered_names() -> None:
+    assert list_rewards() == ["composite", "dualsql", "ex", "qatch", "rex", "think2sql", "trustsql"]
+
+
+def test_unknown_name_suggests() -> None:
+    with pytest.raises(UnknownNameError, match="did you mean 'trustsql'"):
+        get_reward("trustsq")
+
+
+def test_unknown_option_lists_the_valid_ones() -> None:
+    with pytest.raises(ConfigError, match="schema_mode"):
+        get_reward("trustsql", schema_mod="f1")
+
+
+def test_reregistering_a_name_with_another_object_fails() -> None:
+    with pytest.raises(ValueError, match="already registered"):
+        register_reward("ex")(type("Other", (), {}))
+
+
+@pytest.mark.parametrize("name", ["composite", "think2sql", "trustsql", "dualsql", "ex", "rex", "qatch"])
+def test_every_reward_takes_the_exec_metric_knob(name: str) -> None:
+    metric = name if name in ("ex", "rex", "qatch") else "rex"
+    assert get_reward(name, exec_metric=metric).exec_metric == metric
+
+
+def test_single_metric_reward_refuses_another_metric() -> None:
+    with pytest.raises(ConfigError, match="use reward=rex"):
+        get_reward("ex", exec_metric="rex")
+
+
+@pytest.mark.parametrize("name, expected", [("ex", 0.0), ("rex", 3 / 5), ("qatch", (1 + 3 / 5 + 3 / 5) / 3)])
+def test_single_metric_values(school_db: Any, name: str, expected: float) -> None:
+    # gold: 5 names; pred: 3 of them. REX 3/5; QATCH CP 1, CR 3/5, TC 3/5
+    traj = trajectory("SELECT name FROM students WHERE id <= 3", [turn(0, "answer")])
+    out = get_reward(name)(traj, example("SELECT name FROM students"), school_db)
+    assert out.error is None
+    assert out.total == pytest.approx(expected)
+    assert out.components == {"exec": out.total} and out.tracks == {"full": out.total}
+
+
+def test_no_database_is_an_error_not_a_raise() -> None:
+    traj = trajectory("SELECT 1", [turn(0, "answer")])
+    out = get_reward("ex")(traj, example("SELECT 1"), None)
+    assert out.error and "no database" in out.error
+
+
+@pytest.mark.parametrize(
+    "length, expected",
+    [(0, 0.0), (6000, 0.0), (6001, -1 / 2000), (7000, -0.5), (7999, -1999 / 2000), (8000, -1.0), (10**6, -1.0)],
+)
+def test_dapo_overlong_penalty(length: int, expected: float) -> None:
+    assert dapo_overlong_penalty(length, 8000, 2000) == pytest.approx(expected)
+
+
+def test_dapo_overlong_penalty_rejects_a_bad_window() -> None:
+    with pytest.raises(ConfigError, match="buffer"):
+        dapo_overlong_penalty(10, 100, 0)
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["base", "composite", "think2sql", "trustsql", "dualsql", "single"],
+)
+def test_doctests(module: str) -> None:
+    mod = importlib.import_module(f"training.rewards.{module}")
+    result = doctest.testmod(mod)
+    assert result.attempted > 0 and result.failed == 0

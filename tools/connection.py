@@ -143,9 +143,17 @@ class _Run:
 
 @dataclass
 class _Slot:
-    """Per-connection holder of the current run (the guards are installed once)."""
+    """Per-connection policy and current run (the guards are installed once).
 
+    A connection serves one ``QueryLimits`` policy, so SQLite's prepared-statement cache
+    never reuses a statement that was authorized under another policy. ``schema_sql``
+    remembers which cached statements read the schema (the authorizer only runs when a
+    statement is prepared, not when a cached one is reused).
+    """
+
+    limits: QueryLimits
     run: _Run | None = None
+    schema_sql: dict[str, bool] = field(default_factory=dict)
 
 
 _ACTION_NAMES: dict[int, str] = {
@@ -166,9 +174,9 @@ _ACTION_NAMES: dict[int, str] = {
 
 def _authorizer(slot: _Slot) -> Callable[[int, str | None, str | None, str | None, str | None], int]:
     def authorize(action: int, arg1: str | None, arg2: str | None, _db: str | None, _trig: str | None) -> int:
-        run = slot.run
-        if run is None:
-            return sqlite3.SQLITE_DENY
+        # Outside ``execute`` (a caller using ``Database.connect()`` directly) the
+        # connection's own policy applies, without a deadline.
+        run = slot.run or _Run(slot.limits, float("inf"))
         verdict, reason = _decide(run, action, arg1, arg2)
         if verdict == sqlite3.SQLITE_DENY and run.denied is None:
             run.denied = reason
@@ -242,11 +250,13 @@ class _Watchdog:
         token = next(self._ids)
         with self._cond:
             self._armed[token] = (conn, run)
-            heapq.heappush(self._heap, (run.deadline + WATCHDOG_GRACE_S, token))
+            entry = (run.deadline + WATCHDOG_GRACE_S, token)
+            heapq.heappush(self._heap, entry)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="sqlite-watchdog", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            if self._heap[0] is entry:
+                self._cond.notify()  # the watcher sleeps until the earliest deadline
         return token
 
     def disarm(self, token: int) -> None:
@@ -280,18 +290,19 @@ def _lenient_text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def open_readonly(path: str | Path, busy_timeout_s: float = BUSY_TIMEOUT_S) -> tuple[sqlite3.Connection, _Slot]:
-    """Open ``path`` read-only with every guard installed; returns the connection and the
-    slot through which ``execute`` hands the guards their current run."""
+def open_readonly(
+    path: str | Path, limits: QueryLimits = INTERNAL_LIMITS, busy_timeout_s: float = BUSY_TIMEOUT_S
+) -> tuple[sqlite3.Connection, _Slot]:
+    """Open ``path`` read-only with every guard installed, under the authorizer policy of
+    ``limits``; returns the connection and the slot through which ``execute`` hands the
+    guards their current run."""
     uri = "file:" + urllib.parse.quote(str(Path(path).resolve())) + "?mode=ro"
-    conn = sqlite3.connect(
-        uri, uri=True, timeout=busy_timeout_s, isolation_level=None, cached_statements=0
-    )
+    conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, isolation_level=None, cached_statements=64)
     conn.execute("PRAGMA query_only = ON")
     conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
     conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_BYTES)
     conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-    slot = _Slot()
+    slot = _Slot(limits)
     conn.set_authorizer(_authorizer(slot))
     conn.set_progress_handler(_progress(slot), PROGRESS_EVERY)
     return conn, slot
@@ -329,15 +340,21 @@ class Database:
                 self._hash_key = key
             return self._hash
 
-    def connect(self) -> sqlite3.Connection:
-        """This thread's read-only connection (guards installed, created on first use)."""
-        return self._connection()[0]
+    def connect(self, limits: QueryLimits | None = None) -> sqlite3.Connection:
+        """This thread's read-only connection (guards installed, created on first use).
 
-    def _connection(self) -> tuple[sqlite3.Connection, _Slot]:
-        pair = getattr(self._local, "pair", None)
+        Used directly, it enforces the read-only authorizer of ``limits`` (default: the
+        toolkit's internal policy: reads and metadata PRAGMAs) but no deadline or row cap;
+        ``tools.execute`` adds those."""
+        return self._connection(limits or INTERNAL_LIMITS)[0]
+
+    def _connection(self, limits: QueryLimits) -> tuple[sqlite3.Connection, _Slot]:
+        pairs: dict[QueryLimits, tuple[sqlite3.Connection, _Slot]] | None = getattr(self._local, "pairs", None)
+        if pairs is None:
+            pairs = self._local.pairs = {}
+        pair = pairs.get(limits)
         if pair is None:
-            pair = open_readonly(self.path)
-            self._local.pair = pair
+            pair = pairs[limits] = open_readonly(self.path, limits)
         return pair
 
     def execute(self, sql: str, limits: QueryLimits | str = "retoolsql") -> QueryResult | ToolError:
@@ -349,7 +366,7 @@ class Database:
 
         Same guards as model queries but no row cap or step limit; raises ``DataError``
         on failure, since a failure here is a toolkit or database problem."""
-        conn, slot = self._connection()
+        conn, slot = self._connection(INTERNAL_LIMITS)
         run = _Run(INTERNAL_LIMITS, time.monotonic() + INTERNAL_LIMITS.timeout_s)
         slot.run = run
         previous = conn.text_factory
@@ -479,7 +496,7 @@ def execute(db: Database, sql: str, limits: QueryLimits) -> QueryResult | ToolEr
     if refused is not None:
         return refused
     try:
-        conn, slot = db._connection()
+        conn, slot = db._connection(limits)
     except (sqlite3.Error, OSError) as exc:
         return ToolError("other", f"cannot open database {db.db_id!r}: {exc}")
     started = time.monotonic()
@@ -505,6 +522,10 @@ def _run_guarded(
     cursor: sqlite3.Cursor | None = None
     try:
         cursor = conn.execute(text)
+        if run.schema_query:
+            slot.schema_sql[text] = True
+        elif slot.schema_sql.get(text):
+            run.schema_query = True  # a cached statement: the authorizer did not run again
         return _collect(cursor, run, started)
     except sqlite3.OperationalError as exc:
         if "decode" in str(exc).lower() and conn.text_factory is str:

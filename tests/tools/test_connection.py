@@ -258,3 +258,18 @@ def test_schema_lists_tables_and_columns_in_order(school_db: Path) -> None:
         "scores": ["score_id", "school_id", "year", "avg_math"],
         "events": ["event_id", "schools_id", "kind", "note"],
     }
+
+
+def test_cached_statements_keep_their_schema_flag(school_db: Path) -> None:
+    db = get_database(school_db)
+    for _ in range(3):  # the 2nd and 3rd runs reuse SQLite's prepared statement
+        out = execute(db, "SELECT sql FROM sqlite_master WHERE type = 'table'", PRESETS["dualsql"])
+        assert isinstance(out, QueryResult) and any(len(r[0]) > 150 for r in out.rows)
+
+
+def test_connect_directly_is_still_read_only(school_db: Path) -> None:
+    conn = get_database(school_db).connect()
+    assert conn.execute("SELECT count(*) FROM schools").fetchone() == (6,)
+    for sql in ("DELETE FROM schools", "PRAGMA journal_mode = WAL", "ATTACH ':memory:' AS x"):
+        with pytest.raises(sqlite3.DatabaseError):
+            conn.execute(sql)

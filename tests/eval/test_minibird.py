@@ -324,3 +324,16 @@ def test_build_refuses_a_non_empty_folder(tmp_path: Path) -> None:
     (tmp_path / "x.txt").write_text("keep me")
     with pytest.raises(FileExistsError, match="not empty"):
         minibird.build(tmp_path)
+
+
+def test_the_tool_layer_reads_minibird_descriptions_and_noise(minibird_root: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shared profile reader sees what the benchmark promises (cp1252 CSV included)."""
+    from tools import get_database
+
+    monkeypatch.setenv("SQLAGENT_RL_CACHE", str(tmp_path / "cache"))
+    profile = get_database(_db_paths(minibird_root, "dev")["clinic"]).profile()
+    assert "°C" in profile.column("lab_results", "unit").description
+    assert profile.column("visits", "dx_cd").full_name == "diagnosis code"
+    assert profile.column("visits", "fee").numeric_text
+    assert profile.column("patients", "ins_plan").nulls > 0

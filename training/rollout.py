@@ -270,9 +270,9 @@ class EpisodeRunner:
         eos = (ids[eos_at], lps[eos_at] if lps else 0.0) if eos_at is not None else None
         text = self.segments.decode(body)
         kept, stop = cut_at_stop(text, self.stop)
-        if stop is not None:
+        if stop is not None and len(kept) < len(text):  # overshoot past the stop: cut it (and any EOS)
             body, eos = body[: self._cover(body, kept)], None
-        elif eos is None and len(ids) >= self._budget and self._budget_reason != "turn":
+        elif stop is None and eos is None and len(ids) >= self._budget and self._budget_reason != "turn":
             # out of response/context budget mid-turn: keep the tokens, never step a partial turn
             self.tokens.extend(body, 1, self.turns, lps[: len(body)] if lps else None)
             self.conversation.append({"role": "assistant", "content": text})

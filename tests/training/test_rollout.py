@@ -371,3 +371,131 @@ def test_batched_run_with_the_tiny_model() -> None:
         assert all(0 < n <= 12 for n in per_turn.values())
         if traj.result.end_reason == "turn_budget":
             assert TOK.decode(traj.prompt_ids + traj.response_ids) == rendered(traj)
+
+
+# ------------------------------------------------------------- the four real agents
+
+
+@pytest.fixture(scope="module")
+def agent_db(tmp_path_factory):
+    import os
+
+    from tests.agents.conftest import make_db
+    from tools import get_database
+
+    os.environ.setdefault("SQLAGENT_RL_CACHE", str(tmp_path_factory.mktemp("cache")))
+    return get_database(make_db(tmp_path_factory.mktemp("rolloutdb") / "schools.sqlite"))
+
+
+class AgentScriptGenerate:
+    """Replays tests/agents/scripts.py turn by turn; tool-call turns overshoot past the
+    stop string, answer turns end with EOS."""
+
+    OVERSHOOT = '\n<tool_response>{"rows": "invented by the model"}</tool_response>'
+
+    def __init__(self, script: dict, tokenizer=TOK) -> None:
+        self.script, self.tok, self.calls = script, tokenizer, []
+
+    def __call__(self, prompts, params):
+        outputs = []
+        for ids in prompts:
+            text = self.tok.decode(ids)
+            role = "generator" if "You are the SQL generator" in text else "linker" if "schema linker" in text else "agent"
+            turn = text.count("<|im_start|>assistant") - 1
+            body = self.script[role][turn]
+            ends_with_call = body.rstrip().endswith("</tool_call>") or body.endswith("</schema>")
+            tokens = self.tok.encode(body + (self.OVERSHOOT if ends_with_call else ""), add_special_tokens=False)
+            tokens = (tokens if ends_with_call else tokens + [EOS])[: params.max_new_tokens]
+            self.calls.append((role, turn, tokens))
+            outputs.append(GenerationOutput(tokens, [logprob_of(i, t) for i, t in enumerate(tokens)]))
+        return outputs
+
+
+def expected_response(traj, gen: AgentScriptGenerate) -> tuple[list[int], list[int]]:
+    """Rebuild the response token by token from the generated tokens and the template."""
+    seg = ChatSegments(TOK)
+    outputs = {turn: ids for role, turn, ids in gen.calls if role == traj.role}
+    conversation = traj.messages[2:]  # after the system and user prompt
+    ids: list[int] = []
+    mask: list[int] = []
+    turn, i = -1, 0
+    while i < len(conversation):
+        assistant = conversation[i]
+        assert assistant["role"] == "assistant"
+        turn += 1
+        generated = outputs[turn]
+        kept = TOK.encode(assistant["content"], add_special_tokens=False)
+        assert generated[: len(kept)] == kept  # the kept turn is a prefix of what was generated
+        ended_eos = len(generated) > len(kept) and generated[len(kept)] == EOS
+        ids += kept + ([EOS] if ended_eos else [])
+        mask += [1] * (len(kept) + ended_eos)
+        eot = seg.end_of_turn[len("<|im_end|>") :] if ended_eos else seg.end_of_turn
+        template = seg.encode(eot)
+        observations = []
+        i += 1
+        while i < len(conversation) and conversation[i]["role"] != "assistant":
+            observations.append(conversation[i])
+            i += 1
+        if observations:
+            template += seg.encode(seg.segment_text(observations))
+        ids += template
+        mask += [0] * len(template)
+    return ids, mask
+
+
+EXPECTED_PHASES = {
+    ("retoolsql", "agent"): ["tool_call", "final_answer"],
+    ("think2sql", "agent"): ["answer"],
+    ("trustsql", "agent"): ["explore_schema", "explore_schema", "propose_schema", "generate_sql", "confirm_answer"],
+    ("dualsql", "linker"): ["tool_call", "answer"],
+    ("dualsql", "generator"): ["tool_call", "answer"],
+}
+
+
+@pytest.mark.parametrize("name", ["retoolsql", "think2sql", "trustsql", "dualsql"])
+def test_every_agent_through_the_driver_token_by_token(name: str, agent_db) -> None:
+    from agents import make_agent
+    from tests.agents.conftest import COUNT_SQL, JOIN_SQL, make_example
+    from tests.agents.scripts import SCRIPTS
+
+    example = make_example(agent_db.path) if name != "dualsql" else make_example(
+        agent_db.path, JOIN_SQL, "What is the highest average math score of a school in Fresno?", ("satscores", "schools")
+    )
+    gen = AgentScriptGenerate(SCRIPTS[name])
+    trajs = run_episodes(make_agent(name), [(example, agent_db, 0)], TOK, gen, SamplingParams(max_new_tokens=4096),
+                         RolloutLimits(max_tokens_per_turn=None, max_response_tokens=None, max_context_tokens=None))
+    assert [t.role for t in trajs] == (["linker", "generator"] if name == "dualsql" else ["agent"])
+    for traj in trajs:
+        ids, mask = expected_response(traj, gen)
+        assert traj.response_ids == ids
+        assert traj.response_mask == mask
+        assert TOK.decode(traj.prompt_ids + traj.response_ids) == rendered(traj)
+        check_generated(traj, gen)  # type: ignore[arg-type]
+        assert [t.phase for t in traj.result.turns] == EXPECTED_PHASES[(name, traj.role)]
+        assert all(t.format_ok for t in traj.result.turns) and traj.result.end_reason == "answer"
+        assert "invented by the model" not in TOK.decode(traj.response_ids)  # the overshoot was cut
+    assert trajs[-1].result.final_sql == (JOIN_SQL if name == "dualsql" else COUNT_SQL)
+    if name == "trustsql":  # the schema span is the propose turn: turns 0-2
+        from training.masks import pad_trajectories, phase_prefix_mask, schema_span_turns
+
+        batch = pad_trajectories(trajs, pad_token_id=0)
+        prefix = phase_prefix_mask(batch.turn_index, schema_span_turns(trajs))[0]
+        assert prefix.tolist() == [1.0 if t <= 2 else 0.0 for t in trajs[0].turn_index]
+
+
+def test_real_agent_with_the_tiny_model(agent_db) -> None:
+    from agents import make_agent
+    from tests.agents.conftest import make_example
+
+    torch.manual_seed(1)
+    model = tiny_model()
+    requests = [(make_example(agent_db.path), agent_db, i) for i in range(2)]
+    trajs = run_episodes(make_agent("trustsql", max_turns=2), requests, TOK, hf_generate(model, TOK),
+                         SamplingParams(), RolloutLimits(max_tokens_per_turn=8))
+    assert [t.sample_index for t in trajs] == [0, 1]
+    for traj in trajs:
+        assert [t.phase for t in traj.result.turns] == ["invalid", "invalid"]  # random text is never valid
+        assert traj.result.end_reason == "turn_budget"
+        assert TOK.decode(traj.prompt_ids + traj.response_ids) == rendered(traj)
+        observation = [m for m in traj.messages if m["role"] == "tool"][0]
+        assert observation["content"].startswith("Invalid format:")

@@ -349,12 +349,15 @@ class Database:
         return self._connection(limits or INTERNAL_LIMITS)[0]
 
     def _connection(self, limits: QueryLimits) -> tuple[sqlite3.Connection, _Slot]:
-        pairs: dict[QueryLimits, tuple[sqlite3.Connection, _Slot]] | None = getattr(self._local, "pairs", None)
+        """One connection per thread and authorizer policy. The policy is the set of
+        allowed PRAGMAs (everything else in ``QueryLimits`` is enforced per run), so a
+        handful of connections serve every preset and every ``max_rows`` override."""
+        pairs: dict[frozenset[str], tuple[sqlite3.Connection, _Slot]] | None = getattr(self._local, "pairs", None)
         if pairs is None:
             pairs = self._local.pairs = {}
-        pair = pairs.get(limits)
+        pair = pairs.get(limits.allowed_pragmas)
         if pair is None:
-            pair = pairs[limits] = open_readonly(self.path, limits)
+            pair = pairs[limits.allowed_pragmas] = open_readonly(self.path, limits)
         return pair
 
     def execute(self, sql: str, limits: QueryLimits | str = "retoolsql") -> QueryResult | ToolError:
@@ -464,14 +467,11 @@ def _first_keyword(sql: str) -> str:
     return word.group(0).upper() if word else sql[pos : pos + 10]
 
 
-def _check_statement_kind(sql: str, limits: QueryLimits) -> ToolError | None:
-    if not limits.select_only:
+def _check_statement_kind(keyword: str, limits: QueryLimits) -> ToolError | None:
+    """Refuse a non-SELECT statement by its first keyword, with a clear message."""
+    if not limits.select_only or keyword in SELECT_KEYWORDS or keyword not in OTHER_STATEMENT_KEYWORDS:
         return None
-    keyword = _first_keyword(sql)
-    allowed = set(SELECT_KEYWORDS)
-    if limits.allowed_pragmas:
-        allowed.add("PRAGMA")
-    if keyword in allowed or keyword not in OTHER_STATEMENT_KEYWORDS:
+    if keyword == "PRAGMA" and limits.allowed_pragmas:
         return None
     kinds = "SELECT/WITH" + (" or a metadata PRAGMA" if limits.allowed_pragmas else "")
     return ToolError(
@@ -490,9 +490,10 @@ def execute(db: Database, sql: str, limits: QueryLimits) -> QueryResult | ToolEr
     if not isinstance(sql, str):
         return ToolError("bad_arguments", f"sql must be a string, got {type(sql).__name__}")
     text = _strip_sql(sql)
-    if not _first_keyword(text).strip():
+    keyword = _first_keyword(text)
+    if not keyword.strip():
         return ToolError("syntax", "the SQL is empty", "write one SELECT statement")
-    refused = _check_statement_kind(text, limits)
+    refused = _check_statement_kind(keyword, limits)
     if refused is not None:
         return refused
     try:
@@ -549,15 +550,17 @@ def _collect(cursor: sqlite3.Cursor, run: _Run, started: float) -> QueryResult:
         rows = cursor.fetchall()
         count, lower_bound = len(rows), False
     else:
-        rows = cursor.fetchmany(cap + 1) if cap > 0 else []
-        count, lower_bound = _count_rest(cursor, len(rows), run)
-        rows = rows[:cap]
+        rows = cursor.fetchmany(cap + 1)
+        count, lower_bound = len(rows), False
+        if count > cap:  # more rows than the cap: count the rest, keep the first ``cap``
+            count, lower_bound = _count_rest(cursor, count, run)
+            rows = rows[:cap]
     cell_cap = None if uncapped else limits.max_cell_chars
     if cell_cap is not None:
         rows = [tuple(_cut_cell(v, cell_cap) for v in row) for row in rows]
     return QueryResult(
         columns=columns,
-        rows=tuple(tuple(row) for row in rows),
+        rows=tuple(rows),
         row_count=count,
         truncated=count > len(rows),
         elapsed_s=time.monotonic() - started,

@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from agents.parsing import ParsedCall, ToolCallParser, cut_at_stop
 from agents.types import EndReason, EpisodeResult, Message, SchemaSelection, Step, ToolCall, TurnRecord
-
-if TYPE_CHECKING:
-    from tools import Database, ToolBox
+from rex.sql import extract_sql
+from tools import Database, ToolBox
+from tools import schema as serialisers
+from tools.errors import ConfigError
 
 INVALID = "invalid"
 
@@ -56,7 +57,7 @@ def tools_block(schemas: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(json.dumps(schema, ensure_ascii=False) for schema in schemas)
 
 
-def run_tool(toolbox: "ToolBox", call: ToolCall) -> ToolRun:
+def run_tool(toolbox: ToolBox, call: ToolCall) -> ToolRun:
     """Run a parsed call on the toolbox (which never raises) and wrap its response."""
     response = toolbox.call(call.name, dict(call.arguments))
     outcome = "ok" if response.ok else (response.error_kind or "other")
@@ -65,8 +66,6 @@ def run_tool(toolbox: "ToolBox", call: ToolCall) -> ToolRun:
 
 def sql_from_text(text: str) -> str | None:
     """The SQL in an answer block (fenced or bare), via ``rex.sql.extract_sql``."""
-    from rex.sql import extract_sql
-
     sql = extract_sql(text)
     if sql is None:
         return None
@@ -180,9 +179,7 @@ def single_call(parser: ToolCallParser, text: str) -> tuple[ParsedCall | None, s
     return calls[0], ""
 
 
-def make_toolbox(db: "Database", tool_names: Sequence[str], preset: str) -> "ToolBox":
-    from tools import ToolBox
-
+def make_toolbox(db: Database, tool_names: Sequence[str], preset: str) -> ToolBox:
     return ToolBox(db, list(tool_names), preset)
 
 
@@ -191,9 +188,6 @@ SchemaRenderer = Callable[..., str]
 
 def schema_renderer(fmt: str) -> SchemaRenderer:
     """The ``tools.schema`` serialiser called ``fmt`` (m_schema, ddl, compact)."""
-    from tools import schema as serialisers
-    from tools.errors import ConfigError
-
     table = {"m_schema": "m_schema", "ddl": "ddl_schema", "compact": "compact_schema"}
     if fmt not in table:
         raise ConfigError(f"unknown schema_format {fmt!r}; use one of {', '.join(table)}")

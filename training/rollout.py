@@ -262,6 +262,11 @@ class EpisodeRunner:
             raise RuntimeError("the episode is finished; feed() was called once too often")
         if self._budget <= 0:
             self._budget, self._budget_reason = self._turn_budget()
+        if output.logprobs is not None and len(output.logprobs) != len(output.token_ids):
+            raise ValueError(
+                f"generate returned {len(output.logprobs)} log-probs for {len(output.token_ids)} tokens; "
+                "return one per token or None"
+            )
         ids = list(output.token_ids)[: self._budget]
         lps = list(output.logprobs)[: len(ids)] if output.logprobs is not None else None
         self._has_logprobs = (lps is not None) if self._has_logprobs is None else (self._has_logprobs and lps is not None)

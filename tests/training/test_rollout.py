@@ -499,3 +499,25 @@ def test_real_agent_with_the_tiny_model(agent_db) -> None:
         assert TOK.decode(traj.prompt_ids + traj.response_ids) == rendered(traj)
         observation = [m for m in traj.messages if m["role"] == "tool"][0]
         assert observation["content"].startswith("Invalid format:")
+
+
+def test_engine_bugs_fail_loudly() -> None:
+    runner = EpisodeRunner(ScriptedEpisode("agent"), ChatSegments(TOK), SamplingParams(), RolloutLimits(), "q0")
+    runner.next_request()
+    with pytest.raises(ValueError, match="2 log-probs for 3 tokens"):
+        runner.feed(GenerationOutput([5, 6, 7], [-0.1, -0.2]))
+    with pytest.raises(ValueError, match="1 outputs for 2 prompts"):
+        run_episodes(ScriptedAgent(), [(example(0), None, 0), (example(1), None, 0)], TOK,
+                     lambda prompts, params: [GenerationOutput([EOS])], SamplingParams())
+    tok = copy.deepcopy(TOK)
+    tok.chat_template = None
+    with pytest.raises(ConfigError, match="no chat_template"):
+        ChatSegments(tok)
+
+
+def test_logprobs_absent_when_the_engine_gives_none() -> None:
+    def generate(prompts, params):
+        return [GenerationOutput(TOK.encode("<answer>x</answer>", add_special_tokens=False) + [EOS]) for _ in prompts]
+
+    (traj,) = run_episodes(ScriptedAgent(), [(example(), None, 0)], TOK, generate, SamplingParams())
+    assert traj.logprobs is None and traj.result.final_sql == "x"

@@ -247,10 +247,8 @@ def _databases(records: list[Record], layout: Layout, problems: Problems) -> dic
 
 
 def _build_examples(records: list[Record], databases: Mapping[str, Any], split: str, problems: Problems) -> list[Example]:
-    from rex.sql import referenced_schema
-
     examples = []
-    schemas = {db_id: db.schema() for db_id, db in databases.items()}
+    caches = {db_id: _RefCache(db) for db_id, db in databases.items()}
     for rec in records:
         db = databases.get(rec.db_id)
         if db is None:
@@ -258,16 +256,79 @@ def _build_examples(records: list[Record], databases: Mapping[str, Any], split: 
         tables: tuple[str, ...] = ()
         columns: tuple[str, ...] = ()
         if rec.sql:
-            ref = referenced_schema(rec.sql, schemas[rec.db_id])
-            if not ref.parsed:
-                problems.add(f"{rec.where} (example {rec.id}): gold SQL does not parse: {ref.error}")
+            tables, columns, error = caches[rec.db_id].get(rec.sql)
+            if error is not None:
+                problems.add(f"{rec.where} (example {rec.id}): gold SQL does not parse: {error}")
                 continue
-            tables, columns = ref.tables, ref.columns
         examples.append(Example(
             id=rec.id, db_id=rec.db_id, db_path=str(db.path), question=rec.question, evidence=rec.evidence,
             gold_sql=rec.sql, difficulty=rec.difficulty, gold_tables=tables, gold_columns=columns, split=split,
         ))
+    for cache in caches.values():
+        cache.flush()
     return examples
+
+
+class _RefCache:
+    """Gold tables/columns of one database's SQL, cached on disk.
+
+    Reading SQL with sqlglot costs a few ms per query (tens of seconds for BIRD train),
+    so results are kept in ``cache_root()/eval-data/refs-<db hash>-<reader hash>.json``:
+    keyed by the database's content hash (the schema) and by the source of ``rex.sql``
+    and the sqlglot version (the reader), so a change to either is a cache miss.
+    """
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+        self.schema = db.schema()
+        self.path = _refs_dir() / f"refs-{db.content_hash[:20]}-{_reader_hash()}.json"
+        try:
+            self.entries: dict[str, list] = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            self.entries = {}
+        self.dirty = False
+
+    def get(self, sql: str) -> tuple[tuple[str, ...], tuple[str, ...], str | None]:
+        from rex.sql import referenced_schema
+
+        entry = self.entries.get(sql)
+        if entry is None:
+            ref = referenced_schema(sql, self.schema)
+            entry = [list(ref.tables), list(ref.columns), None if ref.parsed else (ref.error or "unknown parse error")]
+            self.entries[sql] = entry
+            self.dirty = True
+        return tuple(entry[0]), tuple(entry[1]), entry[2]
+
+    def flush(self) -> None:
+        """Write new entries (atomically: temp file + rename)."""
+        if not self.dirty:
+            return
+        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps(self.entries, ensure_ascii=False), encoding="utf-8")
+            os.replace(tmp, self.path)
+            self.dirty = False
+        except OSError as err:  # a read-only cache only costs speed
+            log.debug("could not write %s: %s", self.path, err)
+
+
+def _refs_dir() -> Path:
+    from tools.cache import cache_root
+
+    folder = cache_root() / "eval-data"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _reader_hash() -> str:
+    import hashlib
+
+    import rex.sql
+    import sqlglot
+
+    digest = hashlib.sha256(Path(rex.sql.__file__).read_bytes())
+    digest.update(sqlglot.__version__.encode())
+    return digest.hexdigest()[:12]
 
 
 def _drop_failing(examples: list[Example], label: str) -> list[Example]:

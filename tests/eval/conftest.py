@@ -77,6 +77,15 @@ def write_bird(root: Path, split: str = "dev", records: list | None = None, ques
     return folder
 
 
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test here caches (profiles, gold references) under a temporary root, never in
+    the user's ``~/.cache``; the root is shared by the session so caching still happens."""
+    root = tmp_path_factory.getbasetemp() / "cache"
+    monkeypatch.setenv("SQLAGENT_RL_CACHE", str(root))
+    return root
+
+
 @pytest.fixture
 def bird_root(tmp_path: Path) -> Path:
     write_bird(tmp_path / "bird")

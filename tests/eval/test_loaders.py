@@ -136,6 +136,17 @@ def test_drop_failing_gold_drops_with_a_count_or_keeps(tmp_path: Path, caplog: p
     assert "dropped 1 of 5 examples whose gold SQL fails to execute: 30 (no_such_column" in caplog.text
 
 
+def test_gold_references_are_cached_on_disk_and_a_broken_cache_is_ignored(bird_root: Path, private_cache: Path) -> None:
+    first = load_examples("bird", root=bird_root, split="dev")
+    files = sorted((private_cache / "eval-data").glob("refs-*.json"))
+    assert len(files) >= 2  # one per database (music, shop)
+    cached = {sql for f in files for sql in json.loads(f.read_text())}
+    assert {e.gold_sql for e in first} <= cached
+    for f in files:
+        f.write_text("{not json")
+    assert load_examples("bird", root=bird_root, split="dev") == first
+
+
 def test_kind_and_root_errors(bird_root: Path) -> None:
     with pytest.raises(UnknownNameError, match="did you mean 'bird'"):
         load_examples("brid", root=bird_root)

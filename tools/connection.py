@@ -321,6 +321,7 @@ class Database:
         self.db_id = db_id or self.path.stem
         self._local = threading.local()
         self._lock = threading.Lock()
+        self._profile_lock = threading.Lock()
         self._hash_key: tuple[int, int] | None = None
         self._hash = ""
         self._schema: tuple[str, dict[str, list[str]]] | None = None
@@ -404,12 +405,13 @@ class Database:
         from tools.profile import load_or_build_profile
 
         digest = self.content_hash
-        cached = self._profile
-        if cached is not None and cached[0] == digest:
-            return cached[1]
-        profile = load_or_build_profile(self)
-        self._profile = (digest, profile)
-        return profile
+        with self._profile_lock:  # threads wait for one build instead of each building
+            cached = self._profile
+            if cached is not None and cached[0] == digest:
+                return cached[1]
+            profile = load_or_build_profile(self)
+            self._profile = (digest, profile)
+            return profile
 
 
 _DATABASES: dict[tuple[str, str], Database] = {}
@@ -619,6 +621,10 @@ def _classify(exc: BaseException, run: _Run, db: Database) -> ToolError:
         return _name_error(db, "no_such_column", message)
     if "syntax error" in lowered or "incomplete input" in lowered or "unrecognized token" in lowered:
         return ToolError("syntax", message)
+    if lowered.startswith("no such function"):
+        return ToolError("other", message, _function_hint(message.split(":", 1)[-1].strip()))
+    if lowered.startswith("ambiguous column name"):
+        return ToolError("other", message, "qualify the column with its table name or alias, e.g. T1.id")
     if "too big" in lowered:
         return ToolError("other", f"{message}: a value may be at most {MAX_VALUE_BYTES // (1 << 20)} MiB")
     return ToolError("other", message or type(exc).__name__)
@@ -643,6 +649,25 @@ def _name_error(db: Database, kind: str, message: str) -> ToolError:
         return ToolError(kind, message, "check the column names with the schema (a qualifier must be a table name or alias in FROM)")
     hint = " or ".join(f"{c!r} (table {', '.join(owners[c][:3])})" for c in close)
     return ToolError(kind, message, f"did you mean {hint}?")
+
+
+_FUNCTION_HINTS = {
+    "year": "strftime('%Y', col)", "month": "strftime('%m', col)", "day": "strftime('%d', col)",
+    "now": "date('now') or datetime('now')", "curdate": "date('now')", "datediff": "julianday(a) - julianday(b)",
+    "concat": "a || b", "len": "length(x)", "isnull": "ifnull(x, y)", "if": "iif(cond, a, b) or CASE WHEN",
+    "to_date": "date(x)", "str_to_date": "date(x)", "date_format": "strftime(format, x)",
+    "extract": "strftime(format, x)", "left": "substr(x, 1, n)", "right": "substr(x, -n)",
+    "position": "instr(x, y)", "locate": "instr(x, y)", "ceil": "CAST(x AS INTEGER) + (x > CAST(x AS INTEGER))",
+    "floor": "CAST(x AS INTEGER) for x >= 0", "truncate": "CAST(x AS INTEGER)",
+}
+"""SQLite spellings of functions other SQL dialects have (models often reach for them)."""
+
+
+def _function_hint(name: str) -> str:
+    hint = _FUNCTION_HINTS.get(name.lower())
+    if hint:
+        return f"SQLite has no {name}(); use {hint}"
+    return "use a built-in SQLite function (e.g. strftime, substr, instr, ifnull, cast)"
 
 
 def _close_names(name: str, choices: list[str]) -> list[str]:

@@ -156,7 +156,9 @@ def test_state_changing_pragma_refused_even_if_listed() -> None:
         ("SELEC * FROM schools", "syntax", None),
         ("SELECT * FROM schools WHERE", "syntax", None),
         ("", "syntax", None),
-        ("SELECT nosuchfunc(1)", "other", None),
+        ("SELECT nosuchfunc(1)", "other", "built-in SQLite function"),
+        ("SELECT YEAR(opened) FROM schools", "other", "strftime('%Y', col)"),
+        ("SELECT name FROM schools, schools AS s2", "other", "qualify the column"),
     ],
 )
 def test_structured_errors_with_suggestions(school_db: Path, sql: str, kind: str, hint: str | None) -> None:

@@ -111,7 +111,9 @@ def resolve_bird(root: Path, split: str, problems: Problems) -> Layout:
     folders = [root / split, *sorted(p for p in root.glob(f"{split}_*") if p.is_dir() and not p.name.endswith("_databases")), root]
     folder = next((f for f in folders if _first_file(f, q_names)), None)
     if folder is None:
-        problems.add(f"missing questions file for split {split!r}{_tried(folders, q_names)}")
+        sibling = root.parent / split
+        hint = f" (did you mean data.root={root.parent}? it holds {sibling.name}/)" if sibling.is_dir() else ""
+        problems.add(f"missing questions file for split {split!r}{_tried(folders, q_names)}{hint}")
         folder = next((f for f in folders if f.is_dir() and _first_dir(f, db_names)), folders[0])
     questions = _first_file(folder, q_names)
     db_dir = _first_dir(folder, db_names)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import subprocess
 import sys
@@ -45,6 +46,14 @@ def test_bird_root_may_be_the_split_folder_or_its_parent(bird_root: Path) -> Non
     parent = load_examples("bird", root=bird_root, split="dev")
     folder = load_examples("bird", root=bird_root / "dev", split="dev")
     assert parent == folder
+
+
+def test_split_folder_given_for_another_split_suggests_the_parent(tmp_path: Path) -> None:
+    write_bird(tmp_path, split="dev")
+    write_bird(tmp_path, split="train", records=BIRD_DEV[:1], dbs=("music",))
+    with pytest.raises(DataError, match=rf"did you mean data.root={re.escape(str(tmp_path.resolve()))}\?"):
+        load_examples("bird", root=tmp_path / "dev", split="train")
+    assert len(load_examples("bird", root=tmp_path, split="train")) == 1
 
 
 def test_bird_release_suffix_folder_and_minidev_file(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ passing code-block turn is the role's answer; the turn is cut after the closing 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from agents import prompts
 from agents.base import BaseEpisode, TurnOutcome, invalid, make_toolbox, run_tool, tool_message, tools_block

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 from agents.types import SchemaSelection, ToolCall
 
@@ -215,16 +215,16 @@ def parse_name_list(text: str) -> tuple[str, ...]:
 
     Order is kept, duplicates and empty entries dropped. Used for ``<relevant_tables>``.
     """
-    return tuple(dict.fromkeys(n for n in map(_clean_name, parse_name_list_raw(text)) if n))
+    return tuple(dict.fromkeys(n for n in map(_clean_name, _split_list(text)) if n))
 
 
 def parse_column_list(text: str) -> tuple[str, ...]:
     """Like ``parse_name_list`` for ``table.column`` entries (``<relevant_columns>``)."""
-    columns = (_split_column(c) for c in parse_name_list_raw(text) if c.strip())
+    columns = (_split_column(c) for c in _split_list(text) if c.strip())
     return tuple(dict.fromkeys(c for c in columns if c and not c.endswith(".")))
 
 
-def parse_name_list_raw(text: str) -> list[str]:
+def _split_list(text: str) -> list[str]:
     """Split a list without cleaning names (``table.column`` quoting is kept)."""
     stripped = text.strip()
     if stripped.startswith("["):
@@ -323,8 +323,3 @@ def strip_fence(text: str) -> str:
     """The body of the first code block in ``text``, or the stripped text."""
     fences, _ = find_fences(text)
     return fences[0].body.strip() if fences else text.strip()
-
-
-def to_json_args(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """A plain dict copy of tool arguments for records (JSON-safe values kept)."""
-    return {str(k): v for k, v in arguments.items()}

@@ -80,13 +80,11 @@ TABLES = (
 def make_rows(rng: random.Random) -> dict[str, list[tuple]]:
     suffixes = ("Family Clinic", "Health Centre", "Medical Group", "Clínica", "Care Point")
     cities = w.CITIES[:12]
-    pairs = w.unique(rng, 24, lambda r: f"{r.randrange(len(cities))}|{r.choice(suffixes)}")
     clinics = []
-    for i, pair in enumerate(pairs):
-        city_index, suffix = pair.split("|")[0], pair.split("|")[1]
-        city = cities[int(city_index)]
+    for i, name in enumerate(w.unique(rng, 24, lambda r: f"{r.choice(cities)} {r.choice(suffixes)}")):
+        city = next(c for c in cities if name.startswith(c + " "))
         opened = w.date_between(rng, dt.date(1985, 1, 1), dt.date(2015, 12, 31))
-        clinics.append((i + 1, f"{city} {suffix}", city, w.fmt_date(opened, "dmy"), rng.randrange(0, 120)))
+        clinics.append((i + 1, name, city, w.fmt_date(opened, "dmy"), rng.randrange(0, 120)))
     spec_names = sorted(SPECIALTIES)
     doctors = []
     for i, name in enumerate(w.unique(rng, 160, lambda r: "Dr. " + w.person(r))):

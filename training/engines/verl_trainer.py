@@ -127,6 +127,16 @@ def phase_aware_advantages(
     return data, metrics
 
 
+def _like(padded: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``padded`` ``[n, resp_len]`` in the layout TransferQueue gave ``mask`` in: jagged rows
+    (the usual case) or one dense tensor (when every row had the same length)."""
+    from verl.workers.utils.padding import response_to_nested
+
+    if mask.is_nested:
+        return response_to_nested(padded, mask)
+    return padded[:, : mask.shape[-1]]  # [n, resp_len]
+
+
 def _field(extra: Any, key: str, row: int) -> dict[str, Any]:
     extra = getattr(extra, "data", extra)
     if not isinstance(extra, Mapping) or key not in extra:
@@ -179,7 +189,6 @@ class SqlAgentTrainer(PPOTrainerSync):
         """Fetch masks, uids and extra fields from TransferQueue; write advantages back."""
         import transfer_queue as tq
         from tensordict import TensorDict
-        from verl.workers.utils.padding import response_to_nested
 
         fields = ["uid", "response_mask", "extra_fields"]
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
@@ -195,9 +204,7 @@ class SqlAgentTrainer(PPOTrainerSync):
         is_padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
         proto, adv_metrics = phase_aware_advantages(proto, self._advantage_settings(), is_padding)
         metrics.update(adv_metrics)
-        output = {
-            key: response_to_nested(proto.batch[key], nested_mask) for key in ("advantages", "returns")
-        }
+        output = {key: _like(proto.batch[key], nested_mask) for key in ("advantages", "returns")}
         return tq.kv_batch_put(
             keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(output, batch_size=len(batch))
         )

@@ -44,7 +44,6 @@ class ToolRun:
 
     observation: Message
     outcome: str  # "ok" or a ToolError kind
-    error_kind: str | None
 
 
 def tool_message(name: str, content: str) -> Message:
@@ -61,7 +60,7 @@ def run_tool(toolbox: ToolBox, call: ToolCall) -> ToolRun:
     """Run a parsed call on the toolbox (which never raises) and wrap its response."""
     response = toolbox.call(call.name, dict(call.arguments))
     outcome = "ok" if response.ok else (response.error_kind or "other")
-    return ToolRun(tool_message(call.name, response.text), outcome, None if response.ok else outcome)
+    return ToolRun(tool_message(call.name, response.text), outcome)
 
 
 def sql_from_text(text: str) -> str | None:

@@ -109,11 +109,15 @@ def load_examples(
     layout = spec.resolve(base, split, problems)
     records = _read_all(layout, spec, problems, limit)
     _check_unique_ids(records, problems)
-    databases = _databases(records, layout, problems)
-    examples = _build_examples(records, databases, split, problems)
-    problems.raise_if_any()
-    if drop_failing_gold:
-        examples = _drop_failing(examples, f"{kind} {split}")
+    caches = {db_id: _GoldCache(db) for db_id, db in _databases(records, layout, problems).items()}
+    try:
+        examples = _build_examples(records, caches, split, problems)
+        problems.raise_if_any()
+        if drop_failing_gold:
+            examples = _drop_failing(examples, caches, f"{kind} {split}")
+    finally:
+        for cache in caches.values():
+            cache.flush()
     return examples
 
 
@@ -246,58 +250,78 @@ def _databases(records: list[Record], layout: Layout, problems: Problems) -> dic
     return out
 
 
-def _build_examples(records: list[Record], databases: Mapping[str, Any], split: str, problems: Problems) -> list[Example]:
+def _build_examples(records: list[Record], caches: Mapping[str, _GoldCache], split: str,
+                    problems: Problems) -> list[Example]:
     examples = []
-    caches = {db_id: _RefCache(db) for db_id, db in databases.items()}
     for rec in records:
-        db = databases.get(rec.db_id)
-        if db is None:
+        cache = caches.get(rec.db_id)
+        if cache is None:
             continue  # already reported once per db_id
         tables: tuple[str, ...] = ()
         columns: tuple[str, ...] = ()
         if rec.sql:
-            tables, columns, error = caches[rec.db_id].get(rec.sql)
+            tables, columns, error = cache.reference(rec.sql)
             if error is not None:
                 problems.add(f"{rec.where} (example {rec.id}): gold SQL does not parse: {error}")
                 continue
         examples.append(Example(
-            id=rec.id, db_id=rec.db_id, db_path=str(db.path), question=rec.question, evidence=rec.evidence,
+            id=rec.id, db_id=rec.db_id, db_path=str(cache.db.path), question=rec.question, evidence=rec.evidence,
             gold_sql=rec.sql, difficulty=rec.difficulty, gold_tables=tables, gold_columns=columns, split=split,
         ))
-    for cache in caches.values():
-        cache.flush()
     return examples
 
 
-class _RefCache:
-    """Gold tables/columns of one database's SQL, cached on disk.
+class _GoldCache:
+    """What one database's gold SQL references, and whether it executes, cached on disk.
 
-    Reading SQL with sqlglot costs a few ms per query (tens of seconds for BIRD train),
-    so results are kept in ``cache_root()/eval-data/refs-<db hash>-<reader hash>.json``:
-    keyed by the database's content hash (the schema) and by the source of ``rex.sql``
-    and the sqlglot version (the reader), so a change to either is a cache miss.
+    Reading SQL with sqlglot costs a few ms per query and executing BIRD's gold SQL takes
+    minutes, both repeated at every training start, so results are kept in
+    ``cache_root()/eval-data/gold-<db hash>-<reader hash>.json``: keyed by the database's
+    content hash and by the source of ``rex.sql`` and the sqlglot version, so a change to
+    either is a cache miss. Timeouts are never cached (they depend on the machine's load).
     """
 
     def __init__(self, db: Any) -> None:
         self.db = db
         self.schema = db.schema()
-        self.path = _refs_dir() / f"refs-{db.content_hash[:20]}-{_reader_hash()}.json"
+        self.path = _refs_dir() / f"gold-{db.content_hash[:20]}-{_reader_hash()}.json"
         try:
-            self.entries: dict[str, list] = json.loads(self.path.read_text(encoding="utf-8"))
+            entries = json.loads(self.path.read_text(encoding="utf-8"))
+            self.entries: dict[str, dict[str, Any]] = entries if isinstance(entries, dict) else {}
         except (OSError, ValueError):
             self.entries = {}
         self.dirty = False
 
-    def get(self, sql: str) -> tuple[tuple[str, ...], tuple[str, ...], str | None]:
-        from rex.sql import referenced_schema
-
+    def _entry(self, sql: str) -> dict[str, Any]:
         entry = self.entries.get(sql)
-        if entry is None:
+        if not isinstance(entry, dict) or not {"tables", "columns", "error"} <= set(entry):
+            from rex.sql import referenced_schema
+
             ref = referenced_schema(sql, self.schema)
-            entry = [list(ref.tables), list(ref.columns), None if ref.parsed else (ref.error or "unknown parse error")]
+            entry = {"tables": list(ref.tables), "columns": list(ref.columns),
+                     "error": None if ref.parsed else (ref.error or "unknown parse error")}
             self.entries[sql] = entry
             self.dirty = True
-        return tuple(entry[0]), tuple(entry[1]), entry[2]
+        return entry
+
+    def reference(self, sql: str) -> tuple[tuple[str, ...], tuple[str, ...], str | None]:
+        """(gold tables, gold columns, parse error or None)."""
+        entry = self._entry(sql)
+        return tuple(entry["tables"]), tuple(entry["columns"]), entry["error"]
+
+    def execution_error(self, sql: str) -> str | None:
+        """None when the SQL executes under the ``metric`` limits, else "kind: message"."""
+        from tools import PRESETS, ToolError, execute
+
+        entry = self._entry(sql)
+        if "executes" not in entry:
+            result = execute(self.db, sql, PRESETS["metric"])
+            verdict = f"{result.kind}: {result.message}" if isinstance(result, ToolError) else None
+            if isinstance(result, ToolError) and result.kind in ("timeout", "step_limit"):
+                return verdict
+            entry["executes"] = verdict
+            self.dirty = True
+        return entry["executes"]
 
     def flush(self) -> None:
         """Write new entries (atomically: temp file + rename)."""
@@ -331,20 +355,15 @@ def _reader_hash() -> str:
     return digest.hexdigest()[:12]
 
 
-def _drop_failing(examples: list[Example], label: str) -> list[Example]:
+def _drop_failing(examples: list[Example], caches: Mapping[str, _GoldCache], label: str) -> list[Example]:
     """Keep the examples whose gold SQL executes (or that have none); log what was dropped."""
-    from tools import PRESETS, ToolError, execute, get_database
-
     kept, dropped = [], []
     for ex in examples:
-        if not ex.gold_sql:
+        error = caches[ex.db_id].execution_error(ex.gold_sql) if ex.gold_sql else None
+        if error is None:
             kept.append(ex)
-            continue
-        result = execute(get_database(ex.db_path, ex.db_id), ex.gold_sql, PRESETS["metric"])
-        if isinstance(result, ToolError):
-            dropped.append(f"{ex.id} ({result.kind}: {result.message})")
         else:
-            kept.append(ex)
+            dropped.append(f"{ex.id} ({error})")
     if dropped:
         log.warning("%s: dropped %d of %d examples whose gold SQL fails to execute: %s",
                     label, len(dropped), len(examples), "; ".join(dropped[:5]) + (" ..." if len(dropped) > 5 else ""))

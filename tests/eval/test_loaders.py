@@ -134,7 +134,8 @@ def test_a_file_that_is_not_sqlite_is_a_layout_problem(tmp_path: Path) -> None:
         load_examples("bird", root=tmp_path, split="dev")
 
 
-def test_drop_failing_gold_drops_with_a_count_or_keeps(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_drop_failing_gold_drops_with_a_count_or_keeps(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                       private_cache: Path) -> None:
     records = [*BIRD_DEV, {"question_id": 30, "db_id": "music", "question": "broken", "SQL": "SELECT nope FROM singer"}]
     write_bird(tmp_path, records=records)
     kept = load_examples("bird", root=tmp_path, split="dev", drop_failing_gold=False)
@@ -143,11 +144,16 @@ def test_drop_failing_gold_drops_with_a_count_or_keeps(tmp_path: Path, caplog: p
         dropped = load_examples("bird", root=tmp_path, split="dev", drop_failing_gold=True)
     assert [e.id for e in dropped] == ["10", "11", "12", "13"]
     assert "dropped 1 of 5 examples whose gold SQL fails to execute: 30 (no_such_column" in caplog.text
+    # the verdicts are cached with the gold references, keyed by the database's hash
+    entries = {sql: e for f in (private_cache / "eval-data").glob("gold-*.json") for sql, e in json.loads(f.read_text()).items()}
+    assert entries["SELECT nope FROM singer"]["executes"].startswith("no_such_column")
+    assert entries["SELECT COUNT(*) FROM singer"]["executes"] is None
+    assert load_examples("bird", root=tmp_path, split="dev", drop_failing_gold=True) == dropped
 
 
 def test_gold_references_are_cached_on_disk_and_a_broken_cache_is_ignored(bird_root: Path, private_cache: Path) -> None:
     first = load_examples("bird", root=bird_root, split="dev")
-    files = sorted((private_cache / "eval-data").glob("refs-*.json"))
+    files = sorted((private_cache / "eval-data").glob("gold-*.json"))
     assert len(files) >= 2  # one per database (music, shop)
     cached = {sql for f in files for sql in json.loads(f.read_text())}
     assert {e.gold_sql for e in first} <= cached

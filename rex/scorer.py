@@ -13,6 +13,7 @@ import dataclasses
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from rex.metrics import ex_score, execution_match, qatch_scores, rex_compare
@@ -42,7 +43,7 @@ class ExecScore:
     of CP, CR, TC) and is 0 whenever either query failed. ``outcome`` is the EX outcome
     (six values, see ``rex.metrics.OUTCOMES``). ``pred_executed``: the prediction ran;
     ``pred_nonempty``: it ran and returned at least one non-NULL cell. ``details`` holds
-    the metric's working (``rex``, ``qatch``), ``ordered`` (gold has a top-level ORDER
+    the metric's working (``rex``, ``qatch``), ``ordered`` (REX only: gold has a top-level ORDER
     BY), row counts and error messages (``gold_error``, ``pred_error``).
     """
 
@@ -60,10 +61,17 @@ class ExecScore:
         return self.outcome in ("gold_error", "gold_timeout")
 
 
-@dataclass(frozen=True)
 class _Gold:
-    result: Any  # QueryResult | ToolError
-    ordered: bool
+    """A cached gold result; ``ordered`` (a sqlglot parse) is worked out on first use,
+    since only REX needs it."""
+
+    def __init__(self, result: Any, sql: str) -> None:
+        self.result = result  # QueryResult | ToolError
+        self.sql = sql
+
+    @cached_property
+    def ordered(self) -> bool:
+        return has_top_level_order_by(self.sql)
 
 
 class ExecScorer:
@@ -119,7 +127,7 @@ class ExecScorer:
                 self.hits += 1
                 return hit
             self.misses += 1
-        entry = _Gold(self.execute(db, gold_sql), has_top_level_order_by(key[1]))
+        entry = _Gold(self.execute(db, gold_sql), key[1])
         if self.gold_cache_size:
             with self._lock:
                 self._cache[key] = entry
@@ -139,16 +147,19 @@ class ExecScorer:
         check_metric(metric)
         gold = self.gold(db, gold_sql)
         pred = self.execute(db, pred_sql) if pred_sql is not None else None
-        return score_results(gold.result, pred, metric, gold.ordered)
+        return score_results(gold.result, pred, metric, gold.ordered if metric == "rex" else None)
 
 
-def score_results(gold: Any, pred: Any | None, metric: str, ordered: bool) -> ExecScore:
-    """Score two already-executed results (``pred`` None = no SQL) under ``metric``."""
+def score_results(gold: Any, pred: Any | None, metric: str, ordered: bool | None) -> ExecScore:
+    """Score two already-executed results (``pred`` None = no SQL) under ``metric``.
+    ``ordered`` (gold has a top-level ORDER BY) is needed only by REX."""
     check_metric(metric)
+    if metric == "rex" and ordered is None:
+        raise ConfigError("score_results with metric='rex' needs ordered=True/False (has_top_level_order_by(gold_sql))")
     g = as_outcome(gold)
     p: Any = as_outcome(pred) if pred is not None else Failure("syntax", "no SQL in the answer")
     outcome = execution_match(g, p)
-    details: dict[str, Any] = {"ordered": ordered}
+    details: dict[str, Any] = {} if ordered is None else {"ordered": ordered}
     if isinstance(g, Failure):
         details["gold_error"] = f"{g.kind}: {g.message}"
     else:
@@ -165,7 +176,7 @@ def score_results(gold: Any, pred: Any | None, metric: str, ordered: bool) -> Ex
         if metric == "ex":
             score = ex_score(outcome)
         elif metric == "rex":
-            rex = rex_compare(g, p, ordered)
+            rex = rex_compare(g, p, bool(ordered))
             details["rex"] = rex.to_json()
             score = rex.score
         else:

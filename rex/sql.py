@@ -48,55 +48,27 @@ class SqlReference:
 # --------------------------------------------------------------------------- text
 
 
-_QUOTE_CLOSERS = {"'": "'", '"': '"', "`": "`", "[": "]"}
+_TOKEN = re.compile(
+    r"""
+    (?P<quoted>'(?:[^']|'')*'?|"(?:[^"]|"")*"?|`(?:[^`]|``)*`?|\[[^\]]*\]?)
+    |(?P<comment>--[^\n]*|/\*.*?(?:\*/|\Z))
+    |(?P<space>\s+)
+    |(?P<code>[^\s'"`\[\-/]+|[-/])
+    """,
+    re.DOTALL | re.VERBOSE,
+)
 
 
 def _scan(sql: str) -> Iterable[tuple[str, str]]:
     """Split SQL text into ("quoted" | "comment" | "space" | "code", text) pieces.
 
-    A small hand scanner rather than sqlglot's tokenizer, because normalisation must
+    A small regex scanner rather than sqlglot's tokenizer, because normalisation must
     keep the text of literals and identifiers byte-for-byte and must work on text that
-    does not parse. Unterminated quotes and comments run to the end of the text.
+    does not parse. Quotes are '…', "…", `…` (doubled to escape) and […]; unterminated
+    quotes and comments run to the end of the text.
     """
-    i, n = 0, len(sql)
-    while i < n:
-        ch = sql[i]
-        if ch in _QUOTE_CLOSERS:
-            close = _QUOTE_CLOSERS[ch]
-            j = i + 1
-            while j < n:
-                if sql[j] == close:
-                    if close != "]" and j + 1 < n and sql[j + 1] == close:  # doubled quote
-                        j += 2
-                        continue
-                    break
-                j += 1
-            yield "quoted", sql[i : j + 1]
-            i = j + 1
-        elif sql.startswith("--", i):
-            j = sql.find("\n", i)
-            j = n if j < 0 else j
-            yield "comment", sql[i:j]
-            i = j
-        elif sql.startswith("/*", i):
-            j = sql.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            yield "comment", sql[i:j]
-            i = j
-        elif ch.isspace():
-            j = i
-            while j < n and sql[j].isspace():
-                j += 1
-            yield "space", sql[i:j]
-            i = j
-        else:
-            j = i
-            while j < n and not sql[j].isspace() and sql[j] not in _QUOTE_CLOSERS:
-                if sql.startswith("--", j) or sql.startswith("/*", j):
-                    break
-                j += 1
-            yield "code", sql[i:j]
-            i = j
+    for match in _TOKEN.finditer(sql):
+        yield match.lastgroup or "code", match.group()
 
 
 def normalize_sql(sql: str) -> str:
@@ -110,20 +82,41 @@ def normalize_sql(sql: str) -> str:
     """
     if not isinstance(sql, str):
         return ""
-    parts: list[str] = []
-    for kind, text in _scan(sql):
-        if kind in ("space", "comment"):
-            if parts and parts[-1] != " ":
-                parts.append(" ")
+    if _SPECIAL.search(sql) is None:  # no quotes or comments: whitespace is all there is
+        text = " ".join(sql.split())
+    else:
+        text = _collapse(sql)
+    while text.endswith(";"):  # what precedes a trailing ";" outside quotes is code or a gap
+        text = text[:-1].rstrip(" ")
+    return text
+
+
+_SPECIAL = re.compile(r"['\"`\[]|--|/\*")
+_QUOTED_OR_GAP = re.compile(
+    r"(?P<quoted>'(?:[^']|'')*'?|\"(?:[^\"]|\"\")*\"?|`(?:[^`]|``)*`?|\[[^\]]*\]?)"
+    r"|(?:--[^\n]*|/\*.*?(?:\*/|\Z)|\s)+",
+    re.DOTALL,
+)
+
+
+def _collapse(sql: str) -> str:
+    """Comments and whitespace runs outside quotes become one space; ends trimmed."""
+    pieces: list[str] = []
+    pos = 0
+    last_gap_end = -1
+    for match in _QUOTED_OR_GAP.finditer(sql):
+        pieces.append(sql[pos : match.start()])
+        if match.lastgroup == "quoted":
+            pieces.append(match.group())
         else:
-            parts.append(text)
-    while parts and (parts[-1] == " " or parts[-1].endswith(";")):
-        last = parts.pop()
-        if last != " " and last.rstrip(";"):
-            parts.append(last.rstrip(";"))  # "t;" -> "t" (a quoted piece never ends in ";")
-    if parts[:1] == [" "]:
-        parts.pop(0)
-    return "".join(parts)
+            pieces.append(" ")
+            last_gap_end = match.end()
+        pos = match.end()
+    pieces.append(sql[pos:])
+    if last_gap_end == len(sql):
+        pieces[-2:] = [""]  # a trailing gap (the last piece is then empty)
+    text = "".join(pieces)
+    return text[1:] if text.startswith(" ") else text  # a leading space is always a gap
 
 
 def _strip_fence(text: str) -> str:
@@ -256,11 +249,16 @@ def has_top_level_order_by(sql: str) -> bool:
     >>> has_top_level_order_by("SELECT a FROM t UNION SELECT b FROM u ORDER BY 1")
     True
     """
+    if not isinstance(sql, str) or _ORDER_WORD.search(sql) is None:
+        return False  # fast path: most queries never say ORDER (no parse needed)
     statements, error = _parse(sql)
     if error:
-        return _order_by_at_depth_zero(sql if isinstance(sql, str) else "")
+        return _order_by_at_depth_zero(sql)
     root = statements[-1]
     return isinstance(root, exp.Query) and root.args.get("order") is not None
+
+
+_ORDER_WORD = re.compile(r"order", re.IGNORECASE)
 
 
 def _order_by_at_depth_zero(sql: str) -> bool:

@@ -62,16 +62,26 @@ Resolver = Callable[[Path, str, Problems], Layout]
 
 @dataclass(frozen=True)
 class Kind:
+    """A dataset kind: how to find its files, which keys its records use, how to read
+    them, and (for bundled data) where it lives when no root is given."""
+
     resolve: Resolver
     fields: Fields
     reader: str  # "json" | "jsonl"
+    default_root: Callable[[], Path] | None = None
+
+
+def _minibird_root() -> Path:
+    from eval.data import minibird
+
+    return minibird.ensure()
 
 
 KINDS: Registry[Kind] = Registry("dataset kind")
 KINDS.register("bird")(Kind(resolve_bird, BIRD_FIELDS, "json"))
 KINDS.register("spider")(Kind(resolve_spider, SPIDER_FIELDS, "json"))
 KINDS.register("jsonl")(Kind(resolve_jsonl, JSONL_FIELDS, "jsonl"))
-KINDS.register("minibird")(Kind(resolve_bird, BIRD_FIELDS, "json"))
+KINDS.register("minibird")(Kind(resolve_bird, BIRD_FIELDS, "json", default_root=_minibird_root))
 
 
 def load_examples(
@@ -101,7 +111,7 @@ def load_examples(
         raise ConfigError(f"limit={limit!r}: pass a positive integer or None")
     if not split or not isinstance(split, str):
         raise ConfigError(f"split={split!r}: pass a split name such as 'train' or 'dev'")
-    base = _root(kind, root)
+    base = _root(kind, spec, root)
     problems = Problems(kind, base, split)
     if not base.exists():
         problems.add(f"dataset root {base} does not exist; set data.root to the folder holding the dataset")
@@ -121,13 +131,11 @@ def load_examples(
     return examples
 
 
-def _root(kind: str, root: str | os.PathLike[str] | None) -> Path:
+def _root(kind: str, spec: Kind, root: str | os.PathLike[str] | None) -> Path:
     if root is not None and str(root) != "":
         return Path(root).expanduser().resolve()
-    if kind == "minibird":
-        from eval.data import minibird
-
-        return minibird.ensure()
+    if spec.default_root is not None:
+        return spec.default_root()
     raise ConfigError(f"data.root is required for kind {kind!r}: set it to the dataset folder (e.g. data.root=/data/{kind})")
 
 

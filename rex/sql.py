@@ -133,7 +133,12 @@ def _strip_fence(text: str) -> str:
 _FENCE = re.compile(r"```[ \t]*(?:sql|sqlite|SQL|SQLite)?[ \t]*\n?(.*?)```", re.DOTALL)
 _FENCE_OPEN = re.compile(r"```[ \t]*(?:sql|sqlite|SQL|SQLite)?[ \t]*\n?")
 _TAGS = ("final_answer", "answer")
-_BARE_START = re.compile(r"(?im)^[ \t]*(?:WITH|SELECT)\b")
+_BARE_START = re.compile(
+    r"(?m)^[ \t]*(?:SELECT|select|(?:WITH|with)\s+(?:RECURSIVE\s+|recursive\s+)?[\w\"`\[\]]+[^\n;]*?\b(?:AS|as)\s*\()"
+)
+"""A line that starts a query: SELECT / select (not the English "Select …"), or a WITH
+clause shaped like a CTE (``WITH name AS (``)."""
+_TAG = re.compile(r"</?[A-Za-z_][\w-]*>")
 
 
 def _tag_body(text: str, tag: str) -> str | None:
@@ -160,8 +165,8 @@ def extract_sql(text: str) -> str | None:
 
     Order: the last ``<final_answer>`` body, else the last ``<answer>`` body (either may
     wrap a ```sql fence; an unclosed tag runs to the end), else the last ```sql (or
-    plain ```) fence, else bare SQL: from the first line starting with SELECT or WITH to
-    the first top-level semicolon. Surrounding whitespace and trailing semicolons are
+    plain ```) fence, else bare SQL: from the first line starting with SELECT / select
+    or a CTE's ``WITH name AS (`` to the first semicolon or markup tag outside quotes. Surrounding whitespace and trailing semicolons are
     removed; comments are kept (``normalize_sql`` strips them).
 
     >>> extract_sql("<think>hm</think><answer>```sql\\nSELECT 1;\\n```</answer>")
@@ -188,14 +193,13 @@ def extract_sql(text: str) -> str | None:
 
 
 def _first_statement(sql: str) -> str:
-    """Text up to the first semicolon outside quotes and comments."""
-    out: list[str] = []
-    for kind, piece in _scan(sql):
-        if kind == "code" and ";" in piece:
-            out.append(piece[: piece.index(";")])
-            break
-        out.append(piece)
-    return "".join(out)
+    """Text up to the first semicolon or markup tag (``</think>``) outside quotes and
+    comments."""
+    masked = "".join(
+        piece if kind in ("code", "space") else "\0" * len(piece) for kind, piece in _scan(sql)
+    )  # same length as sql; quoted text and comments hidden
+    ends = [m.start() for m in (re.search(";", masked), _TAG.search(masked)) if m]
+    return sql[: min(ends)] if ends else sql
 
 
 # --------------------------------------------------------------------------- parsing

@@ -143,6 +143,11 @@ def test_normalized_sql_executes_to_the_same_result() -> None:
         ("WITH x AS (SELECT 1) SELECT * FROM x;", "WITH x AS (SELECT 1) SELECT * FROM x"),
         ("The query is:\nSELECT a FROM t WHERE b = ';'; done", "SELECT a FROM t WHERE b = ';'"),
         ("I would select the rows", None),
+        ("Select the rows we need\nwith care", None),  # English, not SQL
+        ("With this in mind:\nSELECT 1", "SELECT 1"),
+        ("with recursive r(n) as (select 1) select n from r", "with recursive r(n) as (select 1) select n from r"),
+        ("<think>\nSELECT a FROM t WHERE b < 3\n</think>", "SELECT a FROM t WHERE b < 3"),
+        ("SELECT '<think>;' FROM t</x>", "SELECT '<think>;' FROM t"),
         ("", None),
         ("   \n ", None),
     ],

@@ -3,6 +3,10 @@
 The total is the execution score of the final SQL under that metric (EX 1/0, REX score,
 QATCH mean of CP, CR, TC); no format or length terms. A trajectory without final SQL
 scores 0.
+
+>>> from training.rewards import get_reward
+>>> get_reward("rex").exec_metric, get_reward("qatch").component_names
+('rex', ('exec',))
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import difflib
 import io
 import json
 import re
+import shutil
 import sqlite3
 from collections import Counter
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 
 from eval.data import load_examples, minibird
 from eval.data.minibird import builder as build_module
+from eval.data.minibird.questions import GenerationError
 from rex.sql import referenced_schema
 
 SPLITS = ("train", "dev")
@@ -337,3 +339,27 @@ def test_the_tool_layer_reads_minibird_descriptions_and_noise(minibird_root: Pat
     assert profile.column("visits", "dx_cd").full_name == "diagnosis code"
     assert profile.column("visits", "fee").numeric_text
     assert profile.column("patients", "ins_plan").nulls > 0
+
+
+def test_verify_fails_loudly_on_a_gold_sql_that_errors_or_returns_nothing(minibird_root: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(minibird_root, copy)
+    questions = _questions(copy, "dev")
+    questions[3]["SQL"] = "SELECT COUNT(*) FROM no_such_table"
+    questions[7]["SQL"] = f"SELECT * FROM {questions[7]['SQL'].split('FROM ')[1].split()[0]} WHERE 1 = 0"
+    (copy / "dev" / "dev.json").write_text(json.dumps(questions))
+    with pytest.raises(GenerationError) as info:
+        build_module.verify(copy)
+    assert "2 minibird gold SQL failed" in str(info.value)
+    assert "dev question 3" in str(info.value) and "no such table" in str(info.value)
+    assert "dev question 7" in str(info.value) and "empty result" in str(info.value)
+
+
+def test_command_line_build(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from eval.data.__main__ import main
+
+    assert main(["minibird", "--out", str(tmp_path / "mb")]) == 0
+    out = capsys.readouterr().out
+    assert f"minibird {minibird.version()} at {tmp_path / 'mb'}" in out and re.search(r"split dev: \d{3} examples, 2 databases", out)
+    assert main(["minibird", "--out", str(tmp_path / "mb")]) == 2
+    assert "not empty" in capsys.readouterr().err

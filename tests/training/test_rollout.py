@@ -483,22 +483,43 @@ def test_every_agent_through_the_driver_token_by_token(name: str, agent_db) -> N
         assert prefix.tolist() == [1.0 if t <= 2 else 0.0 for t in trajs[0].turn_index]
 
 
-def test_real_agent_with_the_tiny_model(agent_db) -> None:
+@pytest.mark.parametrize("name", ["retoolsql", "think2sql", "trustsql", "dualsql"])
+def test_real_agents_with_the_tiny_model(name: str, agent_db) -> None:
     from agents import make_agent
     from tests.agents.conftest import make_example
 
     torch.manual_seed(1)
-    model = tiny_model()
-    requests = [(make_example(agent_db.path), agent_db, i) for i in range(2)]
-    trajs = run_episodes(make_agent("trustsql", max_turns=2), requests, TOK, hf_generate(model, TOK),
-                         SamplingParams(), RolloutLimits(max_tokens_per_turn=8))
-    assert [t.sample_index for t in trajs] == [0, 1]
+    model, outputs = tiny_model(), []
+    generate = hf_generate(model, TOK)
+
+    def recording(prompts, params):
+        out = generate(prompts, params)
+        outputs.extend(o.token_ids for o in out)
+        return out
+
+    options = {"dualsql": {"linker_max_turns": 2, "generator_max_turns": 2}, "think2sql": {}}.get(name, {"max_turns": 2})
+    requests = [(make_example(agent_db.path), agent_db, 3)]
+    limits = RolloutLimits(max_tokens_per_turn=8, max_context_tokens=4096)  # the tiny model's positions
+    trajs = run_episodes(make_agent(name, **options), requests, TOK, recording, SamplingParams(), limits)
+    assert [t.sample_index for t in trajs] == ([3, 3] if name == "dualsql" else [3])
     for traj in trajs:
-        assert [t.phase for t in traj.result.turns] == ["invalid", "invalid"]  # random text is never valid
-        assert traj.result.end_reason == "turn_budget"
-        assert TOK.decode(traj.prompt_ids + traj.response_ids) == rendered(traj)
-        observation = [m for m in traj.messages if m["role"] == "tool"][0]
-        assert observation["content"].startswith("Invalid format:")
+        assert traj.result.turns and all(not t.format_ok for t in traj.result.turns)  # random text is never valid
+        assert traj.result.end_reason in ("turn_budget", "format_cutoff", "context_limit")
+        assert len(traj.prompt_ids) + len(traj.response_ids) <= 4096
+        policy_runs, run = [], []
+        for tok, m in zip(traj.response_ids, traj.response_mask):
+            if m:
+                run.append(tok)
+            elif run:
+                policy_runs.append(run)
+                run = []
+        policy_runs += [run] if run else []
+        assert all(any(o[: len(r)] == r for o in outputs) for r in policy_runs)  # every mask-1 token was generated
+        if traj.result.end_reason != "context_limit":
+            closed = traj.messages[-1]["role"] == "assistant"
+            assert TOK.decode(traj.prompt_ids + traj.response_ids) == TOK.apply_chat_template(
+                traj.messages, tokenize=False, add_generation_prompt=not closed
+            )
 
 
 def test_engine_bugs_fail_loudly() -> None:

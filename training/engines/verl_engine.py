@@ -122,6 +122,7 @@ class VerlSettings:
     project_name: str = "sqlagent-rl"
     experiment_name: str = "run"
     output_dir: str = "outputs/verl"
+    resume: bool = False  # continue from the latest checkpoint under output_dir/checkpoints
     loggers: tuple[str, ...] = ("console", "file")
     seed: int = 0
 
@@ -264,7 +265,8 @@ def fill_from_settings(cfg: "DictConfig", s: VerlSettings) -> "DictConfig":
         "trainer.val_before_train": s.val_before_train,
         "trainer.project_name": s.project_name,
         "trainer.experiment_name": s.experiment_name,
-        "trainer.default_local_dir": str(Path(s.output_dir) / "checkpoints"),
+        "trainer.default_local_dir": str(checkpoint_dir(s.output_dir)),
+        "trainer.resume_mode": "auto" if s.resume else "disable",
         "trainer.logger": list(s.loggers),
         "trainer.critic_warmup": 0,
     }
@@ -535,9 +537,37 @@ VERL_LOGGERS = {"console": "console", "jsonl": "file", "wandb": "wandb"}
 
 
 def data_files(run_dir: str | Path) -> tuple[Path, Path]:
-    """Where the engine writes the train / validation prompt parquet files."""
-    root = Path(run_dir) / "verl_data"
+    """Where the engine writes the train / validation prompt parquet files (absolute:
+    Ray actors do not share the driver's working directory)."""
+    root = Path(run_dir).resolve() / "verl_data"
     return root / "train.parquet", root / "val.parquet"
+
+
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    """veRL's ``trainer.default_local_dir`` for a run (absolute, for the same reason)."""
+    return Path(run_dir).resolve() / "checkpoints"
+
+
+def prepare_run_dir(run_dir: str | Path, resume: bool, fresh: bool, say: Say = print) -> None:
+    """The project's resume rules (as the local engine applies them) for veRL checkpoints:
+    ``fresh`` deletes them, ``resume`` continues, neither refuses to overwrite."""
+    import shutil
+
+    from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+
+    ckpt = checkpoint_dir(run_dir)
+    if fresh:
+        shutil.rmtree(ckpt, ignore_errors=True)
+        (Path(run_dir) / "metrics.jsonl").unlink(missing_ok=True)
+        return
+    latest = find_latest_ckpt_path(str(ckpt)) if ckpt.exists() else None
+    if resume:
+        say(f"[resume] {'continuing from ' + str(latest) if latest else 'no checkpoint in ' + str(ckpt) + '; starting from step 0'}")
+    elif latest is not None:
+        raise ConfigError(
+            f"{run_dir} already holds veRL checkpoint {latest}; pass resume=true to continue it, "
+            "fresh=true to start over, or run_dir=<another directory>"
+        )
 
 
 def settings_from_project(cfg: "TrainConfig", model_path: str | None = None) -> VerlSettings:
@@ -610,6 +640,7 @@ def settings_from_project(cfg: "TrainConfig", model_path: str | None = None) -> 
         project_name=cfg.trainer.project,
         experiment_name=cfg.recipe_name or "run",
         output_dir=cfg.run_dir,
+        resume=cfg.resume,
         loggers=tuple(loggers),
         seed=cfg.seed,
     )
@@ -664,6 +695,7 @@ def train(cfg: "TrainConfig", say: Say = print) -> dict[str, Any]:
 
     model_path = resolve_model_path(cfg.stage.init_from or cfg.model.path, say)
     verl_cfg = verl_config_for(cfg, model_path)
+    prepare_run_dir(cfg.run_dir, cfg.resume, cfg.fresh, say)
     train_file, val_file = data_files(cfg.run_dir)
     data = cfg.data
     train_examples = load_examples(

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[3]
 def project_config(recipe: str, *overrides: str) -> TrainConfig:
     """The typed project config for ``recipe`` with engine=verl (as training.run builds it)."""
     with initialize_config_module(config_module="recipes", version_base=None):
-        dcfg = compose(config_name="config", overrides=[f"recipe={recipe}", "engine=verl", "~data", *overrides])
+        dcfg = compose(config_name="config", overrides=[f"recipe={recipe}", "engine=verl", *overrides])
     from omegaconf import OmegaConf
 
     raw = OmegaConf.to_container(dcfg, resolve=True)
@@ -160,7 +160,7 @@ def test_prompt_rows_round_trip(tmp_path: Path) -> None:
 
 def test_dry_run_prints_the_complete_verl_config(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "training.run", "recipe=trustsql", "engine=verl", "dry_run=true", "~data",
+    cmd = [sys.executable, "-m", "training.run", "recipe=trustsql", "engine=verl", "dry_run=true",
            f"run_dir={tmp_path / 'run'}", "model.path=/models/policy", "+verl.trainer.save_freq=4"]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -174,3 +174,24 @@ def test_dry_run_prints_the_complete_verl_config(tmp_path: Path) -> None:
     assert printed["sqlagent"]["agent"]["name"] == "trustsql"
     assert set(printed) >= {"actor_rollout_ref", "algorithm", "data", "reward", "trainer", "critic"}
     assert not (tmp_path / "run" / "verl_data").exists()  # a dry run writes no prompt files
+
+
+def test_run_dir_rules_match_the_local_engine(tmp_path: Path) -> None:
+    from verl.utils.checkpoint.checkpoint_manager import get_checkpoint_tracker_filename
+
+    run = tmp_path / "run"
+    ckpt = E.checkpoint_dir(run)
+    (ckpt / "global_step_3").mkdir(parents=True)
+    Path(get_checkpoint_tracker_filename(str(ckpt))).write_text("3")
+    (run / "metrics.jsonl").write_text("{}\n")
+    with pytest.raises(ConfigError, match="resume=true to continue"):
+        E.prepare_run_dir(run, resume=False, fresh=False)
+    said: list[str] = []
+    E.prepare_run_dir(run, resume=True, fresh=False, say=said.append)
+    assert "global_step_3" in said[0]
+    E.prepare_run_dir(run, resume=False, fresh=True)
+    assert not ckpt.exists() and not (run / "metrics.jsonl").exists()
+    E.prepare_run_dir(run, resume=False, fresh=False)  # nothing left to protect
+    cfg = E.verl_config_for(project_config("trustsql", f"run_dir={run}", "resume=true"), model_path="m")
+    assert cfg.trainer.resume_mode == "auto" and cfg.trainer.default_local_dir == str(ckpt)
+    assert E.verl_config_for(project_config("trustsql"), model_path="m").trainer.resume_mode == "disable"

@@ -9,6 +9,7 @@ episode ends at the final answer or after ``max_turns`` turns.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import TYPE_CHECKING, Sequence
 
@@ -61,10 +62,14 @@ class FewShotRetriever:
         """The ``k`` best-scoring pool examples from other databases (ties: pool order)."""
         if k <= 0 or self._bm25 is None:
             return []
-        scores = self._bm25.get_scores(_words(example.question))
+        return [self.pool[i] for i in self._ranked(example.id, example.db_id, example.question, k)]
+
+    @functools.lru_cache(maxsize=4096)
+    def _ranked(self, example_id: str, db_id: str, question: str, k: int) -> tuple[int, ...]:
+        """Pool indices, cached: a GRPO group asks for the same question G times."""
+        scores = self._bm25.get_scores(_words(question))
         order = sorted(range(len(self.pool)), key=lambda i: (-scores[i], i))
-        picked = [self.pool[i] for i in order if self.pool[i].db_id != example.db_id and self.pool[i].id != example.id]
-        return picked[:k]
+        return tuple(i for i in order if self.pool[i].db_id != db_id and self.pool[i].id != example_id)[:k]
 
 
 class ReToolSQLEpisode(BaseEpisode):

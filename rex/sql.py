@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence, cast
 
 import sqlglot
 from sqlglot import exp
@@ -210,15 +210,15 @@ def _parse(sql: str) -> tuple[list[exp.Expression], str | None]:
     if not isinstance(sql, str) or not sql.strip():
         return [], "empty SQL"
     try:
-        statements = sqlglot.parse(sql, read=DIALECT)
+        statements = sqlglot.parse(sql, read=DIALECT)  # list[Expression | None]
     except SqlglotError as err:
         return [], f"sqlglot could not parse the SQL: {_first_line(err)}"
     except Exception as err:  # sqlglot bugs on adversarial text must not reach a reward
         return [], f"sqlglot failed on the SQL ({type(err).__name__}): {_first_line(err)}"
-    statements = [s for s in statements if s is not None]
-    if not statements:
+    kept = [cast(exp.Expression, s) for s in statements if s is not None]
+    if not kept:
         return [], "empty SQL"
-    return statements, None
+    return kept, None
 
 
 def _first_line(err: BaseException) -> str:
@@ -298,7 +298,7 @@ def _lower_schema(schema: SchemaMap | None) -> dict[str, dict[str, str]]:
 def _qualified(root: exp.Expression, schema: dict[str, dict[str, str]]) -> exp.Expression:
     """Qualify tables/columns and expand ``*``; on sqlglot errors fall back to less help
     (no schema, then the raw tree) and let ``_Resolver`` do the rest."""
-    attempts = [schema, None] if schema else [None]
+    attempts: list[dict[str, object] | None] = [dict(schema), None] if schema else [None]
     for attempt in attempts:
         try:
             return qualify(

@@ -238,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rank-bm25", action="store_true", help="also time plain rank-bm25 (slow to build)")
     parser.add_argument("--workdir", type=Path, help="where to put the database and caches (default: a temp dir)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--parts", default="overhead,bm25,runaway", help="which benchmarks to run")
     args = parser.parse_args(argv)
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-tools-"))
@@ -251,16 +252,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"database: {args.rows:,} rows, {db_path.stat().st_size / 1e6:.0f} MB, built in {time.perf_counter() - start:.1f} s")
 
     figures: dict[str, Any] = {"rows": args.rows}
-    figures["overhead"] = bench_overhead(db_path, args.rows, args.queries, args.repeat)
-    _print("1. sqlite_query vs raw sqlite3", figures["overhead"])
-    queries = search_queries(vocab, args.searches, random.Random(2))
-    figures["bm25"] = [bench_bm25(db_path, engine, queries) for engine in args.engines.split(",")]
-    if args.rank_bm25:
-        figures["bm25"].append(bench_rank_bm25(db_path, queries))
-    for row in figures["bm25"]:
-        _print(f"2. BM25 value search ({row['engine']})", row)
-    figures["runaway"] = bench_runaway(db_path, args.deadline, repeats=3)
-    _print("3. runaway queries", figures["runaway"])
+    parts = set(args.parts.split(","))
+    if "overhead" in parts:
+        figures["overhead"] = bench_overhead(db_path, args.rows, args.queries, args.repeat)
+        _print("1. sqlite_query vs raw sqlite3", figures["overhead"])
+    if "bm25" in parts:
+        queries = search_queries(vocab, args.searches, random.Random(2))
+        figures["bm25"] = [bench_bm25(db_path, engine, queries) for engine in args.engines.split(",")]
+        if args.rank_bm25:
+            figures["bm25"].append(bench_rank_bm25(db_path, queries))
+        for row in figures["bm25"]:
+            _print(f"2. BM25 value search ({row['engine']})", row)
+    if "runaway" in parts:
+        figures["runaway"] = bench_runaway(db_path, args.deadline, repeats=3)
+        _print("3. runaway queries", figures["runaway"])
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0

@@ -117,7 +117,7 @@ class Ctx:
     def num(self, column: Column, alias: str = "") -> str:
         ref = self.ref(column, alias)
         if column.textnum:
-            self.hint(f"{column.name} is stored as text; cast it to a number", 0.5)
+            self.hint(f"{column.name} is stored as text; cast it to a number", 0.7)
             return f"CAST({ref} AS REAL)"
         return ref
 
@@ -128,10 +128,10 @@ class Ctx:
         if column.noisy:
             stored = self.spellings(table, column, canonical)
             cond = f"{ref} = {lit(stored[0])}" if len(stored) == 1 else f"{ref} IN ({', '.join(lit(s) for s in stored)})"
-            self.hint(f"{mention} is stored as {' or '.join(lit(s) for s in stored)} in {column.name}", 0.4)
+            self.hint(f"{mention} is stored as {' or '.join(lit(s) for s in stored)} in {column.name}", 0.5)
         else:
             cond = f"{ref} = {lit(canonical)}"
-            self.hint(f"{mention} refers to {column.name} = {lit(canonical)}", 0.4)
+            self.hint(f"{mention} refers to {column.name} = {lit(canonical)}", 0.6)
         return cond, mention
 
     def year(self, column: Column, alias: str = "") -> str:
@@ -144,7 +144,7 @@ class Ctx:
     def join(self, child_alias: str, fk: Column, parent_alias: str, pk: Column) -> str:
         left, right = f"{child_alias}.{fk.name}", f"{parent_alias}.{pk.name}"
         if fk.sqltype != pk.sqltype:  # the INTEGER-vs-TEXT key: compare as integers
-            self.hint(f"{left} is stored as {fk.sqltype.lower()} while {right} is {pk.sqltype.lower()}", 0.5)
+            self.hint(f"{left} is stored as {fk.sqltype.lower()} while {right} is {pk.sqltype.lower()}", 0.7)
             return f"CAST({left} AS INTEGER) = {right}"
         return f"{left} = {right}"
 
@@ -172,7 +172,9 @@ class Ctx:
 
     def col_hint(self, column: Column) -> None:
         if column.abbreviated:
-            self.hint(f"{column.phrase} refers to {column.name}", 0.5)
+            self.hint(f"{column.phrase} refers to {column.name}", 0.8)
+        elif column.phrase.replace(" ", "_") != column.name:
+            self.hint(f"{column.phrase} refers to {column.name}", 0.4)
         if column.pct == "frac":
             self.hint(f"{column.name} is stored as a fraction between 0 and 1", 0.7)
         elif column.pct == "100":
@@ -328,7 +330,7 @@ def lookup_attr(ctx: Ctx):
     if value is None:
         return None
     m = ctx.mention(value[0])
-    ctx.hint(f"{m} refers to {name.name} = {lit(value[0])}", 0.3)
+    ctx.hint(f"{m} refers to {name.name} = {lit(value[0])}", 0.6)
     ctx.col_hint(c)
     q = ctx.say(["What is the {p} of {v}?", "Give the {p} of the {s} named {v}.", "Tell me the {p} of {s} {v}.",
                  "What {p} does {v} have?"], p=c.phrase, v=m, s=t.noun)
@@ -471,7 +473,7 @@ def join_count_parent(ctx: Ctx):
     name = parent.name_column
     q = ctx.say(["How many {cn} have {r} {v}?", "For the {r} {v}, how many {cn} are there?",
                  "Count the {cn} whose {r} is {v}.", "How many {cn} list {v} as their {r}?"], cn=child.nouns, r=role(fkc), v=m)
-    ctx.hint(f"{m} refers to {name.name} = {lit(value)}", 0.3)
+    ctx.hint(f"{m} refers to {name.name} = {lit(value)}", 0.6)
     sql = (f"SELECT COUNT(*) FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON {ctx.join('T1', fkc, 'T2', pk)} "
            f"WHERE T2.{name.name} = {lit(value)}")
     return q, ctx.take_evidence(), sql
@@ -487,6 +489,7 @@ def join_child_names(ctx: Ctx):
     if value is None:
         return None
     m = ctx.mention(value)
+    ctx.hint(f"{m} refers to {parent.name_column.name} = {lit(value)}", 0.6)
     q = ctx.say(["List the {nps} of the {cn} whose {r} is {v}.", "Which {cn} have {r} {v}?",
                  "Give the {np} of every {cs} with {r} {v}."],
                 nps=plural(child.name_column.phrase), np=child.name_column.phrase, cn=child.nouns, cs=child.noun, r=role(fkc), v=m)
@@ -531,6 +534,7 @@ def join_avg_for_parent(ctx: Ctx):
     if value is None:
         return None
     m = ctx.mention(value)
+    ctx.hint(f"{m} refers to {parent.name_column.name} = {lit(value)}", 0.6)
     ctx.col_hint(c)
     fn, word = ctx.choice([("AVG", "average"), ("SUM", "total"), ("MAX", "highest")] if additive(c) else [("MAX", "latest"), ("MIN", "earliest")])
     q = ctx.say(["What is the {w} {p} of the {cn} whose {r} is {v}?", "For the {r} {v}, what is the {w} {p} across its {cn}?"],

@@ -26,10 +26,11 @@ from tools.results import json_cell
 if TYPE_CHECKING:
     from tools.connection import Database
 
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2
 TOP_K = 5
 EXAMPLES = 3
 MIN_FK_OVERLAP = 0.9
+PROFILE_VALUE_CHARS = 120  # long texts (post bodies, abstracts) are cut in the profile
 DESCRIPTION_ENCODINGS = ("utf-8-sig", "cp1252", "latin-1")
 DESCRIPTION_FIELDS = ("original_column_name", "column_name", "column_description", "data_format", "value_description")
 
@@ -273,14 +274,22 @@ def _profile_column(
         nulls=row_count - int(non_null),
         non_null=int(non_null),
         distinct=int(distinct),
-        min=json_cell(lo),
-        max=json_cell(hi),
+        min=_short(lo),
+        max=_short(hi),
         avg=float(avg) if all_numeric and avg is not None else None,
         numeric_text=numeric_text,
         storage={k: v for k, v in (("number", numbers), ("text", texts), ("blob", blobs)) if v},
         top_values=_top_values(db, table, name),
         examples=_examples(db, table, name),
     )
+
+
+def _short(value: Any) -> Any:
+    """A JSON-safe value, long texts cut (a profile must stay small for prompts and cache)."""
+    value = json_cell(value)
+    if isinstance(value, str) and len(value) > PROFILE_VALUE_CHARS:
+        return value[: PROFILE_VALUE_CHARS - 1] + "…"
+    return value
 
 
 def _tidy_number(value: Any) -> Any:
@@ -295,13 +304,13 @@ def _top_values(db: "Database", table: str, column: str) -> tuple[tuple[Any, int
     rows = db.query_internal(
         f"SELECT {c}, COUNT(*) AS n FROM {_q(table)} WHERE {c} IS NOT NULL GROUP BY {c} ORDER BY n DESC, {c} LIMIT {TOP_K}"
     )
-    return tuple((json_cell(v), int(n)) for v, n in rows)
+    return tuple((_short(v), int(n)) for v, n in rows)
 
 
 def _examples(db: "Database", table: str, column: str) -> tuple[Any, ...]:
     c = _q(column)
     rows = db.query_internal(f"SELECT DISTINCT {c} FROM {_q(table)} WHERE {c} IS NOT NULL LIMIT {EXAMPLES}")
-    return tuple(json_cell(v) for (v,) in rows)
+    return tuple(_short(v) for (v,) in rows)
 
 
 # --------------------------------------------------------------------------- keys

@@ -195,3 +195,16 @@ def test_db_schema_and_profile_agree(school_db: Path) -> None:
     db = get_database(school_db)
     profile = db.profile()
     assert db.schema() == {t.name: [c.name for c in t.columns] for t in profile.tables}
+
+
+def test_long_texts_are_cut_in_the_profile(tmp_path: Path) -> None:
+    path = tmp_path / "long.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE posts (id INTEGER PRIMARY KEY, body TEXT)")
+    conn.executemany("INSERT INTO posts(body) VALUES (?)", [("word " * 5000 + str(i),) for i in range(3)])
+    conn.commit()
+    conn.close()
+    body = get_database(path).profile().column("posts", "body")
+    assert body is not None and body.distinct == 3
+    assert all(len(v) <= profile_mod.PROFILE_VALUE_CHARS for v in (body.min, body.max, *body.examples))
+    assert all(len(v) <= profile_mod.PROFILE_VALUE_CHARS for v, _ in body.top_values)

@@ -542,3 +542,37 @@ def test_logprobs_absent_when_the_engine_gives_none() -> None:
 
     (traj,) = run_episodes(ScriptedAgent(), [(example(), None, 0)], TOK, generate, SamplingParams())
     assert traj.logprobs is None and traj.result.final_sql == "x"
+
+
+QWEN_LIKE_TEMPLATE = (
+    # a default system prompt, tool results wrapped into one user turn by the template itself,
+    # and past assistant turns re-rendered without their <think> part (as Qwen3 templates do)
+    "{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nDefault.<|im_end|>\n' }}{% endif %}"
+    "{% for m in messages %}"
+    "{% if m['role'] == 'tool' %}"
+    "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}{{ '<|im_start|>user' }}{% endif %}"
+    "{{ '\n<tool_response>\n' + m['content'] + '\n</tool_response>' }}"
+    "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}{{ '<|im_end|>\n' }}{% endif %}"
+    "{% elif m['role'] == 'assistant' and not loop.last and '</think>' in m['content'] %}"
+    "{{ '<|im_start|>assistant\n' + m['content'].split('</think>')[-1] + '<|im_end|>\n' }}"
+    "{% else %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def test_templates_that_rewrite_past_turns_never_shift_generated_tokens() -> None:
+    tok = copy.deepcopy(TOK)
+    tok.chat_template = QWEN_LIKE_TEMPLATE
+    seg = ChatSegments(tok)
+    assert seg.renders_tool_role  # the template wraps tool results itself
+    assert seg.segment_text([{"role": "tool", "content": "R"}]) == (
+        "<|im_start|>user\n<tool_response>\nR\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
+    gen = ScriptedGenerate(tokenizer=tok)
+    (traj,) = run_episodes(ScriptedAgent(), [(example(), None, 0)], tok, gen, SamplingParams())
+    check_generated(traj, gen)
+    text = tok.decode(traj.response_ids)
+    assert text.startswith("<think>look</think>" + TOOL + "<|im_end|>\n<|im_start|>user\n<tool_response>\nrows for call 0")
+    rerendered = tok.apply_chat_template(traj.messages, tokenize=False)
+    assert "<think>look</think>" not in rerendered  # a re-render would have rewritten the tokens already trained on

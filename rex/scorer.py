@@ -81,7 +81,9 @@ class ExecScorer:
     Picklable for process pools (the cache is not carried over).
 
     ``timeout_s`` bounds each query; ``gold_cache_size`` is the number of gold results
-    kept (least recently used first out).
+    kept (least recently used first out). Gold failures are cached too, timeouts
+    included, so a slow gold query is not re-run for every sample of its GRPO group;
+    a new scorer retries them.
     """
 
     def __init__(self, timeout_s: float = 30.0, gold_cache_size: int = 4096) -> None:

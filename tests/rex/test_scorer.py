@@ -107,3 +107,22 @@ def test_cli_reports_errors_and_bad_paths(test_db_path: Path, tmp_path: Path) ->
         capture_output=True, text=True, timeout=120,
     )
     assert missing.returncode == 2 and "none.sqlite" in missing.stderr
+
+
+def test_scorer_is_thread_safe(test_db: Any) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    scorer = ExecScorer()
+    golds = [f"SELECT id, val FROM big WHERE grp = {g}" for g in range(7)]
+
+    def work(i: int) -> tuple[str, float]:
+        gold = golds[i % 7]
+        pred = gold if i % 2 else gold + " AND id > 600"
+        s = scorer.score(test_db, gold, pred, "rex")
+        return s.outcome, s.score
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(work, range(200)))
+    assert all(o == "match" and sc == 1.0 for o, sc in results[1::2])
+    assert all(o == "mismatch" and 0.4 < sc < 0.6 for o, sc in results[0::2])
+    assert scorer.hits + scorer.misses == 200 and scorer.misses >= 7

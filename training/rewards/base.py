@@ -11,6 +11,7 @@ trainer logs and counts it.
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
@@ -89,6 +90,10 @@ def execution(
     """
     if db is None:
         return None, f"example {example.id!r}: no database to execute on"
+    if isinstance(db, (str, os.PathLike)):
+        from tools import get_database
+
+        db = get_database(db)
     if not example.gold_sql or not example.gold_sql.strip():
         return None, f"example {example.id!r} has no gold SQL"
     score = shared_scorer(timeout_s).score(db, example.gold_sql, trajectory.result.final_sql, metric)

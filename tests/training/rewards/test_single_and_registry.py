@@ -80,3 +80,9 @@ def test_doctests(module: str) -> None:
     mod = importlib.import_module(f"training.rewards.{module}")
     result = doctest.testmod(mod)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_database_path_is_accepted(school_db: Any) -> None:
+    traj = trajectory("SELECT COUNT(*) FROM students", [turn(0, "answer")])
+    out = get_reward("ex")(traj, example("SELECT 5"), str(school_db.path))
+    assert out.error is None and out.total == 1.0

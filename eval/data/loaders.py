@@ -39,7 +39,7 @@ class Fields:
     difficulty: tuple[str, ...] = ("difficulty",)
 
 
-BIRD_FIELDS = Fields(ids=("question_id",), sql=("SQL",), sql_required=True)
+BIRD_FIELDS = Fields(ids=("question_id", "id"), sql=("SQL", "sql", "query"), sql_required=True)
 SPIDER_FIELDS = Fields(ids=(), sql=("query",), sql_required=True, evidence=(), difficulty=())
 JSONL_FIELDS = Fields(ids=("id", "question_id"), sql=("sql", "SQL", "query"), sql_required=False)
 

@@ -77,6 +77,13 @@ def test_missing_question_id_and_difficulty_use_index_and_unknown(tmp_path: Path
     assert {e.difficulty for e in examples} == {"unknown"}
 
 
+def test_bird_accepts_common_key_spellings(tmp_path: Path) -> None:
+    records = [{"id": "a1", "db_id": "music", "question": "Count singers.", "sql": "SELECT COUNT(*) FROM singer"}]
+    write_bird(tmp_path, records=records, dbs=("music",))
+    (only,) = load_examples("bird", root=tmp_path, split="dev")
+    assert (only.id, only.gold_sql, only.gold_tables) == ("a1", "SELECT COUNT(*) FROM singer", ("singer",))
+
+
 def test_limit_keeps_the_first_records(bird_root: Path) -> None:
     assert [e.id for e in load_examples("bird", root=bird_root, split="dev", limit=2)] == ["10", "11"]
     with pytest.raises(ConfigError, match="limit=0"):

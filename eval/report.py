@@ -1,0 +1,158 @@
+"""From per-question records to the summary (JSON) and the readable report (Markdown).
+
+Two EX numbers (SPEC.md "Evaluation semantics every design shares"):
+- ``ex`` (project): matches / questions whose gold SQL ran. A question whose gold SQL
+  errors or times out cannot be scored; it is reported as ``gold_error`` /
+  ``gold_timeout`` and left out of the denominator. Missing predictions stay in it.
+- ``ex_official`` (BIRD ``evaluation.py``-compatible): matches / all questions; every
+  error, timeout (gold's included) and missing prediction counts as wrong.
+The six outcomes (plus ``missing`` for a predictions file) are counted separately.
+REX, QATCH, pass@k and self-consistency are averaged over the scorable questions.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Mapping, Sequence
+
+from eval.scoring import MISSING
+from eval.voting import pass_at_k, pass_k_values
+from rex import OUTCOMES
+
+DIFFICULTY_ORDER = ("simple", "moderate", "challenging")
+OUTCOME_ORDER = (*OUTCOMES, MISSING)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(sum(values) / len(values)) if values else 0.0
+
+
+def difficulty_order(labels: Sequence[str]) -> list[str]:
+    """BIRD's order first, then any other labels alphabetically."""
+    known = [d for d in DIFFICULTY_ORDER if d in labels]
+    return known + sorted(set(labels) - set(known))
+
+
+def _block(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """EX (both), REX, QATCH and outcome counts of a set of records."""
+    n = len(records)
+    scorable = [r for r in records if not r["gold_failed"]]
+    matches = sum(r["ex"] for r in records)
+    outcomes = Counter(r["outcome"] for r in records)
+    return {
+        "n": n,
+        "scorable": len(scorable),
+        "matches": matches,
+        "ex": matches / len(scorable) if scorable else 0.0,
+        "ex_official": matches / n if n else 0.0,
+        "rex": _mean([r["rex"] for r in scorable]),
+        "qatch": {k: _mean([r["qatch"][k] for r in scorable]) for k in ("cp", "cr", "tc", "mean")},
+        "outcomes": {o: outcomes.get(o, 0) for o in OUTCOME_ORDER if o in outcomes or o in OUTCOMES},
+    }
+
+
+def summarize(records: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary of an evaluation (what ``summary.json`` holds)."""
+    summary: dict[str, Any] = {"settings": dict(settings), **_block(records)}
+    labels = difficulty_order([r["difficulty"] for r in records])
+    summary["by_difficulty"] = {d: _block([r for r in records if r["difficulty"] == d]) for d in labels}
+    summary["missing"] = sum(r["missing"] for r in records)
+    summary["executable"] = _mean([float(r["pred_executed"]) for r in records])
+    scorable = [r for r in records if not r["gold_failed"]]
+    samples = max((r["n_samples"] for r in records), default=0)
+    summary["samples"] = samples
+    if samples >= 1 and scorable:
+        summary["pass_at_k"] = {
+            str(k): _mean([pass_at_k(r["n_samples"], r["n_correct"], k) for r in scorable if r["n_samples"] >= k])
+            for k in pass_k_values(samples)
+        }
+        summary["sample_ex"] = _mean([r["n_correct"] / r["n_samples"] for r in scorable if r["n_samples"]])
+        summary["unique_sql"] = _mean([float(r["unique_sql"]) for r in records])
+    voted = [r for r in records if "vote" in r]
+    if voted:
+        summary["sc"] = {
+            "ex": _mean([float(r["ex"]) for r in voted if not r["gold_failed"]]),
+            "no_consensus": sum(not r["vote"]["consensus"] for r in voted),
+            "support": _mean([float(r["vote"]["support"]) for r in voted]),
+        }
+    per_sample = [s for r in records for s in r.get("samples", ())]
+    if per_sample:
+        summary["behaviour"] = {
+            key: _mean([float(s[key]) for s in per_sample])
+            for key in ("turns", "tool_calls", "policy_tokens", "response_tokens", "prompt_tokens")
+        }
+        summary["behaviour"]["answered"] = _mean([float(s["sql"] is not None) for s in per_sample])
+        summary["end_reasons"] = dict(Counter(s["end_reason"] for s in per_sample))
+    return summary
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.2f}"
+
+
+def markdown(summary: Mapping[str, Any]) -> str:
+    """A readable report: headline, per-difficulty table, outcomes, sampling, behaviour."""
+    s = summary
+    st = s.get("settings", {})
+    title = st.get("recipe") or st.get("predictions") or "evaluation"
+    lines = [
+        f"# Evaluation: {title}",
+        "",
+        f"- data: {st.get('data_kind')} / {st.get('split')} ({s['n']} questions, {s['scorable']} with a working gold SQL)",
+        f"- mode: {st.get('mode')}" + (f", {st.get('samples')} samples at T={st.get('temperature')}"
+                                       if st.get("mode") != "greedy" and st.get("samples") else ""),
+    ]
+    if st.get("model"):
+        lines.append(f"- model: {st['model']}")
+    lines += [
+        "",
+        "| metric | value |",
+        "|---|---|",
+        f"| EX (project: gold errors excluded) | {_pct(s['ex'])} |",
+        f"| EX (official-compatible: every error is wrong) | {_pct(s['ex_official'])} |",
+        f"| REX | {_pct(s['rex'])} |",
+        f"| QATCH mean (CP / CR / TC) | {_pct(s['qatch']['mean'])} ({_pct(s['qatch']['cp'])} / "
+        f"{_pct(s['qatch']['cr'])} / {_pct(s['qatch']['tc'])}) |",
+        f"| executable predictions | {_pct(s['executable'])} |",
+    ]
+    if s.get("missing"):
+        lines.append(f"| missing predictions | {s['missing']} |")
+    lines += ["", "## By difficulty", "", "| difficulty | n | EX | EX official | REX | QATCH |", "|---|---|---|---|---|---|"]
+    for label, b in s["by_difficulty"].items():
+        lines.append(f"| {label} | {b['n']} | {_pct(b['ex'])} | {_pct(b['ex_official'])} | {_pct(b['rex'])} | "
+                     f"{_pct(b['qatch']['mean'])} |")
+    lines.append(f"| **all** | {s['n']} | {_pct(s['ex'])} | {_pct(s['ex_official'])} | {_pct(s['rex'])} | "
+                 f"{_pct(s['qatch']['mean'])} |")
+    lines += ["", "## Outcomes", "", "| outcome | count |", "|---|---|"]
+    lines += [f"| {o} | {c} |" for o, c in s["outcomes"].items()]
+    if s.get("samples", 0) > 1:
+        lines += ["", "## Sampling", "", "| k | pass@k |", "|---|---|"]
+        lines += [f"| {k} | {_pct(v)} |" for k, v in s.get("pass_at_k", {}).items()]
+        lines += ["", f"- EX of a single sample (mean): {_pct(s.get('sample_ex', 0.0))}",
+                  f"- unique SQL per {s['samples']} samples: {s.get('unique_sql', 0.0):.2f}"]
+        if "sc" in s:
+            lines += [f"- self-consistency EX: {_pct(s['sc']['ex'])}; no consensus on {s['sc']['no_consensus']} "
+                      f"question(s); mean cluster support {s['sc']['support']:.2f}"]
+    if "behaviour" in s:
+        b = s["behaviour"]
+        lines += ["", "## Behaviour (per sample)", "", "| turns | tool calls | policy tokens | response tokens | "
+                  "prompt tokens | answered |", "|---|---|---|---|---|---|",
+                  f"| {b['turns']:.2f} | {b['tool_calls']:.2f} | {b['policy_tokens']:.1f} | {b['response_tokens']:.1f} | "
+                  f"{b['prompt_tokens']:.1f} | {_pct(b['answered'])} |", "",
+                  "End reasons: " + ", ".join(f"{k} {v}" for k, v in sorted(s.get("end_reasons", {}).items()))]
+    return "\n".join(lines) + "\n"
+
+
+def console_summary(summary: Mapping[str, Any]) -> str:
+    """The few lines printed at the end of a run."""
+    s = summary
+    parts = [f"EX {_pct(s['ex'])} (official {_pct(s['ex_official'])}) on {s['n']} questions",
+             f"REX {_pct(s['rex'])}", f"QATCH {_pct(s['qatch']['mean'])}"]
+    by = ", ".join(f"{d} {_pct(b['ex'])} (n={b['n']})" for d, b in s["by_difficulty"].items())
+    out = " | ".join(parts) + f"\n  by difficulty: {by}\n  outcomes: " + ", ".join(
+        f"{k}={v}" for k, v in s["outcomes"].items())
+    if s.get("samples", 0) > 1:
+        out += "\n  pass@k: " + ", ".join(f"@{k} {_pct(v)}" for k, v in s.get("pass_at_k", {}).items())
+        if "sc" in s:
+            out += f" | SC EX {_pct(s['sc']['ex'])}, no consensus {s['sc']['no_consensus']}"
+    return out

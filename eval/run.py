@@ -1,0 +1,373 @@
+"""``python -m eval.run``: evaluate a model (a design's agent through the rollout driver,
+no update) or a predictions file, and write records, a summary and a report.
+
+    python -m eval.run recipe=trustsql model.path=runs/trustsql/final data=minibird data.eval_split=dev
+    python -m eval.run recipe=retoolsql eval.mode=sc eval.samples=16 eval.limit=64
+    python -m eval.run recipe=think2sql eval.mode=passk eval.samples=8 eval.temperature=0.7
+    python -m eval.run predictions=preds.jsonl data=bird data.root=/data/bird
+
+The config is ``recipes/eval.yaml``: the training config plus an ``eval`` block, so a
+design is evaluated with the same agent options, rollout limits and (on CPU) laptop
+profile as training's before/after EX; ``model.path`` unset means the embedded default.
+Output (``eval.out_dir``): ``records.jsonl`` (one line per question, appended as scored:
+a killed run resumes where it stopped), ``run.json`` (settings), ``summary.json``,
+``report.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from agents.types import Example
+from eval.predictions import pair_predictions, read_predictions
+from eval.records import REPORT, SUMMARY, RunStore
+from eval.report import console_summary, markdown, summarize
+from eval.scoring import MODES, Sample, sample_from_trajectories, score_question
+from tools.errors import ConfigError, ToolkitError
+
+Say = Callable[[str], None]
+Producer = Callable[[Sequence[Example]], dict[str, list[Sample]]]
+"""Answers for a batch of questions: example id -> its samples, in sample order."""
+
+DEFAULT_SAMPLES = 16  # SPEC.md: ReToolSQL's self-consistency draws N = 16
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """The ``eval`` block of ``recipes/eval.yaml``."""
+
+    mode: str = "greedy"
+    samples: int | None = None
+    temperature: float | None = None
+    limit: int | None = None
+    out_dir: str | None = None
+    fresh: bool = False
+    batch_size: int = 8
+    timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"eval.mode={self.mode!r}; choose one of {', '.join(MODES)}")
+        if self.samples is not None and (not isinstance(self.samples, int) or self.samples < 1):
+            raise ConfigError(f"eval.samples={self.samples!r}: a positive integer or null")
+        if self.mode == "greedy" and self.samples not in (None, 1):
+            raise ConfigError(f"eval.samples={self.samples} with eval.mode=greedy: greedy decoding gives one "
+                              "answer per question; use eval.mode=sc or eval.mode=passk to draw several")
+        if self.temperature is not None and self.temperature <= 0:
+            raise ConfigError(f"eval.temperature={self.temperature}: sampling needs > 0 (greedy is eval.mode=greedy)")
+        if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 1):
+            raise ConfigError(f"eval.limit={self.limit!r}: a positive integer or null")
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ConfigError(f"eval.batch_size={self.batch_size!r}: a positive integer")
+        if self.timeout_s <= 0:
+            raise ConfigError(f"eval.timeout_s={self.timeout_s}: a positive number of seconds")
+
+    @property
+    def num_samples(self) -> int:
+        if self.mode == "greedy":
+            return 1
+        return self.samples or DEFAULT_SAMPLES
+
+
+# ----------------------------------------------------------------------------- the loop
+
+def select_examples(examples: Sequence[Example], limit: int | None, seed: int = 0) -> list[Example]:
+    """A fixed seeded subset of ``limit`` questions - the same one training's before/after EX
+    uses for ``data.eval_limit`` with the same seed - or all of them."""
+    if limit is None or limit >= len(examples):
+        return list(examples)
+    from training.engines.local import fixed_subset
+
+    return fixed_subset(examples, limit, seed)
+
+
+def evaluate(
+    examples: Sequence[Example],
+    produce: Producer,
+    store: RunStore,
+    settings: EvalSettings,
+    say: Say = print,
+    missing: frozenset[str] = frozenset(),
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Score every example not yet in ``store`` batch by batch (records are on disk after
+    each batch), then write the summary and the report over all of them."""
+    from rex import ExecScorer
+
+    scorer = ExecScorer(timeout_s=settings.timeout_s)
+    done = store.done
+    pending = [ex for ex in examples if ex.id not in done]
+    if len(pending) < len(examples):
+        say(f"[eval] resuming {store.dir}: {len(examples) - len(pending)} of {len(examples)} questions already scored")
+    bar = _bar(len(examples), len(examples) - len(pending)) if progress else None
+    try:
+        for start in range(0, len(pending), settings.batch_size):
+            batch = pending[start:start + settings.batch_size]
+            answers = produce(batch)
+            store.append(score_question(ex, answers[ex.id], scorer, settings.mode, ex.id in missing) for ex in batch)
+            if bar is not None:
+                bar.update(len(batch))
+    finally:
+        if bar is not None:
+            bar.close()
+    summary = summarize(store.records([ex.id for ex in examples]), _settings_of(store))
+    import json
+
+    store.write(SUMMARY, json.dumps(summary, indent=2, sort_keys=False))
+    store.write(REPORT, markdown(summary))
+    say(console_summary(summary))
+    say(f"[eval] wrote {store.records_path}, {store.dir / SUMMARY}, {store.dir / REPORT}")
+    return summary
+
+
+def _settings_of(store: RunStore) -> dict[str, Any]:
+    import json
+
+    return json.loads((store.dir / "run.json").read_text(encoding="utf-8"))
+
+
+def _bar(total: int, initial: int) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc="eval", unit="q", dynamic_ncols=True)
+
+
+# ----------------------------------------------------------------------------- mode B: a file
+
+def _file_hash(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def evaluate_predictions(
+    examples: Sequence[Example],
+    predictions: str | Path,
+    out_dir: str | Path,
+    settings: EvalSettings = EvalSettings(),
+    data_info: Mapping[str, Any] | None = None,
+    say: Say = print,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Score a predictions file against ``examples`` (paired by question id, db_id checked)."""
+    if settings.mode != "greedy":
+        raise ConfigError(f"eval.mode={settings.mode!r} needs a model; a predictions file has one SQL per question")
+    pairing = pair_predictions(examples, read_predictions(predictions))
+    if pairing.missing:
+        say(f"[eval] {len(pairing.missing)} of {len(examples)} questions have no prediction (counted as missing): "
+            f"{', '.join(pairing.missing[:10])}{' ...' if len(pairing.missing) > 10 else ''}")
+    if pairing.unmatched:
+        say(f"[eval] {len(pairing.unmatched)} predictions are for questions outside this evaluation (ignored): "
+            f"{', '.join(pairing.unmatched[:10])}{' ...' if len(pairing.unmatched) > 10 else ''}")
+    run_settings = {"mode": "greedy", "samples": 1, "predictions": str(predictions),
+                    "predictions_sha256": _file_hash(predictions), **(data_info or {})}
+    store = RunStore(out_dir, run_settings, fresh=settings.fresh)
+
+    def produce(batch: Sequence[Example]) -> dict[str, list[Sample]]:
+        return {ex.id: [Sample(sql=pairing.sql[ex.id])] for ex in batch}
+
+    summary = evaluate(examples, produce, store, settings, say, frozenset(pairing.missing), progress)
+    summary["unmatched_predictions"] = len(pairing.unmatched)
+    return summary
+
+
+# ----------------------------------------------------------------------------- mode A: a model
+
+def model_generate(model: Any, tokenizer: Any, device: str = "cpu", autocast: Any = None, chunk: int = 16) -> Any:
+    """A batched ``GenerateFn`` over a HF model: prompts sorted by length, generated in
+    chunks with the local engine's ``batched_generate`` (no log-probs: nothing is updated)."""
+    from training.engines.local_policy import batched_generate
+    from training.rollout import GenerationOutput, SamplingParams
+
+    def generate(prompts: list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        out: list[Any] = [None] * len(prompts)
+        for start in range(0, len(order), chunk):
+            idx = order[start:start + chunk]
+            rows = batched_generate(model, tokenizer, [prompts[i] for i in idx], max_new_tokens=params.max_new_tokens,
+                                    temperature=params.temperature, top_p=params.top_p, top_k=max(params.top_k, 0),
+                                    stop=params.stop, device=device, autocast=autocast)
+            for i, row in zip(idx, rows):
+                out[i] = GenerationOutput(token_ids=row.token_ids, logprobs=None, finish_reason=row.finish_reason)
+        return out
+
+    return generate
+
+
+def evaluate_policy(
+    examples: Sequence[Example],
+    agent: Any,
+    tokenizer: Any,
+    generate: Any,
+    sampling: Any,
+    limits: Any,
+    out_dir: str | Path,
+    settings: EvalSettings = EvalSettings(),
+    info: Mapping[str, Any] | None = None,
+    say: Say = print,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run ``agent`` on every example (``settings.num_samples`` requests each) through the
+    rollout driver with ``generate``, and score the answers. ``sampling`` is used as given
+    (greedy: temperature 0)."""
+    from tools import get_database
+    from training.rollout import run_episodes
+
+    n = settings.num_samples
+    run_settings = {"mode": settings.mode, "samples": n, "temperature": sampling.temperature,
+                    "top_p": sampling.top_p, "top_k": sampling.top_k, "max_new_tokens": sampling.max_new_tokens,
+                    "agent": getattr(agent, "name", type(agent).__name__), **(info or {})}
+    store = RunStore(out_dir, run_settings, fresh=settings.fresh)
+
+    def produce(batch: Sequence[Example]) -> dict[str, list[Sample]]:
+        requests = [(ex, get_database(ex.db_path), s) for ex in batch for s in range(n)]
+        trajectories = run_episodes(agent, requests, tokenizer, generate, sampling, limits)
+        grouped: dict[tuple[str, int], list[Any]] = {}
+        for t in trajectories:
+            grouped.setdefault((t.example_id, t.sample_index), []).append(t)
+        return {ex.id: [sample_from_trajectories(grouped.get((ex.id, s), [])) for s in range(n)] for ex in batch}
+
+    return evaluate(examples, produce, store, settings, say, progress=progress)
+
+
+# ----------------------------------------------------------------------------- the command line
+
+def _settings(raw: Mapping[str, Any]) -> EvalSettings:
+    block = dict(raw.get("eval") or {})
+    known = {f.name for f in dataclasses.fields(EvalSettings)}
+    unknown = sorted(set(block) - known)
+    if unknown:
+        raise ConfigError(f"unknown eval option(s) {unknown}; known: {', '.join(sorted(known))}")
+    return EvalSettings(**block)
+
+
+def default_out_dir(name: str, data_kind: str, split: str, settings: EvalSettings) -> str:
+    suffix = settings.mode if settings.mode == "greedy" else f"{settings.mode}{settings.num_samples}"
+    return str(Path("runs") / "eval" / f"{name}-{data_kind}-{split}-{suffix}")
+
+
+def _load_eval_examples(data: Any, limit: int | None, seed: int, say: Say) -> list[Example]:
+    from eval.data import load_examples
+
+    examples = load_examples(data.kind, data.root, data.eval_split, bool(data.drop_failing_gold), None)
+    chosen = select_examples(examples, limit, seed)
+    say(f"[data] {data.kind}/{data.eval_split}: evaluating {len(chosen)} of {len(examples)} questions")
+    return chosen
+
+
+def run_predictions(raw: Mapping[str, Any], say: Say = print) -> dict[str, Any]:
+    """Mode B from a composed config."""
+    from training.config import DataConfig
+
+    settings = _settings(raw)
+    data = DataConfig(**raw["data"])
+    examples = _load_eval_examples(data, settings.limit or data.eval_limit, int(raw.get("seed", 0)), say)
+    path = str(raw["predictions"])
+    out = settings.out_dir or default_out_dir(Path(path).stem, data.kind, data.eval_split, settings)
+    info = {"data_kind": data.kind, "data_root": data.root, "split": data.eval_split}
+    return evaluate_predictions(examples, path, out, settings, info, say)
+
+
+def run_model(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> dict[str, Any]:
+    """Mode A from a composed config: the recipe's agent and rollout limits, the model."""
+    from agents import agent_options, make_agent
+    from training.config import TrainConfig, apply_laptop_profile
+    from training.model import autocast_dtype, load_model
+    from training.rollout import RolloutLimits, SamplingParams
+    from training.run import resolve_device
+
+    settings = _settings(raw)
+    cfg = TrainConfig.from_mapping({k: v for k, v in raw.items() if k not in ("eval", "predictions", "hydra")})
+    device = resolve_device(cfg.engine.device)
+    mode = cfg.engine.laptop_profile
+    if mode == "on" or (mode == "auto" and device == "cpu"):
+        keep = set(explicit) | {"data.eval_limit"}  # the eval subset is eval.limit's business
+        cfg, changes = apply_laptop_profile(cfg, sorted(keep))
+        shown = {k: v for k, v in changes.items() if k.startswith(("rollout.", "agent."))}
+        if shown:
+            say("[laptop profile] CPU: the same caps as training's before/after EX (engine.laptop_profile=off "
+                "keeps the recipe's):\n" + "\n".join(f"    {k}: {a} -> {b}" for k, (a, b) in sorted(shown.items())))
+    import torch
+
+    torch.manual_seed(cfg.seed)
+    examples = _load_eval_examples(cfg.data, settings.limit or cfg.data.eval_limit, cfg.seed, say)
+    options = dict(cfg.agent.options)
+    accepted = agent_options(cfg.agent.name)
+    if "inference" in accepted:
+        options["inference"] = True
+    if "few_shot_pool" in accepted:
+        options["few_shot_pool"] = tuple(_few_shot_pool(cfg.data, say))
+    agent = make_agent(cfg.agent.name, **options)
+    loaded = load_model(cfg.model.path, device, say=say, trust_remote_code=cfg.model.trust_remote_code)
+    autocast = None if cfg.model.autocast == "off" else (
+        torch.bfloat16 if cfg.model.autocast == "bf16" else autocast_dtype(device))
+    r = cfg.rollout
+    temperature = 0.0 if settings.mode == "greedy" else (settings.temperature or r.temperature)
+    sampling = SamplingParams(temperature=temperature, top_p=r.top_p if temperature > 0 else 1.0,
+                              top_k=r.top_k if (r.top_k > 0 and temperature > 0) else -1,
+                              max_new_tokens=r.max_new_tokens)
+    limits = RolloutLimits(max_response_tokens=r.max_response_tokens,
+                           max_context_tokens=r.max_prompt_tokens + r.max_response_tokens,
+                           max_tokens_per_turn=r.max_new_tokens, max_observation_tokens=r.observation_max_tokens,
+                           max_prompt_tokens=r.max_prompt_tokens)
+    name = cfg.recipe_name or cfg.agent.name
+    out = settings.out_dir or default_out_dir(name, cfg.data.kind, cfg.data.eval_split, settings)
+    info = {"recipe": cfg.recipe_name, "model": loaded.source, "data_kind": cfg.data.kind,
+            "data_root": cfg.data.root, "split": cfg.data.eval_split, "agent_options": _plain_options(options),
+            "max_response_tokens": r.max_response_tokens, "seed": cfg.seed}
+    generate = model_generate(loaded.model, loaded.tokenizer, device, autocast)
+    return evaluate_policy(examples, agent, loaded.tokenizer, generate, sampling, limits, out, settings, info, say)
+
+
+def _plain_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Agent options for run.json (the few-shot pool by size, not by content)."""
+    return {k: (f"{len(v)} examples" if k == "few_shot_pool" else v) for k, v in sorted(options.items())}
+
+
+def _few_shot_pool(data: Any, say: Say) -> list[Example]:
+    """Few-shot examples come from the training split only (never the evaluated one)."""
+    from eval.data import load_examples
+
+    try:
+        pool = load_examples(data.kind, data.root, data.split, bool(data.drop_failing_gold), data.limit)
+    except ToolkitError as err:
+        say(f"[data] no few-shot pool: the training split {data.split!r} could not be loaded ({err}); "
+            "the agent runs without few-shot examples")
+        return []
+    say(f"[data] few-shot pool: {len(pool)} examples from {data.kind}/{data.split}")
+    return pool
+
+
+def run(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> dict[str, Any]:
+    """Mode B when ``predictions`` is set, else mode A."""
+    if raw.get("predictions"):
+        return run_predictions(raw, say)
+    return run_model(raw, explicit, say)
+
+
+def _hydra_main() -> None:
+    import hydra
+    from omegaconf import DictConfig, OmegaConf
+
+    @hydra.main(config_path="pkg://recipes", config_name="eval", version_base=None)
+    def main(dcfg: DictConfig) -> None:
+        from hydra.core.hydra_config import HydraConfig
+
+        from training.run import explicit_keys
+
+        explicit = explicit_keys(list(HydraConfig.get().overrides.task))
+        try:
+            raw = OmegaConf.to_container(dcfg, resolve=True)
+            run(raw, explicit)  # type: ignore[arg-type]
+        except ToolkitError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
+
+    main()
+
+
+if __name__ == "__main__":
+    _hydra_main()

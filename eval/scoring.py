@@ -1,0 +1,102 @@
+"""Scoring one question: execute its gold SQL once and every sample's SQL once, pick the
+prediction (greedy/pass@k: sample 0; sc: the vote), and write one plain JSON record.
+
+Every execution goes through ``ExecScorer`` (``tools.execute`` with the metric preset):
+the gold result is cached per (database content hash, SQL), each sample runs once, and
+EX / REX / QATCH are computed from those results with ``rex.score_results``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+from agents.types import Example, Trajectory
+from eval.voting import unique_sql, vote
+from rex import ExecScorer, score_results
+from tools import get_database
+
+MODES = ("greedy", "sc", "passk")
+MISSING = "missing"
+"""Outcome of a question the predictions file has no SQL for (its gold SQL ran)."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sampled answer to a question and what producing it cost."""
+
+    sql: str | None
+    turns: int = 0
+    tool_calls: int = 0
+    policy_tokens: int = 0
+    response_tokens: int = 0
+    prompt_tokens: int = 0
+    end_reason: str = ""
+    episodes: int = 0
+    flags: dict[str, Any] = field(default_factory=dict)
+
+
+def sample_from_trajectories(trajectories: Sequence[Trajectory]) -> Sample:
+    """One sample = the episodes of one request (DualSQL: linker then generator); its SQL is
+    the last episode's final SQL that exists, as in training's held-out EX."""
+    sqls = [t.result.final_sql for t in trajectories if t.result.final_sql]
+    turns = [turn for t in trajectories for turn in t.result.turns]
+    flags: dict[str, Any] = {}
+    for t in trajectories:
+        flags.update({f"{t.role}.{k}": v for k, v in t.result.flags.items()})
+    return Sample(
+        sql=sqls[-1] if sqls else None,
+        turns=len(turns),
+        tool_calls=sum(turn.tool_name is not None for turn in turns),
+        policy_tokens=sum(t.num_policy_tokens for t in trajectories),
+        response_tokens=sum(len(t.response_ids) for t in trajectories),
+        prompt_tokens=sum(len(t.prompt_ids) for t in trajectories),
+        end_reason=trajectories[-1].result.end_reason if trajectories else "",
+        episodes=len(trajectories),
+        flags=flags,
+    )
+
+
+def score_question(
+    example: Example, samples: Sequence[Sample], scorer: ExecScorer, mode: str, missing: bool = False
+) -> dict[str, Any]:
+    """The per-question record (JSON-ready). ``missing``: the predictions file had no SQL."""
+    db = get_database(example.db_path)
+    gold = scorer.gold(db, example.gold_sql)
+    results = [scorer.execute(db, s.sql) if s.sql is not None else None for s in samples]
+    outcomes = [score_results(gold.result, r, "ex", None).outcome for r in results]
+    ballot = vote([s.sql for s in samples], results) if mode == "sc" else None
+    chosen = ballot.index if ballot is not None else 0
+    ex = score_results(gold.result, results[chosen], "ex", None)
+    rex = score_results(gold.result, results[chosen], "rex", gold.ordered)
+    qatch = score_results(gold.result, results[chosen], "qatch", None)
+    outcome = ex.outcome
+    if missing and not ex.gold_failed:
+        outcome = MISSING
+    record: dict[str, Any] = {
+        "id": example.id,
+        "db_id": example.db_id,
+        "difficulty": example.difficulty,
+        "gold_sql": example.gold_sql,
+        "sql": samples[chosen].sql,
+        "outcome": outcome,
+        "ex": 1 if ex.ex_match else 0,
+        "rex": rex.score,
+        "qatch": qatch.details.get("qatch", {"cp": 0.0, "cr": 0.0, "tc": 0.0, "mean": 0.0}),
+        "gold_failed": ex.gold_failed,
+        "missing": missing,
+        "pred_executed": ex.pred_executed,
+        "details": {k: v for k, v in ex.details.items() if k in ("gold_error", "pred_error", "gold_rows", "pred_rows")},
+        "n_samples": len(samples),
+        "n_correct": sum(o == "match" for o in outcomes),
+        "sample_outcomes": outcomes,
+        "unique_sql": unique_sql([s.sql for s in samples]),
+        "chosen": chosen,
+    }
+    if ballot is not None:
+        record["vote"] = ballot.to_json()
+    if any(s.episodes for s in samples):
+        record["samples"] = [
+            {k: v for k, v in asdict(s).items() if k != "flags" or v} for s in samples
+        ]
+    return record

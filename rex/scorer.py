@@ -68,6 +68,8 @@ class _Gold:
     def __init__(self, result: Any, sql: str) -> None:
         self.result = result  # QueryResult | ToolError
         self.sql = sql
+        rows = getattr(result, "rows", ())
+        self.cells = len(rows) * (len(rows[0]) if rows else 0)
 
     @cached_property
     def ordered(self) -> bool:
@@ -81,28 +83,36 @@ class ExecScorer:
     Picklable for process pools (the cache is not carried over).
 
     ``timeout_s`` bounds each query; ``gold_cache_size`` is the number of gold results
-    kept (least recently used first out). Gold failures are cached too, timeouts
+    kept (least recently used first out) and ``gold_cache_cells`` bounds the cells they
+    hold together (a few huge gold results cannot fill memory). Gold failures are cached too, timeouts
     included, so a slow gold query is not re-run for every sample of its GRPO group;
     a new scorer retries them.
     """
 
-    def __init__(self, timeout_s: float = 30.0, gold_cache_size: int = 4096) -> None:
+    def __init__(
+        self, timeout_s: float = 30.0, gold_cache_size: int = 4096, gold_cache_cells: int = 20_000_000
+    ) -> None:
         if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
             raise ConfigError(f"ExecScorer timeout_s={timeout_s!r}; use a positive number of seconds")
         if not (isinstance(gold_cache_size, int) and gold_cache_size >= 0):
             raise ConfigError(f"ExecScorer gold_cache_size={gold_cache_size!r}; use an int >= 0")
+        if not (isinstance(gold_cache_cells, int) and gold_cache_cells >= 0):
+            raise ConfigError(f"ExecScorer gold_cache_cells={gold_cache_cells!r}; use an int >= 0")
         self.timeout_s = float(timeout_s)
         self.gold_cache_size = gold_cache_size
+        self.gold_cache_cells = gold_cache_cells
         self._cache: OrderedDict[tuple[str, str], _Gold] = OrderedDict()
+        self._cached_cells = 0
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"timeout_s": self.timeout_s, "gold_cache_size": self.gold_cache_size}
+        return {"timeout_s": self.timeout_s, "gold_cache_size": self.gold_cache_size,
+                "gold_cache_cells": self.gold_cache_cells}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["timeout_s"], state["gold_cache_size"])  # type: ignore[misc]
+        self.__init__(state["timeout_s"], state["gold_cache_size"], state["gold_cache_cells"])  # type: ignore[misc]
 
     @property
     def limits(self) -> "QueryLimits":
@@ -130,11 +140,14 @@ class ExecScorer:
                 return hit
             self.misses += 1
         entry = _Gold(self.execute(db, gold_sql), key[1])
-        if self.gold_cache_size:
+        if self.gold_cache_size and entry.cells <= self.gold_cache_cells:
             with self._lock:
-                self._cache[key] = entry
-                while len(self._cache) > self.gold_cache_size:
-                    self._cache.popitem(last=False)
+                if key not in self._cache:
+                    self._cache[key] = entry
+                    self._cached_cells += entry.cells
+                while len(self._cache) > self.gold_cache_size or self._cached_cells > self.gold_cache_cells:
+                    _, old = self._cache.popitem(last=False)
+                    self._cached_cells -= old.cells
         return entry
 
     def score(

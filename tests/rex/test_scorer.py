@@ -126,3 +126,16 @@ def test_scorer_is_thread_safe(test_db: Any) -> None:
     assert all(o == "match" and sc == 1.0 for o, sc in results[1::2])
     assert all(o == "mismatch" and 0.4 < sc < 0.6 for o, sc in results[0::2])
     assert scorer.hits + scorer.misses == 200 and scorer.misses >= 7
+
+
+def test_gold_cache_is_bounded_by_entries_and_cells(test_db: Any) -> None:
+    scorer = ExecScorer(gold_cache_size=2, gold_cache_cells=1300)
+    for g in range(3):  # 3 entries of 1 cell each: the oldest is evicted
+        scorer.score(test_db, f"SELECT {g}", "SELECT 1")
+    scorer.score(test_db, "SELECT 0", "SELECT 1")
+    assert scorer.misses == 4
+    scorer.score(test_db, "SELECT id FROM big", "SELECT 1")  # 1,200 cells: fits alone
+    scorer.score(test_db, "SELECT id, val FROM big", "SELECT 1")  # 2,400 cells: never cached
+    scorer.score(test_db, "SELECT id, val FROM big", "SELECT 1")
+    scorer.score(test_db, "SELECT id FROM big", "SELECT 1")
+    assert (scorer.misses, scorer.hits) == (7, 1)

@@ -68,6 +68,7 @@ class WorkerSettings:
     max_new_tokens_per_turn: int | None
     observation_max_tokens: int | None
     schema_track: str
+    filter_metric: str | None = None
 
     @property
     def guardrails(self) -> bool:
@@ -92,6 +93,7 @@ class WorkerSettings:
             max_new_tokens_per_turn=rollout.get("max_new_tokens_per_turn"),
             observation_max_tokens=rollout.get("observation_max_tokens"),
             schema_track=(plain.get("advantage") or {}).get("schema_track", "schema"),
+            filter_metric=plain.get("filter_metric"),
         )
 
 
@@ -319,7 +321,7 @@ class SqlAgentLoop(AgentLoopBase):
         score_seconds = loop.time() - start
         schema = self.settings.schema_track
         masks, _ = track_masks(kept, ["full", schema], schema, self.settings.guardrails)
-        keys = extra_info_keys(breakdowns)
+        keys = extra_info_keys(self.settings.filter_metric)
         metrics = {"generate_sequences": seconds / len(kept), "compute_score": score_seconds / len(kept)}
         return [
             to_output(traj, breakdown, keys, masks["full"][i], masks[schema][i], metrics, self.response_length)

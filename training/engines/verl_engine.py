@@ -250,7 +250,7 @@ def fill_from_settings(cfg: "DictConfig", s: VerlSettings) -> "DictConfig":
         "algorithm.norm_adv_by_std_in_grpo": s.norm_by_std,
         "algorithm.use_kl_in_reward": False,
         "algorithm.filter_groups.enable": s.filter_groups,
-        "algorithm.filter_groups.metric": s.filter_metric,
+        "algorithm.filter_groups.metric": "score" if s.filter_metric == "total" else s.filter_metric,
         "algorithm.filter_groups.max_inflight_gen_batches": s.filter_max_inflight_batches,
         "reward.custom_reward_function.path": _module_file(REWARD_FUNCTION_MODULE),
         "reward.custom_reward_function.name": REWARD_FUNCTION_NAME,
@@ -303,6 +303,7 @@ def worker_namespace(s: VerlSettings) -> dict[str, Any]:
             "group_by": s.group_by,
         },
         "kl_schedule": [[int(a), float(b)] for a, b in s.kl_schedule],
+        "filter_metric": s.filter_metric if s.filter_groups else None,
     }
 
 

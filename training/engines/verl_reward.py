@@ -5,7 +5,7 @@ and the database, which exist only inside the agent loop. So the agent loop scor
 episode with the project's registered reward (:func:`score_episode`) and ships the
 breakdown with the output: ``reward_score`` (the total, which makes veRL skip its reward
 manager), ``extra_fields["reward_extra_info"]`` (flat floats veRL logs and that dynamic
-sampling reads its ``exec`` metric from) and ``extra_fields["sqlagent_reward"]`` (the
+sampling reads its metric from) and ``extra_fields["sqlagent_reward"]`` (the
 full breakdown, per output, for the trainer subclass's per-role, per-track advantages).
 
 :func:`compute_score` is the function named in ``reward.custom_reward_function``: veRL's
@@ -85,38 +85,51 @@ def breakdown_from_json(data: Mapping[str, Any]) -> "RewardBreakdown":
     )
 
 
-def extra_info_keys(breakdowns: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The flat ``reward_extra_info`` keys for a set of outputs (their union, sorted).
+BASE_INFO_KEYS = ("score", "exec", "reward_error")
 
-    veRL stacks ``reward_extra_info`` per key across a batch, so every output of one
-    agent-loop call carries the same keys; a component one role lacks (DualSQL's linker
-    has no SQL term) is logged as 0 there, while the true per-role values stay in
-    ``extra_fields["sqlagent_reward"]``.
+
+def extra_info_keys(metric: str | None = None) -> list[str]:
+    """The ``reward_extra_info`` keys every output carries: the same fixed set for every
+    row of a run, because veRL stacks them per key across a batch.
+
+    ``score`` (total), ``exec`` (the execution component, which dynamic sampling reads by
+    default), ``reward_error`` (1 when the reward could not be computed), plus a
+    dynamic-sampling ``metric`` naming another component. Per-component and per-track
+    values stay in ``extra_fields["sqlagent_reward"]`` (logged per role by the trainer).
+
+    >>> extra_info_keys("format")
+    ['score', 'exec', 'reward_error', 'format']
     """
-    keys = {"score", "exec", "reward_error"}
-    for b in breakdowns:
-        keys.update(f"component/{k}" for k in b.get("components", {}))
-        keys.update(f"track/{k}" for k in b.get("tracks", {}))
-    return sorted(keys)
+    keys = list(BASE_INFO_KEYS)
+    if metric and metric not in keys and metric != "total":
+        keys.append(metric)
+    return keys
 
 
 def flat_extra_info(breakdown: Mapping[str, Any], keys: Sequence[str]) -> dict[str, float]:
     """One output's ``reward_extra_info``: floats under exactly ``keys``.
 
     >>> b = {"total": 2.5, "components": {"exec": 1.0, "format": 0.5}, "tracks": {"full": 2.5}, "error": None}
-    >>> flat_extra_info(b, extra_info_keys([b]))["component/format"]
-    0.5
+    >>> flat_extra_info(b, extra_info_keys("format"))
+    {'score': 2.5, 'exec': 1.0, 'reward_error': 0.0, 'format': 0.5}
     """
-    values: dict[str, float] = {
-        "score": float(breakdown["total"]),
-        "exec": float(breakdown.get("components", {}).get("exec", 0.0)),
-        "reward_error": 1.0 if breakdown.get("error") else 0.0,
-    }
-    for name, value in breakdown.get("components", {}).items():
-        values[f"component/{name}"] = float(value)
-    for name, value in breakdown.get("tracks", {}).items():
-        values[f"track/{name}"] = float(value)
-    return {key: values.get(key, 0.0) for key in keys}
+    components = breakdown.get("components", {})
+    values: dict[str, float] = {}
+    for key in keys:
+        if key == "score":
+            values[key] = float(breakdown["total"])
+        elif key == "reward_error":
+            values[key] = 1.0 if breakdown.get("error") else 0.0
+        elif key in components:
+            values[key] = float(components[key])
+        elif key == "exec" and breakdown.get("error"):
+            values[key] = 0.0  # a failed reward carries no components; it is counted in reward_error
+        else:
+            raise ValueError(
+                f"reward breakdown has no component {key!r} (components: {sorted(components)}); "
+                "set algorithm.dynamic_sampling.metric to one of them or to 'total'"
+            )
+    return values
 
 
 def compute_score(
@@ -143,4 +156,4 @@ def compute_score(
     total = float(breakdown["total"])
     if math.isnan(total):
         raise ValueError(f"reward total is NaN for data source {data_source!r}: {breakdown}")
-    return flat_extra_info(breakdown, extra_info_keys([breakdown]))
+    return flat_extra_info(breakdown, extra_info_keys())

@@ -140,8 +140,11 @@ def _score_chunk(args: tuple[Sequence[Pair], str]) -> list[float]:
     from tools import get_database
 
     chunk, metric = args
-    assert _WORKER_SCORER is not None
-    return [_WORKER_SCORER.score(get_database(p), g, s, metric).score for p, g, s in chunk]
+    scorer = _WORKER_SCORER
+    if scorer is None:
+        raise RuntimeError("worker scorer missing: _init_worker did not run")
+    dbs = {path: get_database(path) for path in {p for p, _, _ in chunk}}  # as rewards receive them
+    return [scorer.score(dbs[p], g, s, metric).score for p, g, s in chunk]
 
 
 def scorer_run(pairs: Sequence[Pair], metric: str, cache_size: int) -> list[float]:

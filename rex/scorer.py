@@ -114,8 +114,9 @@ class ExecScorer:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["timeout_s"], state["gold_cache_size"], state["gold_cache_cells"])  # type: ignore[misc]
 
-    @property
+    @cached_property
     def limits(self) -> "QueryLimits":
+        """``tools.PRESETS["metric"]`` (no row cap) with this scorer's timeout."""
         from tools import PRESETS
 
         return dataclasses.replace(PRESETS["metric"], timeout_s=self.timeout_s)

@@ -185,26 +185,53 @@ class SqlAgentTrainer(PPOTrainerSync):
         block = self.config.get(PROJECT_NAMESPACE, {}).get("advantage")
         return AdvantageSettings.from_mapping(OmegaConf.to_container(block, resolve=True) if block else None)
 
+    def _rollout_correction(self) -> Any:
+        """veRL's rollout-correction block when it applies (decoupled mode), else None."""
+        corr = (self.config.get("algorithm") or {}).get("rollout_correction", None)
+        if corr is None or corr.get("bypass_mode", False):
+            return None
+        return corr
+
     def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
-        """Fetch masks, uids and extra fields from TransferQueue; write advantages back."""
+        """Fetch masks, uids and extra fields from TransferQueue; write advantages back.
+
+        As veRL's own step does, rollout correction (importance weights, rejection
+        sampling; e.g. DualSQL's sequence-level masked IS) runs first; a rejected sequence's
+        ``response_mask`` is zeroed and, unlike veRL's step, ``loss_mask`` is written with
+        it, since the loss normalises by ``loss_mask``.
+        """
         import transfer_queue as tq
         from tensordict import TensorDict
 
-        fields = ["uid", "response_mask", "extra_fields"]
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+        corr = self._rollout_correction()
+        tensors = ["response_mask"] + (["old_log_probs", "rollout_log_probs"] if corr is not None else [])
+        data = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "extra_fields", *tensors]
+        )
         nested_mask = data["response_mask"]
         padded = data.to_padded_tensor()
         proto = DataProto(
-            batch=TensorDict({"response_mask": padded["response_mask"]}, batch_size=len(batch)),
+            batch=TensorDict({key: padded[key] for key in tensors}, batch_size=len(batch)),
             non_tensor_batch={
                 "uid": np.array(list(padded["uid"]), dtype=object),
                 "extra_fields": np.array(list(padded["extra_fields"]), dtype=object),
             },
         )
+        if corr is not None:
+            from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
+
+            proto, corr_metrics = compute_rollout_correction_and_add_to_batch(proto, corr)
+            metrics.update(corr_metrics)
         is_padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
         proto, adv_metrics = phase_aware_advantages(proto, self._advantage_settings(), is_padding)
         metrics.update(adv_metrics)
         output = {key: _like(proto.batch[key], nested_mask) for key in ("advantages", "returns")}
+        if corr is not None:
+            mask = _like(proto.batch["response_mask"].to(nested_mask.dtype), nested_mask)
+            output["response_mask"] = mask
+            output["loss_mask"] = mask.clone()
+            if "rollout_is_weights" in proto.batch.keys():
+                output["rollout_is_weights"] = _like(proto.batch["rollout_is_weights"], nested_mask)
         return tq.kv_batch_put(
             keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(output, batch_size=len(batch))
         )

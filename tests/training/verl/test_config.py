@@ -90,6 +90,10 @@ def test_recipe_specific_values() -> None:
     assert dual.actor_rollout_ref.rollout.top_k == 20
     assert dual.sqlagent.advantage.group_by == "role"
     assert dual.sqlagent.reward.options.exec_metric == "rex"
+    # the recipe's verl: block - sequence-level masked importance sampling (veRL's Seq-MIS)
+    corr = dual.algorithm.rollout_correction
+    assert (corr.rollout_is, corr.rollout_rs, corr.rollout_rs_threshold) == ("sequence", "seq_sum_k1", "0.5_2.0")
+    assert trust.algorithm.rollout_correction.rollout_is is None  # other recipes keep veRL's default
 
 
 def test_project_overrides_flow_into_verl() -> None:

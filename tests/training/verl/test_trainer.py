@@ -220,3 +220,36 @@ def test_kl_schedule_sends_new_loss_functions() -> None:
     assert trainer.use_reference_policy is False  # ... and no reference pass
     assert actor_cfg.kl_loss_coef == pytest.approx(0.005)  # the original (frozen) config is untouched
     assert dict(seen)[39] == (True, 0.005) and dict(seen)[40] == (True, 0.001)
+
+
+def test_rollout_correction_rejects_off_policy_rows_and_moves_loss_mask(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DualSQL's sequence-level masked IS (veRL's Seq-MIS) inside the overridden step."""
+    import transfer_queue
+    from omegaconf import OmegaConf
+
+    rows, keys = dualsql_rows()
+    for i, r in enumerate(rows):
+        n = int(r["response_mask"].shape[0])
+        r["old_log_probs"] = torch.full((n,), -1.0)
+        # row 3 was sampled by a very different policy: its sequence IS ratio is far above 2
+        r["rollout_log_probs"] = torch.full((n,), -3.0 if i == 3 else -1.0)
+    fake = FakeTransferQueue(keys, rows)
+    monkeypatch.setattr(transfer_queue, "kv_batch_get", fake.kv_batch_get)
+    monkeypatch.setattr(transfer_queue, "kv_batch_put", fake.kv_batch_put)
+    trainer = object.__new__(T.SqlAgentTrainer)
+    trainer.config = OmegaConf.create({
+        "sqlagent": {"advantage": {"estimator": "grpo", "epsilon": EPS}},
+        "algorithm": {"rollout_correction": {"rollout_is": "sequence", "rollout_is_threshold": 2.0,
+                                              "rollout_rs": "seq_sum_k1", "rollout_rs_threshold": "0.5_2.0",
+                                              "bypass_mode": False, "rollout_is_batch_normalize": False}},
+    })
+    metrics: dict[str, float] = {}
+    trainer._compute_advantage(KVBatchMeta(partition_id="train", keys=keys, tags=[{}] * 6), metrics)
+    written = fake.written["fields"]
+    masks = [m.tolist() for m in written["response_mask"].unbind()]
+    assert masks[3] == [0] * len(masks[3])  # rejected sequence: no tokens train
+    assert masks[0] == rows[0]["response_mask"].tolist()  # on-policy rows are kept
+    assert [m.tolist() for m in written["loss_mask"].unbind()] == masks  # loss mask moved with it
+    assert float(written["advantages"].unbind()[3].abs().sum()) == 0.0
+    assert "rollout_is_weights" in written.keys()
+    assert any(k.startswith("rollout_corr/") for k in metrics)

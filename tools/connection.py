@@ -30,7 +30,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from tools.errors import ConfigError, DataError
 from tools.results import QueryResult, ToolError
@@ -377,6 +377,24 @@ class Database:
         conn.text_factory = _lenient_text
         try:
             return conn.execute(sql, tuple(params)).fetchall()
+        except sqlite3.Error as exc:
+            raise DataError(f"{self.path}: internal query failed ({exc}): {sql}") from exc
+        finally:
+            conn.text_factory = previous
+            slot.run = None
+
+    def iter_internal(self, sql: str, params: Iterable[Any] = (), chunk: int = 10_000) -> Iterator[tuple[Any, ...]]:
+        """Like ``query_internal`` but streams the rows (large scans, bounded memory).
+        Consume it before running another internal query in the same thread."""
+        conn, slot = self._connection(INTERNAL_LIMITS)
+        slot.run = _Run(INTERNAL_LIMITS, time.monotonic() + INTERNAL_LIMITS.timeout_s)
+        previous = conn.text_factory
+        conn.text_factory = _lenient_text
+        try:
+            cursor = conn.execute(sql, tuple(params))
+            while rows := cursor.fetchmany(chunk):
+                yield from rows
+            cursor.close()
         except sqlite3.Error as exc:
             raise DataError(f"{self.path}: internal query failed ({exc}): {sql}") from exc
         finally:

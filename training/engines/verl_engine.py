@@ -97,7 +97,6 @@ class VerlSettings:
     prompt_length: int = 4096
     response_length: int = 8192  # whole multi-turn response (policy + observation tokens)
     max_new_tokens_per_turn: int | None = None
-    max_turns: int | None = None
     observation_max_tokens: int | None = None
     filter_groups: bool = False
     filter_metric: str = "exec"
@@ -289,7 +288,6 @@ def worker_namespace(s: VerlSettings) -> dict[str, Any]:
         "agent": {"name": s.agent, "options": _plain(s.agent_options)},
         "reward": {"name": s.reward, "options": _plain(s.reward_options)},
         "rollout": {
-            "max_turns": s.max_turns,
             "max_new_tokens_per_turn": s.max_new_tokens_per_turn,
             "observation_max_tokens": s.observation_max_tokens,
         },
@@ -592,7 +590,6 @@ def settings_from_project(cfg: "TrainConfig", model_path: str | None = None) -> 
             model_path = str(embedded_checkpoint_dir())
     train_file, val_file = data_files(cfg.run_dir)
     loggers = ["file"] + [VERL_LOGGERS[name] for name in cfg.logger if VERL_LOGGERS[name] != "file"]
-    agent_turns = [v for k, v in cfg.agent.options.items() if k.endswith("max_turns")]
     return VerlSettings(
         model_path=str(model_path),
         train_files=str(train_file),
@@ -622,7 +619,6 @@ def settings_from_project(cfg: "TrainConfig", model_path: str | None = None) -> 
         prompt_length=roll.max_prompt_tokens,
         response_length=roll.max_response_tokens,
         max_new_tokens_per_turn=roll.max_new_tokens,
-        max_turns=max(agent_turns) if agent_turns else None,
         observation_max_tokens=roll.observation_max_tokens,
         filter_groups=alg.dynamic_sampling.enable,
         filter_metric=alg.dynamic_sampling.metric,
@@ -688,48 +684,69 @@ def _verl_version() -> str:
 
 
 def train(cfg: "TrainConfig", say: Say = print) -> dict[str, Any]:
-    """Write the prompt files, build the veRL config and run veRL's trainer on Ray."""
-    import os
+    """Prepare the run (config, prompt files, logging) and run veRL's trainer on Ray."""
+    verl_cfg, summary = prepare(cfg, say)
+    launch(verl_cfg)
+    return summary
 
+
+def prepare(cfg: "TrainConfig", say: Say = print, check_devices: bool = True) -> tuple["DictConfig", dict[str, Any]]:
+    """Everything before the Ray launch: the validated veRL config, the GPU check, the
+    run directory rules, the train / validation prompt files and the logging environment."""
     from eval.data import load_examples
     from training.model import resolve_model_path
 
     model_path = resolve_model_path(cfg.stage.init_from or cfg.model.path, say)
     verl_cfg = verl_config_for(cfg, model_path)
+    if check_devices:
+        check_gpus(verl_cfg)
     prepare_run_dir(cfg.run_dir, cfg.resume, cfg.fresh, say)
-    train_file, val_file = data_files(cfg.run_dir)
     data = cfg.data
-    train_examples = load_examples(
-        kind=data.kind, root=data.root, split=data.split, drop_failing_gold=data.drop_failing_gold, limit=data.limit
-    )
-    val_examples = load_examples(
-        kind=data.kind, root=data.root, split=data.eval_split, drop_failing_gold=data.drop_failing_gold,
-        limit=data.eval_limit,
-    )
+    common = {"kind": data.kind, "root": data.root, "drop_failing_gold": data.drop_failing_gold}
+    train_examples = load_examples(split=data.split, limit=data.limit, **common)
+    val_examples = load_examples(split=data.eval_split, limit=data.eval_limit, **common)
+    train_file, val_file = data_files(cfg.run_dir)
     write_prompt_file(train_examples, train_file)
     write_prompt_file(val_examples, val_file)
     say(f"[verl] {len(train_examples)} train / {len(val_examples)} validation prompts in {train_file.parent}")
-    _set_logging_env(verl_cfg, cfg.run_dir)
-    launch(verl_cfg)
-    return {
+    metrics = _set_logging_env(verl_cfg, cfg.run_dir)
+    summary = {
         "engine": "verl",
         "run_dir": cfg.run_dir,
-        "metrics": os.environ.get("VERL_FILE_LOGGER_PATH"),
+        "metrics": metrics,
         "train_examples": len(train_examples),
         "val_examples": len(val_examples),
     }
+    return verl_cfg, summary
 
 
-def _set_logging_env(verl_cfg: "DictConfig", run_dir: str) -> None:
-    """veRL's file logger and wandb read environment variables; Ray actors inherit them."""
+def check_gpus(verl_cfg: "DictConfig") -> None:
+    """On one node, fail fast when the config asks for more GPUs than are visible (Ray
+    would otherwise wait for resources that never come)."""
+    import torch
+
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    wanted = int(verl_cfg.trainer.n_gpus_per_node)
+    if verl_cfg.trainer.nnodes == 1 and visible < wanted:
+        raise ConfigError(
+            f"trainer.n_gpus_per_node={wanted} but {visible} CUDA GPU(s) are visible; pass "
+            f"+verl.trainer.n_gpus_per_node={visible} (batch sizes must stay divisible) or use engine=local"
+        )
+
+
+def _set_logging_env(verl_cfg: "DictConfig", run_dir: str) -> str:
+    """veRL's file logger and wandb read environment variables: set them here and in the
+    Ray runtime environment (every actor gets them). Returns the metrics JSONL path."""
     import os
 
     from omegaconf import open_dict
 
-    env = {"VERL_FILE_LOGGER_PATH": str(Path(run_dir).resolve() / "metrics.jsonl")}
+    metrics = str(Path(run_dir).resolve() / "metrics.jsonl")
+    env = {"VERL_FILE_LOGGER_PATH": metrics}
     if "wandb" in verl_cfg.trainer.logger and not os.environ.get("WANDB_API_KEY"):
         env["WANDB_MODE"] = os.environ.get("WANDB_MODE", "offline")
     os.environ.update(env)
     with open_dict(verl_cfg):
         runtime_env = verl_cfg.ray_kwargs.ray_init.runtime_env
         runtime_env.env_vars = {**(runtime_env.get("env_vars") or {}), **env}
+    return metrics

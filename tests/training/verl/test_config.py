@@ -199,3 +199,33 @@ def test_run_dir_rules_match_the_local_engine(tmp_path: Path) -> None:
     cfg = E.verl_config_for(project_config("trustsql", f"run_dir={run}", "resume=true"), model_path="m")
     assert cfg.trainer.resume_mode == "auto" and cfg.trainer.default_local_dir == str(ckpt)
     assert E.verl_config_for(project_config("trustsql"), model_path="m").trainer.resume_mode == "disable"
+
+
+def test_prepare_writes_prompts_veRLs_dataset_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Everything before the Ray launch, on the bundled benchmark; veRL's RLHFDataset reads the rows."""
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
+
+    for key in ("VERL_FILE_LOGGER_PATH", "WANDB_MODE"):
+        monkeypatch.setenv(key, "restored-after-test")
+    model = tmp_path / "policy"
+    tiny_tokenizer().save_pretrained(model)
+    tiny_model().save_pretrained(model)
+    run = tmp_path / "run"
+    cfg = project_config("trustsql", f"run_dir={run}", f"model.path={model}", "data.limit=3", "data.eval_limit=2",
+                         "logger=[console,jsonl]")
+    with pytest.raises(ConfigError, match=r"n_gpus_per_node=8 but 0 CUDA GPU"):
+        E.prepare(cfg, say=lambda _: None)  # a CPU box fails fast, before writing anything
+    assert not (run / "verl_data").exists()
+    said: list[str] = []
+    verl_cfg, summary = E.prepare(cfg, say=said.append, check_devices=False)
+    assert summary["train_examples"] == 3 and summary["val_examples"] == 2
+    assert summary["metrics"] == str((run / "metrics.jsonl").resolve())
+    assert verl_cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH == summary["metrics"]
+    assert verl_cfg.trainer.logger == ["file", "console"]
+    dataset = RLHFDataset(data_files=[verl_cfg.data.train_files], tokenizer=tiny_tokenizer(), config=verl_cfg.data)
+    item = dataset[0]
+    example = E.example_from_json(item["extra_info"]["example"])
+    assert item["agent_name"] == "sqlagent" and item["raw_prompt"][0]["content"] == example.question
+    assert Path(example.db_path).exists() and example.gold_sql

@@ -24,8 +24,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 
 def make_database(path: Path, rows: int, seed: int = 0) -> list[str]:
@@ -145,7 +146,7 @@ def search_queries(vocab: list[str], n: int, rng: random.Random) -> list[str]:
 
 
 def bench_bm25(path: Path, engine: str, queries: list[str]) -> dict[str, Any]:
-    import tools.bm25 as bm25
+    from tools import bm25
     from tools.connection import Database
 
     db = Database(path)

@@ -19,15 +19,15 @@ from tools.results import ERROR_KINDS, QueryResult, ToolError
 from tools.toolbox import TOOL_SCHEMAS, TOOLS, ToolBox, ToolResponse, ToolSpec
 
 __all__ = [
-    "Database",
     "ERROR_KINDS",
     "INTERNAL_LIMITS",
     "METADATA_PRAGMAS",
     "PRESETS",
-    "QueryLimits",
-    "QueryResult",
     "TOOLS",
     "TOOL_SCHEMAS",
+    "Database",
+    "QueryLimits",
+    "QueryResult",
     "ToolBox",
     "ToolError",
     "ToolResponse",

@@ -30,8 +30,9 @@ import sqlite3
 import tempfile
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -74,7 +75,7 @@ class Bm25sRanker:
         self.vocab: dict[str, int] = retriever.vocab_dict
 
     @classmethod
-    def build(cls, texts: Sequence[str]) -> "Bm25sRanker":
+    def build(cls, texts: Sequence[str]) -> Bm25sRanker:
         import bm25s
 
         tokens = bm25s.tokenize(
@@ -85,7 +86,7 @@ class Bm25sRanker:
         return cls(retriever)
 
     @classmethod
-    def load(cls, folder: Path) -> "Bm25sRanker":
+    def load(cls, folder: Path) -> Bm25sRanker:
         import bm25s
 
         return cls(bm25s.BM25.load(str(folder / "bm25s"), mmap=False, show_progress=False, verbosity=0))
@@ -127,7 +128,7 @@ class Fts5Ranker:
         return conn
 
     @classmethod
-    def build(cls, texts: Sequence[str], folder: Path) -> "Fts5Ranker":
+    def build(cls, texts: Sequence[str], folder: Path) -> Fts5Ranker:
         """Writes the FTS5 index into ``folder`` (a cache folder, never the database)."""
         path = folder / cls.FILE
         conn = sqlite3.connect(path)
@@ -143,7 +144,7 @@ class Fts5Ranker:
         return cls(path, meta)
 
     @classmethod
-    def load(cls, folder: Path) -> "Fts5Ranker":
+    def load(cls, folder: Path) -> Fts5Ranker:
         path = folder / cls.FILE
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
@@ -209,7 +210,7 @@ class ValueIndex:
         self.lengths = lengths - 1
 
     @classmethod
-    def build(cls, values: list[Any], engine: str = DEFAULT_ENGINE, folder: Path | None = None) -> "ValueIndex":
+    def build(cls, values: list[Any], engine: str = DEFAULT_ENGINE, folder: Path | None = None) -> ValueIndex:
         """Build in memory (``bm25s``) or into ``folder`` (``fts5`` needs one)."""
         if engine not in ENGINES:
             raise ValueError(f"unknown BM25 engine {engine!r}; use one of {sorted(ENGINES)}")
@@ -228,7 +229,7 @@ class ValueIndex:
         (folder / "meta.json").write_text(json.dumps({"engine": self.engine, "version": INDEX_VERSION}))
 
     @classmethod
-    def load(cls, folder: Path) -> "ValueIndex":
+    def load(cls, folder: Path) -> ValueIndex:
         meta = json.loads((folder / "meta.json").read_text())
         values = json.loads((folder / "values.json").read_text(encoding="utf-8"))
         ranker: Ranker = ENGINES[meta["engine"]].load(folder) if values else EmptyRanker()
@@ -282,7 +283,7 @@ def _doc_text(value: Any) -> str:
 
 # --------------------------------------------------------------------------- caching
 
-_MEMORY: "OrderedDict[tuple[str, str, str, str], ValueIndex]" = OrderedDict()
+_MEMORY: OrderedDict[tuple[str, str, str, str], ValueIndex] = OrderedDict()
 _MEMORY_LOCK = threading.Lock()
 _BUILD_LOCKS: dict[tuple[str, str, str, str], threading.Lock] = {}
 

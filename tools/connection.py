@@ -28,9 +28,10 @@ import sqlite3
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from tools.errors import ConfigError, DataError
 from tools.results import QueryResult, ToolError
@@ -325,7 +326,7 @@ class Database:
         self._hash_key: tuple[int, int] | None = None
         self._hash = ""
         self._schema: tuple[str, dict[str, list[str]]] | None = None
-        self._profile: tuple[str, "DatabaseProfile"] | None = None
+        self._profile: tuple[str, DatabaseProfile] | None = None
 
     def __repr__(self) -> str:
         return f"Database(db_id={self.db_id!r}, path={str(self.path)!r})"
@@ -418,7 +419,7 @@ class Database:
         self._schema = (digest, schema)
         return {t: list(c) for t, c in schema.items()}
 
-    def profile(self) -> "DatabaseProfile":
+    def profile(self) -> DatabaseProfile:
         """The database profile, cached in memory and on disk by content hash."""
         from tools.profile import load_or_build_profile
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import difflib
-from typing import Sequence
+from collections.abc import Sequence
 
 from tools.connection import Database
 from tools.results import ToolError

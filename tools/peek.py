@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from tools.connection import Database, QueryLimits, execute
 from tools.names import quote_identifier, resolve_columns, resolve_table

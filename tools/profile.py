@@ -16,9 +16,10 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from tools.cache import cache_root
 from tools.results import json_cell
@@ -122,7 +123,7 @@ class DatabaseProfile:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "DatabaseProfile":
+    def from_json(cls, data: Mapping[str, Any]) -> DatabaseProfile:
         tables = tuple(
             TableProfile(
                 name=t["name"],
@@ -147,7 +148,7 @@ def _column_from_json(data: Mapping[str, Any]) -> ColumnProfile:
 # --------------------------------------------------------------------------- caching
 
 
-def load_or_build_profile(db: "Database") -> DatabaseProfile:
+def load_or_build_profile(db: Database) -> DatabaseProfile:
     """The cached profile of ``db`` (built and saved when missing or stale)."""
     path = profile_cache_path(db)
     if path.is_file():
@@ -160,7 +161,7 @@ def load_or_build_profile(db: "Database") -> DatabaseProfile:
     return profile
 
 
-def profile_cache_path(db: "Database") -> Path:
+def profile_cache_path(db: Database) -> Path:
     """Keyed by the database content hash, the description files and the format version."""
     key = hashlib.sha256(
         f"{PROFILE_VERSION}:{db.content_hash}:{_descriptions_hash(db.path)}".encode()
@@ -181,7 +182,7 @@ def _atomic_write(path: Path, text: str) -> None:
 # --------------------------------------------------------------------------- building
 
 
-def build_profile(db: "Database") -> DatabaseProfile:
+def build_profile(db: Database) -> DatabaseProfile:
     """Compute the profile from the database (one statistics scan per table, one
     top-values query per column, one overlap query per foreign-key candidate)."""
     descriptions = read_descriptions(db.path.parent / "database_description")
@@ -231,7 +232,7 @@ def _stats_sql(table: str, columns: list[str]) -> str:
 _STATS_PER_COLUMN = 11
 
 
-def _profile_table(db: "Database", table: str, described: Mapping[str, Mapping[str, str]]) -> TableProfile:
+def _profile_table(db: Database, table: str, described: Mapping[str, Mapping[str, str]]) -> TableProfile:
     info = db.query_internal("SELECT name, type, \"notnull\", pk FROM pragma_table_info(?)", (table,))
     names = [row[0] for row in info]
     stats = db.query_internal(_stats_sql(table, names))[0] if names else (0,)
@@ -245,7 +246,7 @@ def _profile_table(db: "Database", table: str, described: Mapping[str, Mapping[s
 
 
 def _profile_column(
-    db: "Database",
+    db: Database,
     table: str,
     name: str,
     declared: str,
@@ -299,7 +300,7 @@ def _tidy_number(value: Any) -> Any:
     return value
 
 
-def _top_values(db: "Database", table: str, column: str) -> tuple[tuple[Any, int], ...]:
+def _top_values(db: Database, table: str, column: str) -> tuple[tuple[Any, int], ...]:
     c = _q(column)
     rows = db.query_internal(
         f"SELECT {c}, COUNT(*) AS n FROM {_q(table)} WHERE {c} IS NOT NULL GROUP BY {c} ORDER BY n DESC, {c} LIMIT {TOP_K}"
@@ -307,7 +308,7 @@ def _top_values(db: "Database", table: str, column: str) -> tuple[tuple[Any, int
     return tuple((_short(v), int(n)) for v, n in rows)
 
 
-def _examples(db: "Database", table: str, column: str) -> tuple[Any, ...]:
+def _examples(db: Database, table: str, column: str) -> tuple[Any, ...]:
     c = _q(column)
     rows = db.query_internal(f"SELECT DISTINCT {c} FROM {_q(table)} WHERE {c} IS NOT NULL LIMIT {EXAMPLES}")
     return tuple(_short(v) for (v,) in rows)
@@ -316,7 +317,7 @@ def _examples(db: "Database", table: str, column: str) -> tuple[Any, ...]:
 # --------------------------------------------------------------------------- keys
 
 
-def _declared_foreign_keys(db: "Database", tables: Iterable[TableProfile]) -> list[ForeignKey]:
+def _declared_foreign_keys(db: Database, tables: Iterable[TableProfile]) -> list[ForeignKey]:
     by_lower = {t.name.lower(): t for t in tables}
     out: list[ForeignKey] = []
     for table in tables:
@@ -372,7 +373,7 @@ def _types_compatible(a: str, b: str) -> bool:
 
 
 def infer_foreign_keys(
-    db: "Database", tables: tuple[TableProfile, ...], declared: Iterable[ForeignKey]
+    db: Database, tables: tuple[TableProfile, ...], declared: Iterable[ForeignKey]
 ) -> list[ForeignKey]:
     """Foreign keys the schema does not declare, found by name, type and value overlap.
 
@@ -408,7 +409,7 @@ def _is_key(table: TableProfile, column: ColumnProfile) -> bool:
 
 
 def _best_target(
-    db: "Database", table: TableProfile, col: ColumnProfile, targets: list[tuple[TableProfile, ColumnProfile]]
+    db: Database, table: TableProfile, col: ColumnProfile, targets: list[tuple[TableProfile, ColumnProfile]]
 ) -> ForeignKey | None:
     best: ForeignKey | None = None
     for ref_table, ref_col in targets:
@@ -422,7 +423,7 @@ def _best_target(
     return best
 
 
-def _overlap(db: "Database", table: str, column: str, ref_table: str, ref_column: str, distinct: int) -> float:
+def _overlap(db: Database, table: str, column: str, ref_table: str, ref_column: str, distinct: int) -> float:
     if distinct == 0:
         return 0.0
     (hits,) = db.query_internal(

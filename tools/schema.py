@@ -10,7 +10,8 @@ model output, which must never raise). Foreign keys are listed when both ends ar
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from tools.profile import ColumnProfile, DatabaseProfile, ForeignKey, TableProfile
 
@@ -29,9 +30,9 @@ def select(
     wanted_tables = {t.lower() for t in tables or ()}
     wanted_columns: dict[str, set[str]] = {}
     for name in columns or ():
-        table, _, column = str(name).partition(".")
+        table_name, _, column = str(name).partition(".")
         if column:
-            wanted_columns.setdefault(table.strip().lower(), set()).add(column.strip().lower())
+            wanted_columns.setdefault(table_name.strip().lower(), set()).add(column.strip().lower())
     out: Selection = []
     for table in profile.tables:
         key = table.name.lower()

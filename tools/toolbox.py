@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from tools.bm25 import bm25_search_sqlite
 from tools.connection import PRESETS, Database
@@ -288,7 +289,7 @@ class ToolResponse:
         return json.dumps(self.payload, ensure_ascii=False, default=str)
 
     @classmethod
-    def from_output(cls, output: ToolOutput) -> "ToolResponse":
+    def from_output(cls, output: ToolOutput) -> ToolResponse:
         if isinstance(output, ToolError):
             return cls(False, {"error": output.to_json()}, output.kind)
         if isinstance(output, QueryResult):
@@ -322,7 +323,7 @@ class ToolBox:
         """Run one tool call; every failure is a structured ``ToolResponse`` error."""
         try:
             return ToolResponse.from_output(self._call(name, arguments))
-        except Exception as exc:  # noqa: BLE001 - the dispatcher must never raise into a rollout
+        except Exception as exc:
             log.exception("tool %r failed on %s", name, self.db.db_id)
             return ToolResponse.from_output(ToolError("other", f"internal tool error: {type(exc).__name__}: {exc}"))
 

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import tools.bm25 as bm25
-from tools import get_database
+from tools import bm25, get_database
 from tools.bm25 import ValueIndex, bm25_search_sqlite, get_index, index_folder
 from tools.connection import Database
 from tools.results import ToolError

@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from tools import PRESETS, Database, QueryLimits, QueryResult, ToolError, execute, get_database
+from tools import (
+    PRESETS,
+    Database,
+    QueryLimits,
+    QueryResult,
+    ToolError,
+    execute,
+    get_database,
+)
 from tools.connection import METADATA_PRAGMAS
 from tools.errors import ConfigError, DataError
 

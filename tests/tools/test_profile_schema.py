@@ -10,7 +10,12 @@ import pytest
 
 import tools.profile as profile_mod
 from tools import get_database
-from tools.profile import DatabaseProfile, ForeignKey, decode_tolerant, read_descriptions
+from tools.profile import (
+    DatabaseProfile,
+    ForeignKey,
+    decode_tolerant,
+    read_descriptions,
+)
 from tools.schema import compact_schema, ddl_schema, m_schema
 
 from .conftest import make_school_db
@@ -103,7 +108,7 @@ def test_bird_descriptions_in_mixed_encodings(bird_db: Path) -> None:
 
 
 def test_decode_tolerant_and_broken_csv(tmp_path: Path) -> None:
-    assert decode_tolerant("é".encode("utf-8")) == "é"
+    assert decode_tolerant("é".encode()) == "é"
     assert decode_tolerant("é".encode("cp1252")) == "é"
     assert decode_tolerant(b"\x81\x8d") == "\x81\x8d"  # undefined in cp1252: latin-1 fallback
     folder = tmp_path / "database_description"

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-import tools.toolbox as toolbox
-from tools import TOOL_SCHEMAS, ToolBox, ToolResponse, get_database
+from tools import TOOL_SCHEMAS, ToolBox, ToolResponse, get_database, toolbox
 from tools.errors import ConfigError, UnknownNameError
 
 ALL_TOOLS = ["sqlite_query", "sqlite_peek", "bm25_search_sqlite", "execute_sql_query", "execute_sql", "fts_search", "get_profile"]

@@ -90,10 +90,10 @@ def test_index_cached_on_disk_and_rebuilt_on_change(city_db: Path, engine: str, 
     assert city_db.parent not in folder.parents  # never next to (or in) the database
     # "Restart": empty memory, building forbidden -> the index must come from disk.
     bm25._MEMORY.clear()
-    monkeypatch.setattr(ValueIndex, "build", classmethod(lambda cls, *a, **k: pytest.fail("rebuilt")))
-    fresh = Database(city_db)
-    assert bm25_search_sqlite(fresh, "place", "city", "york", engine=engine) == first
-    monkeypatch.undo()
+    with monkeypatch.context() as patch:  # undo only this patch, not the cache-root env
+        patch.setattr(ValueIndex, "build", classmethod(lambda cls, *a, **k: pytest.fail("rebuilt")))
+        fresh = Database(city_db)
+        assert bm25_search_sqlite(fresh, "place", "city", "york", engine=engine) == first
     conn = sqlite3.connect(city_db)
     conn.execute("INSERT INTO place(city, state) VALUES ('York Harbor', 'ME')")
     conn.commit()

@@ -124,6 +124,7 @@ class VerlSettings:
     resume: bool = False  # continue from the latest checkpoint under output_dir/checkpoints
     loggers: tuple[str, ...] = ("console", "file")
     seed: int = 0
+    trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
         _check_positive("group_size", self.group_size, "G, the rollouts per question (>= 2 for GRPO)")
@@ -199,6 +200,8 @@ def fill_from_settings(cfg: "DictConfig", s: VerlSettings) -> "DictConfig":
     values: dict[str, Any] = {
         "actor_rollout_ref.model.path": s.model_path,
         "actor_rollout_ref.model.use_remove_padding": True,
+        "actor_rollout_ref.model.trust_remote_code": s.trust_remote_code,
+        "data.trust_remote_code": s.trust_remote_code,
         "actor_rollout_ref.model.enable_gradient_checkpointing": True,
         "actor_rollout_ref.actor.optim.lr": s.lr,
         "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": s.warmup_ratio,
@@ -640,6 +643,7 @@ def settings_from_project(cfg: "TrainConfig", model_path: str | None = None) -> 
         resume=cfg.resume,
         loggers=tuple(loggers),
         seed=cfg.seed,
+        trust_remote_code=cfg.model.trust_remote_code,
     )
 
 

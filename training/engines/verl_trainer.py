@@ -186,9 +186,13 @@ class SqlAgentTrainer(PPOTrainerSync):
         return AdvantageSettings.from_mapping(OmegaConf.to_container(block, resolve=True) if block else None)
 
     def _rollout_correction(self) -> Any:
-        """veRL's rollout-correction block when it applies (decoupled mode), else None."""
+        """veRL's rollout-correction block when it does something (decoupled mode with
+        importance weights or rejection sampling configured), else None. With neither set,
+        veRL's own step would only recompute metrics its old-log-prob step already logs."""
         corr = (self.config.get("algorithm") or {}).get("rollout_correction", None)
         if corr is None or corr.get("bypass_mode", False):
+            return None
+        if corr.get("rollout_is") is None and corr.get("rollout_rs") is None:
             return None
         return corr
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from agents.types import Example
-from eval.predictions import pair_predictions, read_predictions
+from eval.predictions import BIRD_SEPARATOR, pair_predictions, read_predictions
 from eval.records import REPORT, SUMMARY, RunStore
 from eval.report import console_summary, markdown, summarize
 from eval.scoring import MODES, Sample, sample_from_trajectories, score_question
@@ -94,9 +94,10 @@ def evaluate(
     say: Say = print,
     missing: frozenset[str] = frozenset(),
     progress: bool = True,
+    extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Score every example not yet in ``store`` batch by batch (records are on disk after
-    each batch), then write the summary and the report over all of them."""
+    each batch), then write the summary (plus ``extra``) and the report over all of them."""
     from rex import ExecScorer
 
     scorer = ExecScorer(timeout_s=settings.timeout_s)
@@ -116,13 +117,25 @@ def evaluate(
         if bar is not None:
             bar.close()
     summary = summarize(store.records([ex.id for ex in examples]), _settings_of(store))
+    summary.update(extra or {})
     import json
 
     store.write(SUMMARY, json.dumps(summary, indent=2, sort_keys=False))
     store.write(REPORT, markdown(summary))
+    store.write(PREDICT, json.dumps(official_predictions(store.records([ex.id for ex in examples])), indent=2))
     say(console_summary(summary))
-    say(f"[eval] wrote {store.records_path}, {store.dir / SUMMARY}, {store.dir / REPORT}")
+    say(f"[eval] wrote {store.records_path}, {store.dir / SUMMARY}, {store.dir / REPORT}, {store.dir / PREDICT}")
     return summary
+
+
+PREDICT = "predict.json"
+
+
+def official_predictions(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The chosen SQL of every question in BIRD's ``predict_dev.json`` format (keyed by
+    question id, which is the position in BIRD's dev.json), so the official
+    ``evaluation.py`` can be run on a model's answers too; no answer is written as ''."""
+    return {str(r["id"]): f"{r['sql'] or ''}{BIRD_SEPARATOR}{r['db_id']}" for r in records}
 
 
 def _settings_of(store: RunStore) -> dict[str, Any]:
@@ -169,9 +182,8 @@ def evaluate_predictions(
     def produce(batch: Sequence[Example]) -> dict[str, list[Sample]]:
         return {ex.id: [Sample(sql=pairing.sql[ex.id])] for ex in batch}
 
-    summary = evaluate(examples, produce, store, settings, say, frozenset(pairing.missing), progress)
-    summary["unmatched_predictions"] = len(pairing.unmatched)
-    return summary
+    return evaluate(examples, produce, store, settings, say, frozenset(pairing.missing), progress,
+                    extra={"unmatched_predictions": len(pairing.unmatched)})
 
 
 # ----------------------------------------------------------------------------- mode A: a model
@@ -280,6 +292,11 @@ def run_model(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> d
     from training.run import resolve_device
 
     settings = _settings(raw)
+    if not raw.get("recipe_name"):
+        from training.config import list_recipes
+
+        raise ConfigError("nothing to evaluate: pass recipe=<name> to evaluate a model "
+                          f"(recipes: {', '.join(list_recipes())}) or predictions=PATH to score a predictions file")
     cfg = TrainConfig.from_mapping({k: v for k, v in raw.items() if k not in ("eval", "predictions", "hydra")})
     device = resolve_device(cfg.engine.device)
     mode = cfg.engine.laptop_profile

@@ -90,6 +90,10 @@ def test_predictions_give_the_expected_outcomes_and_ex_per_difficulty(bird: Path
     report = (tmp_path / "out" / "report.md").read_text()
     assert "| moderate | 2 | 50.00 |" in report and "| missing | 1 |" in report
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["ex_official"] == pytest.approx(2 / 7)
+    # predict.json in BIRD's format reads back as the same predictions (missing ones as '')
+    again = evaluate_predictions(load_examples("bird", bird, "dev"), tmp_path / "out" / "predict.json",
+                                 tmp_path / "again", EvalSettings(timeout_s=1.0), say=quiet, progress=False)
+    assert again["matches"] == s["matches"] and again["outcomes"]["pred_error"] == 2
 
 
 def test_bird_official_dict_format(bird: Path, tmp_path: Path) -> None:
@@ -97,11 +101,13 @@ def test_bird_official_dict_format(bird: Path, tmp_path: Path) -> None:
     sep = "\t----- bird -----\t"
     preds = tmp_path / "predict_dev.json"
     preds.write_text(json.dumps({"10": "SELECT COUNT(*) FROM singer" + sep + "music",
-                                 "13": "SELECT label FROM item" + sep + "shop"}, indent=2))
+                                 "13": "SELECT label FROM item" + sep + "shop",
+                                 "99": "SELECT 1" + sep + "music"}, indent=2))
     s = evaluate_predictions(examples, preds, tmp_path / "out", say=quiet, progress=False)
     # five questions have no prediction; one of them has a failing gold SQL, so it is a gold_error
     assert s["outcomes"]["match"] == 2 and s["missing"] == 5
     assert s["outcomes"]["missing"] == 4 and s["outcomes"]["gold_error"] == 1
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["unmatched_predictions"] == 1
 
 
 def test_db_id_mismatch_names_the_id_and_both_db_ids(bird: Path, tmp_path: Path) -> None:
@@ -290,3 +296,29 @@ def test_entry_point_runs_a_saved_model(bird: Path, tmp_path: Path) -> None:
     assert summary["n"] == 2 and summary["settings"]["model"] == str(model_dir)
     assert summary["settings"]["recipe"] == "think2sql" and summary["behaviour"]["policy_tokens"] <= 4
     assert "[data] bird/dev: evaluating 2 of 7 questions" in proc.stdout
+
+
+def test_bundled_benchmark_ex_per_difficulty_matches_the_data_file(minibird_root: Path, tmp_path: Path) -> None:
+    """Gold SQL as predictions on every minibird dev question except, per difficulty, one
+    broken and one missing prediction: EX per difficulty is exactly (n - 2) / n with n
+    counted from the data file itself."""
+    raw = json.loads((minibird_root / "dev" / "dev.json").read_text())
+    counts = Counter(q["difficulty"] for q in raw)
+    examples = load_examples("minibird", minibird_root, "dev")
+    broken, missing, rows = set(), set(), []
+    for ex in examples:
+        if ex.difficulty not in {examples[i].difficulty for i in broken}:
+            broken.add(examples.index(ex))
+            rows.append({"question_id": ex.id, "db_id": ex.db_id, "sql": "SELECT * FROM no_such_table"})
+        elif ex.difficulty not in {examples[i].difficulty for i in missing}:
+            missing.add(examples.index(ex))
+        else:
+            rows.append({"question_id": ex.id, "db_id": ex.db_id, "sql": ex.gold_sql})
+    preds = write_jsonl(tmp_path / "gold.jsonl", rows)
+    s = evaluate_predictions(examples, preds, tmp_path / "out", say=quiet, progress=False)
+    assert {d: b["n"] for d, b in s["by_difficulty"].items()} == dict(counts)
+    for d, n in counts.items():
+        assert s["by_difficulty"][d]["ex"] == pytest.approx((n - 2) / n)
+        assert s["by_difficulty"][d]["outcomes"]["missing"] == 1
+    assert s["outcomes"]["pred_error"] == len(counts) and s["outcomes"]["match"] == len(raw) - 2 * len(counts)
+    assert s["rex"] == pytest.approx(s["ex"]) and s["qatch"]["mean"] == pytest.approx(s["ex"])

@@ -322,3 +322,36 @@ def test_bundled_benchmark_ex_per_difficulty_matches_the_data_file(minibird_root
         assert s["by_difficulty"][d]["outcomes"]["missing"] == 1
     assert s["outcomes"]["pred_error"] == len(counts) and s["outcomes"]["match"] == len(raw) - 2 * len(counts)
     assert s["rex"] == pytest.approx(s["ex"]) and s["qatch"]["mean"] == pytest.approx(s["ex"])
+
+
+def _compose(*overrides: str) -> dict:
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    with initialize_config_module("recipes", version_base=None):
+        return OmegaConf.to_container(compose("eval", overrides=list(overrides)), resolve=True)  # type: ignore[return-value]
+
+
+def test_eval_config_reuses_the_training_groups_and_recipes() -> None:
+    from eval.run import run
+
+    raw = _compose("recipe=trustsql", "eval.mode=sc", "eval.samples=4")
+    assert raw["agent"]["name"] == "trustsql" and raw["agent"]["max_turns_inference"] == 15
+    assert raw["rollout"]["temperature"] == 0.8 and raw["model"]["path"] is None
+    assert raw["data"]["drop_failing_gold"] is False  # gold errors are an outcome, not dropped
+    assert raw["eval"] == {"mode": "sc", "samples": 4, "temperature": None, "limit": None, "out_dir": None,
+                           "fresh": False, "batch_size": 8, "timeout_s": 30.0}
+    with pytest.raises(ConfigError, match="pass recipe=<name> to evaluate a model .* or predictions=PATH"):
+        run(_compose(), set(), say=quiet)
+    with pytest.raises(ConfigError, match="unknown eval option"):
+        run(_compose("recipe=think2sql", "+eval.sample=3"), set(), say=quiet)
+
+
+def test_predictions_with_sampling_modes_is_refused(bird: Path, tmp_path: Path) -> None:
+    from eval.run import run
+
+    preds = write_jsonl(tmp_path / "p.jsonl", PREDICTIONS)
+    raw = _compose(f"predictions={preds}", "data=bird", f"data.root={bird}", "eval.mode=sc",
+                   f"eval.out_dir={tmp_path / 'o'}")
+    with pytest.raises(ConfigError, match="needs a model"):
+        run(raw, set(), say=quiet)

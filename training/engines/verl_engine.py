@@ -700,10 +700,10 @@ def prepare(cfg: "TrainConfig", say: Say = print, check_devices: bool = True) ->
     from eval.data import load_examples
     from training.model import resolve_model_path
 
+    if check_devices:  # before anything is downloaded or written
+        check_gpus(verl_config_for(cfg))
     model_path = resolve_model_path(cfg.stage.init_from or cfg.model.path, say)
     verl_cfg = verl_config_for(cfg, model_path)
-    if check_devices:
-        check_gpus(verl_cfg)
     prepare_run_dir(cfg.run_dir, cfg.resume, cfg.fresh, say)
     data = cfg.data
     common = {"kind": data.kind, "root": data.root, "drop_failing_gold": data.drop_failing_gold}

@@ -731,6 +731,11 @@ def check_gpus(verl_cfg: "DictConfig") -> None:
 
     visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
     wanted = int(verl_cfg.trainer.n_gpus_per_node)
+    if visible == 0:
+        raise ConfigError(
+            "engine=verl needs CUDA GPUs (and vLLM) and none is visible; use engine=local or engine=auto "
+            "(dry_run=true still prints the veRL config on any machine)"
+        )
     if verl_cfg.trainer.nnodes == 1 and visible < wanted:
         raise ConfigError(
             f"trainer.n_gpus_per_node={wanted} but {visible} CUDA GPU(s) are visible; pass "

@@ -34,11 +34,22 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def tiny_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
+    """A random 2-layer Qwen2 with head_dim 64 (a size every vLLM attention backend takes)
+    and a 16K context (the tiny tokenizer spends ~1 token per 2-3 characters of prompt)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    from tests.helpers.tiny_model import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=16384,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
+    )
     path = tmp_path_factory.mktemp("tiny_policy")
-    tiny_tokenizer().save_pretrained(path)
-    tiny_model().save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    Qwen2ForCausalLM(config).save_pretrained(path)
     return path
 
 
@@ -51,7 +62,7 @@ def test_one_verl_step(recipe: str, tiny_policy: Path, tmp_path: Path) -> None:
         f"model.path={tiny_policy}", f"run_dir={run_dir}", "logger=[console,jsonl]",
         "algorithm.group_size=2", "algorithm.batch_size=2", "trainer.total_steps=1",
         "trainer.eval_before_after=false", "data.limit=4", "data.eval_limit=2",
-        "rollout.max_new_tokens=64", "rollout.max_response_tokens=512", "rollout.max_prompt_tokens=6144",
+        "rollout.max_new_tokens=64", "rollout.max_response_tokens=1024", "rollout.max_prompt_tokens=12288",
         f"+verl.trainer.n_gpus_per_node={gpus}",
         "+verl.actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
         "+verl.actor_rollout_ref.rollout.agent.num_workers=1",

@@ -229,3 +229,15 @@ def test_prepare_writes_prompts_veRLs_dataset_reads(tmp_path: Path, monkeypatch:
     example = E.example_from_json(item["extra_info"]["example"])
     assert item["agent_name"] == "sqlagent" and item["raw_prompt"][0]["content"] == example.question
     assert Path(example.db_path).exists() and example.gold_sql
+
+
+def test_gpu_count_mismatch_names_the_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    cfg = E.verl_config_for(project_config("trustsql"), model_path="m")
+    with pytest.raises(ConfigError, match=r"n_gpus_per_node=8 but 4 CUDA GPU.*\+verl\.trainer\.n_gpus_per_node=4"):
+        E.check_gpus(cfg)
+    E.apply_verl_overrides(cfg, overrides=["verl.trainer.n_gpus_per_node=4"])
+    E.check_gpus(cfg)  # now consistent

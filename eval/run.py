@@ -285,43 +285,69 @@ def run_predictions(raw: Mapping[str, Any], say: Say = print) -> dict[str, Any]:
 
 def run_model(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> dict[str, Any]:
     """Mode A from a composed config: the recipe's agent and rollout limits, the model."""
-    from agents import agent_options, make_agent
-    from training.config import TrainConfig, apply_laptop_profile
+    import torch
+
     from training.model import autocast_dtype, load_model
-    from training.rollout import RolloutLimits, SamplingParams
-    from training.run import resolve_device
 
     settings = _settings(raw)
-    if not raw.get("recipe_name"):
-        from training.config import list_recipes
+    cfg, device = policy_config(raw, explicit, say)
+    torch.manual_seed(cfg.seed)
+    examples = _load_eval_examples(cfg.data, settings.limit or cfg.data.eval_limit, cfg.seed, say)
+    agent, options = _eval_agent(cfg, say)
+    loaded = load_model(cfg.model.path, device, say=say, trust_remote_code=cfg.model.trust_remote_code)
+    autocast = None if cfg.model.autocast == "off" else (
+        torch.bfloat16 if cfg.model.autocast == "bf16" else autocast_dtype(device))
+    sampling, limits = sampling_and_limits(cfg.rollout, settings)
+    out = settings.out_dir or default_out_dir(cfg.recipe_name, cfg.data.kind, cfg.data.eval_split, settings)
+    info = {"recipe": cfg.recipe_name, "model": loaded.source, "data_kind": cfg.data.kind,
+            "data_root": cfg.data.root, "split": cfg.data.eval_split, "agent_options": _plain_options(options),
+            "max_response_tokens": cfg.rollout.max_response_tokens, "seed": cfg.seed}
+    generate = model_generate(loaded.model, loaded.tokenizer, device, autocast)
+    return evaluate_policy(examples, agent, loaded.tokenizer, generate, sampling, limits, out, settings, info, say)
 
+
+def policy_config(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> tuple[Any, str]:
+    """The validated ``TrainConfig`` and device; on CPU (``engine.laptop_profile=auto``) the
+    laptop caps on turns and lengths that training's before/after EX runs with, printed
+    (command-line values kept; the eval subset stays ``eval.limit``'s)."""
+    from training.config import TrainConfig, apply_laptop_profile, list_recipes
+    from training.run import resolve_device
+
+    if not raw.get("recipe_name"):
         raise ConfigError("nothing to evaluate: pass recipe=<name> to evaluate a model "
                           f"(recipes: {', '.join(list_recipes())}) or predictions=PATH to score a predictions file")
     cfg = TrainConfig.from_mapping({k: v for k, v in raw.items() if k not in ("eval", "predictions", "hydra")})
     device = resolve_device(cfg.engine.device)
     mode = cfg.engine.laptop_profile
     if mode == "on" or (mode == "auto" and device == "cpu"):
-        keep = set(explicit) | {"data.eval_limit"}  # the eval subset is eval.limit's business
-        cfg, changes = apply_laptop_profile(cfg, sorted(keep))
+        cfg, changes = apply_laptop_profile(cfg, sorted(set(explicit) | {"data.eval_limit"}))
         shown = {k: v for k, v in changes.items() if k.startswith(("rollout.", "agent."))}
         if shown:
             say("[laptop profile] CPU: the same caps as training's before/after EX (engine.laptop_profile=off "
                 "keeps the recipe's):\n" + "\n".join(f"    {k}: {a} -> {b}" for k, (a, b) in sorted(shown.items())))
-    import torch
+    return cfg, device
 
-    torch.manual_seed(cfg.seed)
-    examples = _load_eval_examples(cfg.data, settings.limit or cfg.data.eval_limit, cfg.seed, say)
+
+def _eval_agent(cfg: Any, say: Say) -> tuple[Any, dict[str, Any]]:
+    """The design's agent in inference mode (TRUST-SQL's 15-turn budget), with few-shot
+    examples from the training split where the design takes them."""
+    from agents import agent_options, make_agent
+
     options = dict(cfg.agent.options)
     accepted = agent_options(cfg.agent.name)
     if "inference" in accepted:
         options["inference"] = True
     if "few_shot_pool" in accepted:
         options["few_shot_pool"] = tuple(_few_shot_pool(cfg.data, say))
-    agent = make_agent(cfg.agent.name, **options)
-    loaded = load_model(cfg.model.path, device, say=say, trust_remote_code=cfg.model.trust_remote_code)
-    autocast = None if cfg.model.autocast == "off" else (
-        torch.bfloat16 if cfg.model.autocast == "bf16" else autocast_dtype(device))
-    r = cfg.rollout
+    return make_agent(cfg.agent.name, **options), options
+
+
+def sampling_and_limits(rollout: Any, settings: EvalSettings) -> tuple[Any, Any]:
+    """Greedy (temperature 0) or the sampling temperature, and the rollout limits, from the
+    ``rollout`` config exactly as the local engine builds them."""
+    from training.rollout import RolloutLimits, SamplingParams
+
+    r = rollout
     temperature = 0.0 if settings.mode == "greedy" else (settings.temperature or r.temperature)
     sampling = SamplingParams(temperature=temperature, top_p=r.top_p if temperature > 0 else 1.0,
                               top_k=r.top_k if (r.top_k > 0 and temperature > 0) else -1,
@@ -330,13 +356,7 @@ def run_model(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> d
                            max_context_tokens=r.max_prompt_tokens + r.max_response_tokens,
                            max_tokens_per_turn=r.max_new_tokens, max_observation_tokens=r.observation_max_tokens,
                            max_prompt_tokens=r.max_prompt_tokens)
-    name = cfg.recipe_name or cfg.agent.name
-    out = settings.out_dir or default_out_dir(name, cfg.data.kind, cfg.data.eval_split, settings)
-    info = {"recipe": cfg.recipe_name, "model": loaded.source, "data_kind": cfg.data.kind,
-            "data_root": cfg.data.root, "split": cfg.data.eval_split, "agent_options": _plain_options(options),
-            "max_response_tokens": r.max_response_tokens, "seed": cfg.seed}
-    generate = model_generate(loaded.model, loaded.tokenizer, device, autocast)
-    return evaluate_policy(examples, agent, loaded.tokenizer, generate, sampling, limits, out, settings, info, say)
+    return sampling, limits
 
 
 def _plain_options(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -86,45 +86,61 @@ def phase_aware_advantages(
     dict per row, as the agent loop wrote it). Padding rows (veRL's synthetic rows that
     make the batch divisible) get zero advantage and stay out of the group statistics.
     """
-    from training.advantages import AdvantageOptions, get_estimator, group_keys, token_advantages
+    from training.advantages import AdvantageOptions, get_estimator, group_keys
 
     mask = data.batch["response_mask"].float()  # [n, resp_len]
     n, width = mask.shape
     padding = list(is_padding) if is_padding is not None else [False] * n
-    extra = list(data.non_tensor_batch["extra_fields"])
     real = [i for i in range(n) if not padding[i]]
-    records = [_field(extra[i], EPISODE_KEY, i) for i in real]
-    rewards = [_field(extra[i], REWARD_KEY, i) for i in real]
-    uids = [str(data.non_tensor_batch["uid"][i]) for i in real]
-    groups = group_keys(uids, [r["role"] for r in records], settings.group_by)
-    track_names = sorted(set.intersection(*(set(r["tracks"]) for r in rewards))) if rewards else ["full"]
-    tracks = {
-        name: torch.tensor([float(r["tracks"][name]) for r in rewards], dtype=torch.float32)  # [n_real]
-        for name in track_names
-    }
-    options = AdvantageOptions(
-        epsilon=settings.epsilon, norm_by_std=settings.norm_by_std, clamp=settings.clamp,
-        schema_track=settings.schema_track,
-    )
-    seq_adv = get_estimator(settings.estimator)(tracks, groups, options) if real else {}
-
     advantages = torch.zeros(n, width, dtype=torch.float32)  # [n, resp_len]
     metrics: dict[str, float] = {}
     if real:
-        real_mask = mask[real]  # [n_real, resp_len]
-        adv_real = token_advantages(seq_adv["full"], real_mask)  # [n_real, resp_len]
-        if settings.schema_track in seq_adv:
-            schema_mask = _padded([r["schema_mask"] for r in records], width) * real_mask  # [n_real, resp_len]
-            scale = float(real_mask.sum()) / max(float(schema_mask.sum()), 1.0)
-            weight = settings.schema_weight * scale
-            adv_real = adv_real + weight * token_advantages(seq_adv[settings.schema_track], schema_mask)
-            metrics["sqlagent/schema_track/token_fraction"] = float(schema_mask.sum()) / max(float(real_mask.sum()), 1.0)
-            metrics["sqlagent/schema_track/empty_masks"] = float((schema_mask.sum(-1) == 0).sum())
-        advantages[real] = adv_real
+        extra = data.non_tensor_batch["extra_fields"]
+        records = [_field(extra[i], EPISODE_KEY, i) for i in real]
+        rewards = [_field(extra[i], REWARD_KEY, i) for i in real]
+        uids = [str(data.non_tensor_batch["uid"][i]) for i in real]
+        groups = group_keys(uids, [r["role"] for r in records], settings.group_by)
+        options = AdvantageOptions(
+            epsilon=settings.epsilon, norm_by_std=settings.norm_by_std, clamp=settings.clamp,
+            schema_track=settings.schema_track,
+        )
+        seq_adv = get_estimator(settings.estimator)(_track_scores(rewards), groups, options)
+        schema_masks = [r["schema_mask"] for r in records]
+        advantages[real], metrics = _token_level(seq_adv, mask[real], schema_masks, settings)
         metrics.update(_reward_metrics(records, rewards, seq_adv))
     data.batch["advantages"] = advantages
     data.batch["returns"] = advantages.clone()
     return data, metrics
+
+
+def _track_scores(rewards: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+    """track -> ``[n]`` rewards, for the tracks every row has (``full`` always)."""
+    names = set.intersection(*(set(r["tracks"]) for r in rewards)) | {"full"}
+    return {
+        name: torch.tensor([float(r["tracks"].get(name, r["total"])) for r in rewards])  # [n]
+        for name in sorted(names)
+    }
+
+
+def _token_level(
+    seq_adv: Mapping[str, torch.Tensor],  # track -> [n]
+    mask: torch.Tensor,  # [n, resp_len] loss mask
+    schema_masks: Sequence[Sequence[int]],
+    settings: AdvantageSettings,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """``A_full * mask (+ lambda * N_mask / N_schema * A_schema * schema_mask)``."""
+    from training.advantages import token_advantages
+
+    adv = token_advantages(seq_adv["full"], mask)  # [n, resp_len]
+    metrics: dict[str, float] = {}
+    if settings.schema_track in seq_adv:
+        schema_mask = _padded(schema_masks, mask.shape[1]) * mask  # [n, resp_len]
+        n_mask, n_schema = float(mask.sum()), float(schema_mask.sum())
+        weight = settings.schema_weight * n_mask / max(n_schema, 1.0)
+        adv = adv + weight * token_advantages(seq_adv[settings.schema_track], schema_mask)  # [n, resp_len]
+        metrics["sqlagent/schema_track/token_fraction"] = n_schema / max(n_mask, 1.0)
+        metrics["sqlagent/schema_track/empty_masks"] = float((schema_mask.sum(-1) == 0).sum())
+    return adv, metrics
 
 
 def _like(padded: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

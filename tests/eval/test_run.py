@@ -167,7 +167,7 @@ def _policy_setup() -> tuple[Any, Any, Any, Any]:
     from tests.helpers.tiny_model import tiny_tokenizer
     from training.rollout import RolloutLimits, SamplingParams
 
-    return (make_agent("think2sql"), tiny_tokenizer(), SamplingParams(temperature=1.0, max_new_tokens=64),
+    return (make_agent("think2sql"), tiny_tokenizer(), SamplingParams(temperature=1.0, max_new_tokens=512),
             RolloutLimits(max_response_tokens=4096, max_context_tokens=16384))
 
 
@@ -355,3 +355,46 @@ def test_predictions_with_sampling_modes_is_refused(bird: Path, tmp_path: Path) 
                    f"eval.out_dir={tmp_path / 'o'}")
     with pytest.raises(ConfigError, match="needs a model"):
         run(raw, set(), say=quiet)
+
+
+def turn_script_generate(tokenizer: Any, turns: list[str]) -> Any:
+    """A GenerateFn that writes ``turns[i]`` as the i-th assistant turn of any episode."""
+    from training.rollout import GenerationOutput
+
+    def generate(prompts: list[list[int]], params: Any) -> list[GenerationOutput]:
+        out = []
+        for ids in prompts:
+            turn = tokenizer.decode(ids).count("<|im_start|>assistant") - 1
+            body = turns[min(turn, len(turns) - 1)]
+            out.append(GenerationOutput(tokenizer.encode(body, add_special_tokens=False) + [tokenizer.eos_token_id]))
+        return out
+
+    return generate
+
+
+def test_multi_turn_agent_counts_turns_tool_calls_and_tokens(bird: Path, tmp_path: Path) -> None:
+    """TRUST-SQL (inference budget) through the driver: tool observations come from the real
+    database, and the report counts turns, tool calls and policy tokens per sample."""
+    from agents import make_agent
+    from tests.helpers.tiny_model import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    call = ('<tool_call>{"name": "execute_sql_query", "arguments": {"db_id": "music", '
+            '"sql": "SELECT name FROM sqlite_master WHERE type = \'table\'"}}</tool_call>')
+    turns = [
+        "<think>Which tables exist?</think><action>explore_schema</action>" + call,
+        "<think>singer holds them.</think><action>propose_schema</action>"
+        '<schema>{"tables": ["singer"], "columns": {"singer": ["singer_id"]}, "joins": []}</schema>',
+        "<think>Count.</think><action>confirm_answer</action><answer>```sql\nSELECT COUNT(*) FROM singer\n```</answer>",
+    ]
+    _, _, sampling, limits = _policy_setup()
+    examples = [e for e in load_examples("bird", bird, "dev") if e.id in ("10", "11")]
+    s = evaluate_policy(examples, make_agent("trustsql", inference=True), tok, turn_script_generate(tok, turns),
+                        sampling, limits, tmp_path / "out", say=quiet, progress=False)
+    assert (s["outcomes"]["match"], s["outcomes"]["mismatch"]) == (1, 1)
+    assert s["behaviour"]["turns"] == 3.0 and s["behaviour"]["tool_calls"] == 1.0
+    policy = sum(len(tok.encode(t, add_special_tokens=False)) + 1 for t in turns)  # + the EOS of each turn
+    assert s["behaviour"]["policy_tokens"] == policy
+    assert s["behaviour"]["response_tokens"] > policy  # the observation and template tokens (mask 0)
+    assert s["end_reasons"] == {"answer": 2}
+    assert "| 3.00 | 1.00 |" in (tmp_path / "out" / "report.md").read_text()

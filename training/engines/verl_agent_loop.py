@@ -36,9 +36,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopBase,
+    AgentLoopMetrics,
+    AgentLoopOutput,
+    register,
+)
 
-from training.engines.verl_engine import AGENT_LOOP_NAME, PROJECT_NAMESPACE, example_from_json
+from training.engines.verl_engine import (
+    AGENT_LOOP_NAME,
+    PROJECT_NAMESPACE,
+    example_from_json,
+)
 from training.engines.verl_reward import (
     REWARD_KEY,
     breakdown_to_json,
@@ -76,7 +85,7 @@ class WorkerSettings:
         return bool(self.agent_options.get("guardrails", False))
 
     @classmethod
-    def from_config(cls, config: Any) -> "WorkerSettings":
+    def from_config(cls, config: Any) -> WorkerSettings:
         ns = config.get(PROJECT_NAMESPACE) if hasattr(config, "get") else None
         if ns is None:
             raise ValueError(
@@ -109,18 +118,18 @@ def _to_plain(node: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=8)
-def _cached_agent(name: str, options_json: str) -> "Agent":
+def _cached_agent(name: str, options_json: str) -> Agent:
     from agents import make_agent
 
     return make_agent(name, **json.loads(options_json))
 
 
-def build_agent(settings: WorkerSettings) -> "Agent":
+def build_agent(settings: WorkerSettings) -> Agent:
     """The configured agent, built once per worker process (agents keep no episode state)."""
     return _cached_agent(settings.agent, json.dumps(dict(settings.agent_options), sort_keys=True))
 
 
-def example_from_row(extra_info: Mapping[str, Any] | None) -> "Example":
+def example_from_row(extra_info: Mapping[str, Any] | None) -> Example:
     """The example a prompt row stands for (written by ``verl_engine.example_to_row``)."""
     if not extra_info or "example" not in extra_info:
         raise ValueError(
@@ -175,7 +184,7 @@ def vllm_sampling_params(sampling: Any) -> dict[str, Any]:
     return params
 
 
-def episode_record(traj: "Trajectory", schema_mask: Sequence[float], policy_mask: Sequence[int]) -> dict[str, Any]:
+def episode_record(traj: Trajectory, schema_mask: Sequence[float], policy_mask: Sequence[int]) -> dict[str, Any]:
     """The per-output ``extra_fields["sqlagent"]`` record (plain JSON)."""
     result = traj.result
     return {
@@ -196,7 +205,7 @@ def episode_record(traj: "Trajectory", schema_mask: Sequence[float], policy_mask
 
 
 def to_output(
-    traj: "Trajectory",
+    traj: Trajectory,
     breakdown: Mapping[str, Any],
     info_keys: Sequence[str],
     loss_mask: Sequence[float],
@@ -253,8 +262,8 @@ class SqlAgentLoop(AgentLoopBase):
         return outputs[0] if len(outputs) == 1 else outputs
 
     async def _rollout(
-        self, agent: "Agent", example: "Example", db: Any, sampling_params: Mapping[str, Any], request_id: str
-    ) -> tuple[list["Trajectory"], float]:
+        self, agent: Agent, example: Example, db: Any, sampling_params: Mapping[str, Any], request_id: str
+    ) -> tuple[list[Trajectory], float]:
         from training.rollout import run_episode_async
 
         loop = asyncio.get_running_loop()
@@ -296,7 +305,7 @@ class SqlAgentLoop(AgentLoopBase):
         )
 
     async def _outputs(
-        self, trajectories: Sequence["Trajectory"], example: "Example", db: Any, seconds: float
+        self, trajectories: Sequence[Trajectory], example: Example, db: Any, seconds: float
     ) -> list[AgentLoopOutput]:
         """Score each episode, build its masks, and make one output per episode.
 

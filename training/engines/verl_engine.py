@@ -29,10 +29,10 @@ import json
 import logging
 import math
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from tools.errors import ConfigError
 
@@ -142,7 +142,7 @@ class VerlSettings:
             raise ConfigError(
                 f"clip ratios must lie in [0, 1]: got low={self.clip_ratio_low}, high={self.clip_ratio_high}"
             )
-        self.schedule  # validates the pairs (training.kl.KLSchedule says how to fix them)
+        _ = self.schedule  # validates the pairs (training.kl.KLSchedule says how to fix them)
         if self.advantage not in ("grpo", "two_track"):
             raise ConfigError(f"advantage={self.advantage!r}: the verl engine supports 'grpo' and 'two_track'")
         _check_positive("prompt_length", self.prompt_length, "tokens")
@@ -150,7 +150,7 @@ class VerlSettings:
         _check_positive("n_gpus_per_node", self.n_gpus_per_node, "GPUs per node")
 
     @property
-    def schedule(self) -> "KLSchedule":
+    def schedule(self) -> KLSchedule:
         from training.kl import KLSchedule
 
         return KLSchedule.from_pairs(self.kl_schedule)
@@ -169,7 +169,7 @@ def _check_positive(name: str, value: int, what: str) -> None:
 # ----------------------------------------------------------------------------- composition
 
 
-def compose_ppo_trainer() -> "DictConfig":
+def compose_ppo_trainer() -> DictConfig:
     """veRL's own ``ppo_trainer`` config, composed with Hydra from its package.
 
     Inside the project's ``@hydra.main`` entry point Hydra's global state is already
@@ -189,7 +189,7 @@ def compose_ppo_trainer() -> "DictConfig":
         restore_gh_from_backup(backup)
 
 
-def fill_from_settings(cfg: "DictConfig", s: VerlSettings) -> "DictConfig":
+def fill_from_settings(cfg: DictConfig, s: VerlSettings) -> DictConfig:
     """Write the project's settings into veRL's tree (in place; returns ``cfg``)."""
     from omegaconf import OmegaConf, open_dict
 
@@ -335,8 +335,8 @@ def _module_file(module: str) -> str:
 
 
 def apply_verl_overrides(
-    cfg: "DictConfig", block: Mapping[str, Any] | None = None, overrides: Iterable[str] = ()
-) -> "DictConfig":
+    cfg: DictConfig, block: Mapping[str, Any] | None = None, overrides: Iterable[str] = ()
+) -> DictConfig:
     """Apply the recipe's ``verl:`` block, then ``verl.<path>=<value>`` strings, on top.
 
     Keys must already exist in veRL's tree (a typo fails with the key and the closest
@@ -378,7 +378,7 @@ def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _set_existing(cfg: "DictConfig", dotted: str, value: Any) -> None:
+def _set_existing(cfg: DictConfig, dotted: str, value: Any) -> None:
     from omegaconf import OmegaConf, open_dict
 
     if dotted.split(".", 1)[0] == PROJECT_NAMESPACE:
@@ -392,7 +392,7 @@ def _set_existing(cfg: "DictConfig", dotted: str, value: Any) -> None:
     OmegaConf.update(cfg, dotted, value, merge=True)
 
 
-def _closest_key(cfg: "DictConfig", dotted: str) -> str:
+def _closest_key(cfg: DictConfig, dotted: str) -> str:
     import difflib
 
     from omegaconf import OmegaConf
@@ -403,14 +403,14 @@ def _closest_key(cfg: "DictConfig", dotted: str) -> str:
     return f"; did you mean verl.{close[0]}?" if close else "; see `engine=verl dry_run=true` for every key"
 
 
-def validate_verl_config(cfg: "DictConfig") -> None:
+def validate_verl_config(cfg: DictConfig) -> None:
     """veRL's ``validate_config`` plus the conversions veRL does at start-up.
 
     Failures are re-raised as :class:`ConfigError` with the veRL message inside.
     """
+    from hydra.errors import HydraException
     from verl.trainer.config import AlgoConfig  # noqa: F401  (registers _target_ classes)
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from hydra.errors import HydraException
     from verl.utils.config import omega_conf_to_dataclass, validate_config
 
     _check_namespace(cfg)
@@ -439,7 +439,7 @@ def validate_verl_config(cfg: "DictConfig") -> None:
         raise ConfigError("algorithm.filter_groups.enable needs a metric (the project uses 'exec')")
 
 
-def _check_namespace(cfg: "DictConfig") -> None:
+def _check_namespace(cfg: DictConfig) -> None:
     ns = cfg.get(PROJECT_NAMESPACE)
     if ns is None:
         raise ConfigError(f"the veRL config lacks the '{PROJECT_NAMESPACE}' block; build it with build_verl_config")
@@ -449,7 +449,7 @@ def _check_namespace(cfg: "DictConfig") -> None:
 
 def build_verl_config(
     settings: VerlSettings, block: Mapping[str, Any] | None = None, overrides: Iterable[str] = ()
-) -> "DictConfig":
+) -> DictConfig:
     """Compose, fill, override and validate: the complete veRL config for one run."""
     cfg = compose_ppo_trainer()
     fill_from_settings(cfg, settings)
@@ -458,7 +458,7 @@ def build_verl_config(
     return cfg
 
 
-def to_yaml(cfg: "DictConfig") -> str:
+def to_yaml(cfg: DictConfig) -> str:
     """The config as YAML, interpolations left as written (what veRL will resolve)."""
     from omegaconf import OmegaConf
 
@@ -468,7 +468,7 @@ def to_yaml(cfg: "DictConfig") -> str:
 # ----------------------------------------------------------------------------- data
 
 
-def example_to_row(example: "Example", index: int) -> dict[str, Any]:
+def example_to_row(example: Example, index: int) -> dict[str, Any]:
     """One prompt row of veRL's RLHFDataset for one example.
 
     The chat ``prompt`` is a placeholder (the agent builds the real prompt from the
@@ -484,15 +484,13 @@ def example_to_row(example: "Example", index: int) -> dict[str, Any]:
     }
 
 
-def example_to_json(example: "Example") -> str:
+def example_to_json(example: Example) -> str:
     return json.dumps(dataclasses.asdict(example), ensure_ascii=False)
 
 
-def example_from_json(text: str) -> "Example":
+def example_from_json(text: str) -> Example:
     """Inverse of :func:`example_to_json` (tuples restored)."""
     from agents.types import Example
-    from training.config import TrainConfig
-    from training.kl import KLSchedule
 
     data = json.loads(text)
     for key in ("gold_tables", "gold_columns"):
@@ -500,7 +498,7 @@ def example_from_json(text: str) -> "Example":
     return Example(**data)
 
 
-def write_prompt_file(examples: Sequence["Example"], path: str | Path) -> Path:
+def write_prompt_file(examples: Sequence[Example], path: str | Path) -> Path:
     """Write examples as a parquet file veRL's RLHFDataset reads."""
     import datasets
 
@@ -516,7 +514,7 @@ def write_prompt_file(examples: Sequence["Example"], path: str | Path) -> Path:
 # ----------------------------------------------------------------------------- launch
 
 
-def launch(cfg: "DictConfig") -> None:
+def launch(cfg: DictConfig) -> None:
     """Run veRL's v1 trainer (our ``sqlagent_sync``) on Ray; blocks until training ends."""
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
     from verl.utils.device import auto_set_device
@@ -572,7 +570,7 @@ def prepare_run_dir(run_dir: str | Path, resume: bool, fresh: bool, say: Say = p
         )
 
 
-def settings_from_project(cfg: "TrainConfig", model_path: str | None = None) -> VerlSettings:
+def settings_from_project(cfg: TrainConfig, model_path: str | None = None) -> VerlSettings:
     """Map the typed project config onto :class:`VerlSettings` (the one place that does).
 
     ``model_path`` is the resolved HF directory; without it the configured path is used,
@@ -664,14 +662,14 @@ def split_verl_block(block: Mapping[str, Any] | None) -> tuple[dict[str, Any], l
     return nested, dotted
 
 
-def verl_config_for(cfg: "TrainConfig", model_path: str | None = None) -> "DictConfig":
+def verl_config_for(cfg: TrainConfig, model_path: str | None = None) -> DictConfig:
     """The complete, validated veRL config for a project config."""
     settings = settings_from_project(cfg, model_path)
     block, dotted = split_verl_block(cfg.verl)
     return build_verl_config(settings, block, dotted)
 
 
-def describe(cfg: "TrainConfig") -> str:
+def describe(cfg: TrainConfig) -> str:
     """``dry_run=true``: the complete veRL config as YAML (nothing is downloaded or started)."""
     verl_cfg = verl_config_for(cfg)
     header = (
@@ -687,14 +685,14 @@ def _verl_version() -> str:
     return str(getattr(verl, "__version__", "?"))
 
 
-def train(cfg: "TrainConfig", say: Say = print) -> dict[str, Any]:
+def train(cfg: TrainConfig, say: Say = print) -> dict[str, Any]:
     """Prepare the run (config, prompt files, logging) and run veRL's trainer on Ray."""
     verl_cfg, summary = prepare(cfg, say)
     launch(verl_cfg)
     return summary
 
 
-def prepare(cfg: "TrainConfig", say: Say = print, check_devices: bool = True) -> tuple["DictConfig", dict[str, Any]]:
+def prepare(cfg: TrainConfig, say: Say = print, check_devices: bool = True) -> tuple[DictConfig, dict[str, Any]]:
     """Everything before the Ray launch: the validated veRL config, the GPU check, the
     run directory rules, the train / validation prompt files and the logging environment."""
     from eval.data import load_examples
@@ -724,7 +722,7 @@ def prepare(cfg: "TrainConfig", say: Say = print, check_devices: bool = True) ->
     return verl_cfg, summary
 
 
-def check_gpus(verl_cfg: "DictConfig") -> None:
+def check_gpus(verl_cfg: DictConfig) -> None:
     """On one node, fail fast when the config asks for more GPUs than are visible (Ray
     would otherwise wait for resources that never come)."""
     import torch
@@ -743,7 +741,7 @@ def check_gpus(verl_cfg: "DictConfig") -> None:
         )
 
 
-def _set_logging_env(verl_cfg: "DictConfig", run_dir: str) -> str:
+def _set_logging_env(verl_cfg: DictConfig, run_dir: str) -> str:
     """veRL's file logger and wandb read environment variables: set them here and in the
     Ray runtime environment (every actor gets them). Returns the metrics JSONL path."""
     import os

@@ -30,13 +30,13 @@ REWARD_KEY = "sqlagent_reward"
 
 
 @functools.lru_cache(maxsize=16)
-def _cached_reward(name: str, options_items: tuple[tuple[str, Any], ...]) -> "RewardFn":
+def _cached_reward(name: str, options_items: tuple[tuple[str, Any], ...]) -> RewardFn:
     from training.rewards import get_reward
 
     return get_reward(name, **dict(options_items))
 
 
-def reward_function(name: str, options: Mapping[str, Any] | None = None) -> "RewardFn":
+def reward_function(name: str, options: Mapping[str, Any] | None = None) -> RewardFn:
     """The registered reward ``name`` built once per process (options must be hashable JSON)."""
     items = tuple(sorted((str(k), _freeze(v)) for k, v in (options or {}).items()))
     return _cached_reward(name, items)
@@ -51,15 +51,15 @@ def _freeze(value: Any) -> Any:
 
 
 def score_episode(
-    reward_fn: "RewardFn", trajectory: "Trajectory", example: "Example", db: "Database"
-) -> "RewardBreakdown":
+    reward_fn: RewardFn, trajectory: Trajectory, example: Example, db: Database
+) -> RewardBreakdown:
     """Score one episode. A reward that cannot be computed returns a breakdown whose
     ``error`` says why (counted in ``reward_error``); a reward that raises is a bug and
     propagates, so veRL marks the group failed instead of training on a silent 0."""
     return reward_fn(trajectory, example, db)
 
 
-def breakdown_to_json(breakdown: "RewardBreakdown") -> dict[str, Any]:
+def breakdown_to_json(breakdown: RewardBreakdown) -> dict[str, Any]:
     """A breakdown as plain JSON (what travels through Ray and TransferQueue).
 
     >>> from agents.types import RewardBreakdown
@@ -74,7 +74,7 @@ def breakdown_to_json(breakdown: "RewardBreakdown") -> dict[str, Any]:
     }
 
 
-def breakdown_from_json(data: Mapping[str, Any]) -> "RewardBreakdown":
+def breakdown_from_json(data: Mapping[str, Any]) -> RewardBreakdown:
     from agents.types import RewardBreakdown
 
     return RewardBreakdown(

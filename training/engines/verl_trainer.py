@@ -61,7 +61,7 @@ class AdvantageSettings:
     schema_track: str = "schema"
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any] | None) -> "AdvantageSettings":
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> AdvantageSettings:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in dict(data or {}).items() if k in known})
 
@@ -238,7 +238,9 @@ class SqlAgentTrainer(PPOTrainerSync):
             },
         )
         if corr is not None:
-            from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
+            from verl.trainer.ppo.rollout_corr_helper import (
+                compute_rollout_correction_and_add_to_batch,
+            )
 
             proto, corr_metrics = compute_rollout_correction_and_add_to_batch(proto, corr)
             metrics.update(corr_metrics)
@@ -250,7 +252,7 @@ class SqlAgentTrainer(PPOTrainerSync):
             mask = _like(proto.batch["response_mask"].to(nested_mask.dtype), nested_mask)
             output["response_mask"] = mask
             output["loss_mask"] = mask.clone()
-            if "rollout_is_weights" in proto.batch.keys():
+            if "rollout_is_weights" in proto.batch:
                 output["rollout_is_weights"] = _like(proto.batch["rollout_is_weights"], nested_mask)
         return tq.kv_batch_put(
             keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(output, batch_size=len(batch))

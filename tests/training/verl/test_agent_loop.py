@@ -32,7 +32,12 @@ from training.engines import verl_engine as E
 from training.engines import verl_trainer as T
 from training.engines.verl_reward import REWARD_KEY, compute_score
 from training.rewards import get_reward
-from training.rollout import GenerationOutput, RolloutLimits, SamplingParams, run_episodes
+from training.rollout import (
+    GenerationOutput,
+    RolloutLimits,
+    SamplingParams,
+    run_episodes,
+)
 
 TOK = tiny_tokenizer()
 EOS = TOK.eos_token_id
@@ -285,7 +290,7 @@ def test_dualsql_two_outputs_through_the_v1_worker_and_the_trainer(
     trainer.config = cfg
     metrics: dict[str, float] = {}
     trainer._compute_advantage(KVBatchMeta(partition_id="train", keys=keys, tags=[{}] * 4), metrics)
-    adv = [a if a.dim() == 1 else a for a in fake.fields["advantages"].unbind()]
+    adv = list(fake.fields["advantages"].unbind())
     linker_first = [float(adv[i][0]) for i in (0, 2)]
     generator_first = [float(adv[i][0]) for i in (1, 3)]
     # the linker group has no spread (identical linkers) -> 0; the generator group has

@@ -208,7 +208,7 @@ def test_kl_schedule_sends_new_loss_functions() -> None:
     trainer._cached_actor_config = actor_cfg
     trainer.init_kl_schedule()
     seen = []
-    for step in range(0, 100):
+    for step in range(100):
         trainer.apply_kl_schedule(step)
         seen.append((step, trainer._kl_state))
     sent = trainer.actor_rollout_wg.loss_fns
@@ -251,5 +251,5 @@ def test_rollout_correction_rejects_off_policy_rows_and_moves_loss_mask(monkeypa
     assert masks[0] == rows[0]["response_mask"].tolist()  # on-policy rows are kept
     assert [m.tolist() for m in written["loss_mask"].unbind()] == masks  # loss mask moved with it
     assert float(written["advantages"].unbind()[3].abs().sum()) == 0.0
-    assert "rollout_is_weights" in written.keys()
+    assert "rollout_is_weights" in written
     assert any(k.startswith("rollout_corr/") for k in metrics)

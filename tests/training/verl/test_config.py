@@ -241,3 +241,9 @@ def test_gpu_count_mismatch_names_the_override(monkeypatch: pytest.MonkeyPatch) 
         E.check_gpus(cfg)
     E.apply_verl_overrides(cfg, overrides=["verl.trainer.n_gpus_per_node=4"])
     E.check_gpus(cfg)  # now consistent
+
+
+def test_command_line_beats_the_recipes_verl_block() -> None:
+    cfg = project_config("dualsql", "verl.algorithm.rollout_correction.rollout_is=token")
+    corr = E.verl_config_for(cfg, model_path="m").algorithm.rollout_correction
+    assert corr.rollout_is == "token" and corr.rollout_rs == "seq_sum_k1"  # the rest of the block stays

@@ -304,6 +304,9 @@ def worker_namespace(s: VerlSettings) -> dict[str, Any]:
             "group_by": s.group_by,
         },
         "kl_schedule": [[int(a), float(b)] for a, b in s.kl_schedule],
+        "run_dir": str(Path(s.output_dir).resolve()),
+        "exec_metric": str(s.reward_options.get("exec_metric", "ex")),
+        "eval_after": s.val_before_train,
         "filter_metric": s.filter_metric if s.filter_groups else None,
     }
 
@@ -534,6 +537,9 @@ def steps_per_epoch(num_examples: int, settings: VerlSettings) -> int:
 
 
 VERL_LOGGERS = {"console": "console", "jsonl": "file", "wandb": "wandb"}
+VERL_METRICS_FILE = "verl_metrics.jsonl"
+"""veRL's own metrics (every key, its ``{"step", "data"}`` records); the project-format
+``metrics.jsonl`` (headline numbers, eval records) is written by the trainer subclass."""
 
 
 def data_files(run_dir: str | Path) -> tuple[Path, Path]:
@@ -711,11 +717,12 @@ def prepare(cfg: TrainConfig, say: Say = print, check_devices: bool = True) -> t
     write_prompt_file(train_examples, train_file)
     write_prompt_file(val_examples, val_file)
     say(f"[verl] {len(train_examples)} train / {len(val_examples)} validation prompts in {train_file.parent}")
-    metrics = _set_logging_env(verl_cfg, cfg.run_dir)
+    verl_metrics = _set_logging_env(verl_cfg, cfg.run_dir)
     summary = {
         "engine": "verl",
         "run_dir": cfg.run_dir,
-        "metrics": metrics,
+        "metrics": str(Path(cfg.run_dir).resolve() / "metrics.jsonl"),
+        "verl_metrics": verl_metrics,
         "train_examples": len(train_examples),
         "val_examples": len(val_examples),
     }
@@ -743,12 +750,12 @@ def check_gpus(verl_cfg: DictConfig) -> None:
 
 def _set_logging_env(verl_cfg: DictConfig, run_dir: str) -> str:
     """veRL's file logger and wandb read environment variables: set them here and in the
-    Ray runtime environment (every actor gets them). Returns the metrics JSONL path."""
+    Ray runtime environment (every actor gets them). Returns veRL's metrics JSONL path."""
     import os
 
     from omegaconf import open_dict
 
-    metrics = str(Path(run_dir).resolve() / "metrics.jsonl")
+    metrics = str(Path(run_dir).resolve() / VERL_METRICS_FILE)
     env = {"VERL_FILE_LOGGER_PATH": metrics}
     if "wandb" in verl_cfg.trainer.logger and not os.environ.get("WANDB_API_KEY"):
         env["WANDB_MODE"] = os.environ.get("WANDB_MODE", "offline")

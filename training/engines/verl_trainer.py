@@ -184,6 +184,36 @@ def _reward_metrics(
     return metrics
 
 
+def step_record(records: Sequence[Mapping[str, Any]], rewards: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """The headline numbers of one step in the project's ``metrics.jsonl`` terms (the keys
+    the local engine writes and ``eval.compare`` plots): mean total reward, per-component
+    means, EX on the batch (final answers only: DualSQL's linker rows have no SQL)."""
+    if not rewards:
+        return {}
+    out = {"reward/total": float(np.mean([r["total"] for r in rewards]))}
+    for name in sorted({c for r in rewards for c in r["components"]}):
+        out[f"reward/{name}"] = float(np.mean([r["components"].get(name, 0.0) for r in rewards]))
+    out["reward/errors"] = float(sum(1 for r in rewards if r.get("error")))
+    roles = {rec["role"] for rec in records}
+    finals = [r for rec, r in zip(records, rewards) if rec.get("final_sql") is not None or len(roles) == 1]
+    out["ex/batch"] = float(np.mean([r["components"].get("exec", 0.0) >= 1.0 - 1e-9 for r in finals])) if finals else 0.0
+    out["episode/turns"] = float(np.mean([rec["num_turns"] for rec in records]))
+    return out
+
+
+def eval_record(val_metrics: Mapping[str, Any], exec_metric: str) -> dict[str, float]:
+    """veRL's validation metrics as a project ``eval_*`` record: ``ex`` is the mean of the
+    ``exec`` column (greedy, final outputs) when the run's execution metric is EX; other
+    metrics are written under ``exec/<metric>`` so no number is mislabelled as EX."""
+    names = {"exec": "ex" if exec_metric == "ex" else f"exec/{exec_metric}", "reward": "reward/total"}
+    out: dict[str, float] = {}
+    for key, value in val_metrics.items():
+        parts = key.split("/")  # val-core|val-aux / data source / variable / mean@N
+        if len(parts) == 4 and parts[2] in names and parts[3].startswith("mean@"):
+            out[names[parts[2]]] = float(value)
+    return out
+
+
 @register_trainer(TRAINER_MODE)
 class SqlAgentTrainer(PPOTrainerSync):
     """veRL's sync trainer with the project's advantages and KL schedule."""
@@ -247,6 +277,7 @@ class SqlAgentTrainer(PPOTrainerSync):
         is_padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
         proto, adv_metrics = phase_aware_advantages(proto, self._advantage_settings(), is_padding)
         metrics.update(adv_metrics)
+        self._remember_step(proto, is_padding)
         output = {key: _like(proto.batch[key], nested_mask) for key in ("advantages", "returns")}
         if corr is not None:
             mask = _like(proto.batch["response_mask"].to(nested_mask.dtype), nested_mask)
@@ -257,6 +288,57 @@ class SqlAgentTrainer(PPOTrainerSync):
         return tq.kv_batch_put(
             keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(output, batch_size=len(batch))
         )
+
+    # ------------------------------------------------------------------ project metrics
+
+    def _project_logger(self) -> Any:
+        """A JSONL-only ``RunLogger`` on ``run_dir/metrics.jsonl`` (the project's format),
+        or None when the config names no run directory."""
+        logger = getattr(self, "_metrics_logger", None)
+        run_dir = self.config.get(PROJECT_NAMESPACE, {}).get("run_dir")
+        if logger is None and run_dir:
+            from training.logging_utils import RunLogger
+
+            logger = RunLogger(run_dir, sinks=(), total_steps=int(getattr(self, "total_training_steps", 0) or 0))
+            self._metrics_logger = logger
+        return logger
+
+    def _remember_step(self, proto: DataProto, is_padding: Sequence[bool]) -> None:
+        extra = proto.non_tensor_batch["extra_fields"]
+        real = [i for i, pad in enumerate(is_padding) if not pad]
+        records = [_field(extra[i], EPISODE_KEY, i) for i in real]
+        rewards = [_field(extra[i], REWARD_KEY, i) for i in real]
+        self._step_values = step_record(records, rewards)
+
+    def on_step_end(self) -> None:
+        super().on_step_end()
+        values = getattr(self, "_step_values", None)
+        logger = self._project_logger()
+        if values and logger is not None:
+            logger.log(int(self.global_steps), values, kind="train")
+        self._step_values = None
+
+    def _validate(self) -> dict[str, float]:
+        """veRL's validation, also written as an ``eval_before`` / ``eval`` / ``eval_after`` record."""
+        metrics = super()._validate()
+        total = int(getattr(self, "total_training_steps", 0) or 0)
+        kind = "eval_before" if self.global_steps == 0 else "eval_after" if self.global_steps >= total else "eval"
+        exec_metric = self.config.get(PROJECT_NAMESPACE, {}).get("exec_metric", "ex")
+        logger = self._project_logger()
+        if logger is not None and metrics:
+            logger.log(int(self.global_steps), eval_record(metrics, exec_metric), kind=kind)
+        return metrics
+
+    def fit(self, agent_loop_manager: Any) -> None:
+        """veRL's loop, then the held-out evaluation after training when the project asks
+        for one and veRL's periodic validation did not already run at the last step."""
+        super().fit(agent_loop_manager)
+        ns = self.config.get(PROJECT_NAMESPACE, {})
+        if ns.get("eval_after") and int(self.config.trainer.test_freq) <= 0:
+            self._validate()
+        logger = getattr(self, "_metrics_logger", None)
+        if logger is not None:
+            logger.close()
 
     # ------------------------------------------------------------------ KL schedule
 

@@ -221,8 +221,10 @@ def test_prepare_writes_prompts_veRLs_dataset_reads(tmp_path: Path, monkeypatch:
     said: list[str] = []
     verl_cfg, summary = E.prepare(cfg, say=said.append, check_devices=False)
     assert summary["train_examples"] == 3 and summary["val_examples"] == 2
-    assert summary["metrics"] == str((run / "metrics.jsonl").resolve())
-    assert verl_cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH == summary["metrics"]
+    assert summary["metrics"] == str((run / "metrics.jsonl").resolve())  # project format, by the trainer
+    assert summary["verl_metrics"] == str((run / E.VERL_METRICS_FILE).resolve())  # veRL's own file logger
+    assert verl_cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH == summary["verl_metrics"]
+    assert verl_cfg.sqlagent.run_dir == str(run.resolve()) and verl_cfg.sqlagent.exec_metric == "ex"
     assert verl_cfg.trainer.logger == ["file", "console"]
     dataset = RLHFDataset(data_files=[verl_cfg.data.train_files], tokenizer=tiny_tokenizer(), config=verl_cfg.data)
     item = dataset[0]

@@ -253,3 +253,54 @@ def test_rollout_correction_rejects_off_policy_rows_and_moves_loss_mask(monkeypa
     assert float(written["advantages"].unbind()[3].abs().sum()) == 0.0
     assert "rollout_is_weights" in written
     assert any(k.startswith("rollout_corr/") for k in metrics)
+
+
+def test_project_metrics_file_is_what_eval_compare_reads(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step and evaluation records in the project's metrics.jsonl format, read back by eval.compare."""
+    from types import SimpleNamespace
+
+    import transfer_queue
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from eval.compare import load_run
+
+    rows, keys = dualsql_rows()
+    for r, final_sql in zip(rows, [None, "SELECT 1"] * 3):  # linker rows carry no SQL
+        r["extra_fields"][T.EPISODE_KEY]["final_sql"] = final_sql
+    fake = FakeTransferQueue(keys, rows)
+    monkeypatch.setattr(transfer_queue, "kv_batch_get", fake.kv_batch_get)
+    monkeypatch.setattr(transfer_queue, "kv_batch_put", fake.kv_batch_put)
+    trainer = object.__new__(T.SqlAgentTrainer)
+    trainer.config = OmegaConf.create({
+        "sqlagent": {"advantage": {"estimator": "grpo"}, "run_dir": str(tmp_path), "exec_metric": "ex"},
+        "trainer": {"test_freq": -1},
+    })
+    trainer.total_training_steps = 3
+    trainer.checkpoint_manager = SimpleNamespace(update_weights=lambda *a, **k: None)
+    trainer.timing_raw = {}
+    val = {"val-core/sqlagent/reward/mean@1": 0.5, "val-aux/sqlagent/exec/mean@1": 0.25, "val-aux/num_turns/mean": 3}
+    monkeypatch.setattr(PPOTrainer, "_validate", lambda self: dict(val))
+
+    trainer.global_steps = 0
+    assert trainer._validate() == val  # veRL's numbers still go to veRL's loggers
+    trainer.global_steps = 1
+    trainer._compute_advantage(KVBatchMeta(partition_id="train", keys=keys, tags=[{}] * 6), {})
+    trainer.on_step_end()
+    trainer.global_steps = 3
+    val["val-aux/sqlagent/exec/mean@1"] = 0.5
+    trainer._validate()
+    trainer._metrics_logger.close()
+
+    view = load_run(tmp_path)
+    assert view.steps == [1]
+    generator_ex = np.mean([1.1 >= 1.0, 0.0 >= 1.0, 0.0 >= 1.0])  # exec component = the totals here
+    assert view.curves["ex/batch"] == [pytest.approx(generator_ex)]
+    assert view.curves["reward/total"] == [pytest.approx(np.mean([0.9, 1.1, 0.2, 0.0, 0.5, 0.0]))]
+    assert view.ex_before == 0.25 and view.ex == 0.5
+
+
+def test_eval_record_never_labels_another_metric_as_ex() -> None:
+    val = {"val-aux/sqlagent/exec/mean@1": 0.7, "val-core/sqlagent/reward/mean@1": 2.0}
+    assert T.eval_record(val, "ex") == {"ex": 0.7, "reward/total": 2.0}
+    assert T.eval_record(val, "qatch") == {"exec/qatch": 0.7, "reward/total": 2.0}

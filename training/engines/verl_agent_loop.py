@@ -156,8 +156,9 @@ def make_agenerate(server_manager: Any, request_id: str) -> AGenerate:
         token_ids = list(output.token_ids)
         max_tokens = params.get("max_tokens")
         finish = "length" if max_tokens is not None and len(token_ids) >= max_tokens else "stop"
-        if output.stop_reason == "aborted":
-            finish = "abort"
+        if output.stop_reason == "aborted":  # not expected with the sync trainer; the turn keeps its tokens
+            log.warning("generation aborted by the server (request %s); the turn keeps its %d tokens",
+                        request_id, len(token_ids))
         logprobs = list(output.log_probs) if output.log_probs else None
         return GenerationOutput(token_ids=token_ids, logprobs=logprobs, finish_reason=finish)
 

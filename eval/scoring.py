@@ -34,6 +34,10 @@ class Sample:
     end_reason: str = ""
     episodes: int = 0
     flags: dict[str, Any] = field(default_factory=dict)
+    last_turn: str = ""  # the last assistant turn as kept (cut to LAST_TURN_CHARS), to read what the model wrote
+
+
+LAST_TURN_CHARS = 2000
 
 
 def sample_from_trajectories(trajectories: Sequence[Trajectory]) -> Sample:
@@ -54,6 +58,7 @@ def sample_from_trajectories(trajectories: Sequence[Trajectory]) -> Sample:
         end_reason=trajectories[-1].result.end_reason if trajectories else "",
         episodes=len(trajectories),
         flags=flags,
+        last_turn=turns[-1].text[:LAST_TURN_CHARS] if turns else "",
     )
 
 

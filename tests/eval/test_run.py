@@ -397,4 +397,6 @@ def test_multi_turn_agent_counts_turns_tool_calls_and_tokens(bird: Path, tmp_pat
     assert s["behaviour"]["policy_tokens"] == policy
     assert s["behaviour"]["response_tokens"] > policy  # the observation and template tokens (mask 0)
     assert s["end_reasons"] == {"answer": 2}
+    record = json.loads((tmp_path / "out" / "records.jsonl").read_text().splitlines()[0])
+    assert record["samples"][0]["last_turn"] == turns[-1]
     assert "| 3.00 | 1.00 |" in (tmp_path / "out" / "report.md").read_text()

@@ -301,3 +301,24 @@ def test_dualsql_two_outputs_through_the_v1_worker_and_the_trainer(
     # veRL's built-in step would have used the last output per session for both rows:
     rm = [float(r["rm_scores"].sum()) for r in rows]
     assert rm[0] == pytest.approx(rm[1]) and rm[2] == pytest.approx(rm[3])  # broadcast by veRL's worker
+
+
+def test_generate_adapter_maps_sampling_and_finish_reason() -> None:
+    from verl.workers.rollout.replica import TokenOutput
+
+    class Server:
+        async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+            self.seen = (request_id, prompt_ids, dict(sampling_params))
+            n = sampling_params["max_tokens"]
+            return TokenOutput(token_ids=list(range(n)), log_probs=[-0.5] * n, stop_reason="completed")
+
+    server = Server()
+    agenerate = L.make_agenerate(server, "uid9-3")
+    params = SamplingParams(temperature=0.7, top_p=0.9, top_k=0, max_new_tokens=5, stop=("</tool_call>",))
+    out = asyncio.run(agenerate([1, 2, 3], params))
+    assert out.token_ids == [0, 1, 2, 3, 4] and out.logprobs == [-0.5] * 5
+    assert out.finish_reason == "length"  # the per-turn cap was reached
+    request_id, prompt_ids, sent = server.seen
+    assert request_id == "uid9-3" and prompt_ids == [1, 2, 3]
+    assert sent == {"temperature": 0.7, "top_p": 0.9, "top_k": -1, "logprobs": True, "repetition_penalty": 1.0,
+                    "max_tokens": 5, "stop": ["</tool_call>"]}

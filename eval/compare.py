@@ -19,9 +19,10 @@ import io
 import json
 import math
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from eval.report import difficulty_order
 from tools.errors import ConfigError, DataError, ToolkitError

@@ -14,9 +14,9 @@ missing, to be counted, never skipped.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from agents.types import Example
 from tools.errors import DataError

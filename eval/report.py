@@ -13,7 +13,8 @@ REX, QATCH, pass@k and self-consistency are averaged over the scorable questions
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from eval.scoring import MISSING
 from eval.voting import pass_at_k, pass_k_values
@@ -111,8 +112,8 @@ def markdown(summary: Mapping[str, Any]) -> str:
         f"| EX (project: gold errors excluded) | {_pct(s['ex'])} |",
         f"| EX (official-compatible: every error is wrong) | {_pct(s['ex_official'])} |",
         f"| REX | {_pct(s['rex'])} |",
-        f"| QATCH mean (CP / CR / TC) | {_pct(s['qatch']['mean'])} ({_pct(s['qatch']['cp'])} / "
-        f"{_pct(s['qatch']['cr'])} / {_pct(s['qatch']['tc'])}) |",
+        (f"| QATCH mean (CP / CR / TC) | {_pct(s['qatch']['mean'])} ({_pct(s['qatch']['cp'])} / "
+        f"{_pct(s['qatch']['cr'])} / {_pct(s['qatch']['tc'])}) |"),
         f"| executable predictions | {_pct(s['executable'])} |",
     ]
     if s.get("missing"):
@@ -131,14 +132,14 @@ def markdown(summary: Mapping[str, Any]) -> str:
         lines += ["", f"- EX of a single sample (mean): {_pct(s.get('sample_ex', 0.0))}",
                   f"- unique SQL per {s['samples']} samples: {s.get('unique_sql', 0.0):.2f}"]
         if "sc" in s:
-            lines += [f"- self-consistency EX: {_pct(s['sc']['ex'])}; no consensus on {s['sc']['no_consensus']} "
-                      f"question(s); mean cluster support {s['sc']['support']:.2f}"]
+            lines += [(f"- self-consistency EX: {_pct(s['sc']['ex'])}; no consensus on {s['sc']['no_consensus']} "
+                      f"question(s); mean cluster support {s['sc']['support']:.2f}")]
     if "behaviour" in s:
         b = s["behaviour"]
-        lines += ["", "## Behaviour (per sample)", "", "| turns | tool calls | policy tokens | response tokens | "
-                  "prompt tokens | answered |", "|---|---|---|---|---|---|",
-                  f"| {b['turns']:.2f} | {b['tool_calls']:.2f} | {b['policy_tokens']:.1f} | {b['response_tokens']:.1f} | "
-                  f"{b['prompt_tokens']:.1f} | {_pct(b['answered'])} |", "",
+        lines += ["", "## Behaviour (per sample)", "", ("| turns | tool calls | policy tokens | response tokens | "
+                  "prompt tokens | answered |"), "|---|---|---|---|---|---|",
+                  (f"| {b['turns']:.2f} | {b['tool_calls']:.2f} | {b['policy_tokens']:.1f} | {b['response_tokens']:.1f} | "
+                  f"{b['prompt_tokens']:.1f} | {_pct(b['answered'])} |"), "",
                   "End reasons: " + ", ".join(f"{k} {v}" for k, v in sorted(s.get("end_reasons", {}).items()))]
     return "\n".join(lines) + "\n"
 

@@ -19,9 +19,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from agents.types import Example
 from eval.predictions import BIRD_SEPARATOR, pair_predictions, read_predictions

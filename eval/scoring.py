@@ -8,8 +8,9 @@ EX / REX / QATCH are computed from those results with ``rex.score_results``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from agents.types import Example, Trajectory
 from eval.voting import unique_sql, vote

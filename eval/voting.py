@@ -18,8 +18,9 @@ empty column, and stays in the vote).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rex import execution_match
 from rex.sql import normalize_sql
@@ -107,7 +108,7 @@ def vote(sqls: Sequence[str | None], results: Sequence[Any]) -> VoteResult:
     return VoteResult(winner, sqls[winner], True, tuple(tuple(c) for c in ordered), tuple(dropped))
 
 
-def self_consistency(db: "Database", sqls: Sequence[str | None], scorer: "ExecScorer") -> tuple[VoteResult, list[Any]]:
+def self_consistency(db: Database, sqls: Sequence[str | None], scorer: ExecScorer) -> tuple[VoteResult, list[Any]]:
     """Execute every candidate read-only (``scorer.execute``: metric preset, its timeout) and
     vote; returns the vote and the executed results (None where there was no SQL), so the
     caller can score the winner without running it again."""

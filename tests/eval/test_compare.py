@@ -90,12 +90,12 @@ def test_entry_point_from_a_temporary_directory(runs: tuple[Path, Path], tmp_pat
     work = tmp_path / "work"
     work.mkdir()
     env = dict(os.environ, PYTHONPATH=str(REPO), WANDB_MODE="offline")
-    proc = subprocess.run([sys.executable, "-m", "eval.compare", str(runs[0]), str(runs[1]), "--out", "cmp"],
+    proc = subprocess.run([sys.executable, "-m", "eval.compare", str(runs[0]), str(runs[1]), "--out", "cmp"], check=False,
                           cwd=work, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "| eval-run | eval |" in proc.stdout and "wandb is offline" in proc.stdout
     assert sorted(p.name for p in (work / "cmp").iterdir()) == [
         "compare.csv", "compare.md", "ex_by_difficulty.png", "training_curves.png"]
-    proc = subprocess.run([sys.executable, "-m", "eval.compare", str(tmp_path / "nothing")], cwd=work,
+    proc = subprocess.run([sys.executable, "-m", "eval.compare", str(tmp_path / "nothing")], check=False, cwd=work,
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 2 and "no such run directory" in proc.stderr and "Traceback" not in proc.stderr

@@ -262,7 +262,7 @@ def test_settings_validation() -> None:
 
 def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO), WANDB_MODE="offline")
-    return subprocess.run([sys.executable, "-m", "eval.run", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "eval.run", *args], check=False, cwd=cwd, capture_output=True, text=True,
                           timeout=180, env=env)
 
 
@@ -383,8 +383,8 @@ def test_multi_turn_agent_counts_turns_tool_calls_and_tokens(bird: Path, tmp_pat
             '"sql": "SELECT name FROM sqlite_master WHERE type = \'table\'"}}</tool_call>')
     turns = [
         "<think>Which tables exist?</think><action>explore_schema</action>" + call,
-        "<think>singer holds them.</think><action>propose_schema</action>"
-        '<schema>{"tables": ["singer"], "columns": {"singer": ["singer_id"]}, "joins": []}</schema>',
+        ("<think>singer holds them.</think><action>propose_schema</action>"
+        '<schema>{"tables": ["singer"], "columns": {"singer": ["singer_id"]}, "joins": []}</schema>'),
         "<think>Count.</think><action>confirm_answer</action><answer>```sql\nSELECT COUNT(*) FROM singer\n```</answer>",
     ]
     _, _, sampling, limits = _policy_setup()

@@ -99,3 +99,33 @@ def test_entry_point_from_a_temporary_directory(runs: tuple[Path, Path], tmp_pat
     proc = subprocess.run([sys.executable, "-m", "eval.compare", str(tmp_path / "nothing")], check=False, cwd=work,
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 2 and "no such run directory" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_wandb_report_when_online(runs: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Online: one wandb run with the comparison table and both plots (a stand-in module
+    records the calls; nothing leaves the machine)."""
+    import types
+
+    logged: dict = {}
+
+    class FakeRun:
+        url = "https://wandb.example/run"
+
+        def log(self, payload: dict) -> None:
+            logged.update(payload)
+
+        def finish(self) -> None:
+            logged["finished"] = True
+
+    fake = types.SimpleNamespace(
+        init=lambda **kw: logged.setdefault("init", kw) and FakeRun(),
+        Table=lambda columns, data: ("table", columns, data),
+        Image=lambda path: ("image", path),
+    )
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    monkeypatch.setenv("WANDB_MODE", "online")
+    out = compare(list(runs), tmp_path / "cmp", project="p", say=lambda _: None)
+    assert out["wandb"] is True and logged["finished"] and logged["init"]["project"] == "p"
+    kind, columns, data = logged["comparison"]
+    assert kind == "table" and columns[0] == "run" and [row[0] for row in data] == ["eval-run", "train-run"]
+    assert logged["ex_by_difficulty"][1].endswith("ex_by_difficulty.png") and "training_curves" in logged

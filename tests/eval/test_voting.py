@@ -117,3 +117,12 @@ def test_pass_at_k_bad_input_and_ks() -> None:
 def test_unique_sql_normalises_and_skips_missing() -> None:
     assert unique_sql(["SELECT a FROM t;", "SELECT  a\nFROM t -- c", "SELECT b FROM t", None, ""]) == 2
     assert unique_sql(["SELECT 'a  b'", "SELECT 'a b'"]) == 2
+
+
+def test_doctests() -> None:
+    import doctest
+
+    import eval.voting
+
+    result = doctest.testmod(eval.voting)
+    assert result.attempted >= 3 and result.failed == 0

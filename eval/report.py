@@ -72,7 +72,7 @@ def summarize(records: Sequence[Mapping[str, Any]], settings: Mapping[str, Any])
     voted = [r for r in records if "vote" in r]
     if voted:
         summary["sc"] = {
-            "ex": _mean([float(r["ex"]) for r in voted if not r["gold_failed"]]),
+            "ex": _mean([float(r["vote"]["match"]) for r in voted if not r["gold_failed"]]),
             "no_consensus": sum(not r["vote"]["consensus"] for r in voted),
             "support": _mean([float(r["vote"]["support"]) for r in voted]),
         }

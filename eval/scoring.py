@@ -71,8 +71,10 @@ def score_question(
     gold = scorer.gold(db, example.gold_sql)
     results = [scorer.execute(db, s.sql) if s.sql is not None else None for s in samples]
     outcomes = [score_results(gold.result, r, "ex", None).outcome for r in results]
-    ballot = vote([s.sql for s in samples], results) if mode == "sc" else None
-    chosen = ballot.index if ballot is not None else 0
+    # With several samples the vote is reported in every mode (sc takes its choice as the
+    # prediction; passk keeps sample 0), so one sampling run gives pass@k and SC together.
+    ballot = vote([s.sql for s in samples], results) if len(samples) > 1 or mode == "sc" else None
+    chosen = ballot.index if ballot is not None and mode == "sc" else 0
     ex = score_results(gold.result, results[chosen], "ex", None)
     rex = score_results(gold.result, results[chosen], "rex", gold.ordered)
     qatch = score_results(gold.result, results[chosen], "qatch", None)
@@ -100,7 +102,7 @@ def score_question(
         "chosen": chosen,
     }
     if ballot is not None:
-        record["vote"] = ballot.to_json()
+        record["vote"] = {**ballot.to_json(), "match": outcomes[ballot.index] == "match"}
     if any(s.episodes for s in samples):
         record["samples"] = [
             {k: v for k, v in asdict(s).items() if k != "flags" or v} for s in samples

@@ -199,7 +199,8 @@ def test_self_consistency_and_pass_at_k_through_the_rollout_driver(bird: Path, t
     # pass@k mode scores sample 0 as the prediction
     s = evaluate_policy(examples, agent, tok, gen, sampling, limits, tmp_path / "pk",
                         EvalSettings(mode="passk", samples=4), say=quiet, progress=False)
-    assert s["outcomes"]["mismatch"] == 1 and s["outcomes"]["pred_error"] == 1 and "sc" not in s
+    assert s["outcomes"]["mismatch"] == 1 and s["outcomes"]["pred_error"] == 1
+    assert s["sc"] == {"ex": 0.5, "no_consensus": 1, "support": 1.0}  # the vote is reported alongside
     assert s["pass_at_k"]["4"] == pytest.approx(0.5)
 
 

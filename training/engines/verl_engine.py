@@ -190,64 +190,108 @@ def compose_ppo_trainer() -> DictConfig:
 
 
 def fill_from_settings(cfg: DictConfig, s: VerlSettings) -> DictConfig:
-    """Write the project's settings into veRL's tree (in place; returns ``cfg``)."""
+    """Write the project's settings into veRL's tree (in place; returns ``cfg``): the
+    sections below, in order, then the ``sqlagent`` namespace."""
     from omegaconf import OmegaConf, open_dict
 
-    mini = s.ppo_mini_batch_size or s.train_batch_size
-    # Multi-turn responses vary a lot in length: pack micro-batches by tokens, not rows.
-    # Two full-length sequences per GPU micro-batch at most.
-    max_tokens_per_gpu = 2 * (s.prompt_length + s.response_length)
-    values: dict[str, Any] = {
+    for section in SECTIONS:
+        for dotted, value in section(s).items():
+            OmegaConf.update(cfg, dotted, value, merge=False)
+    with open_dict(cfg):
+        cfg[PROJECT_NAMESPACE] = OmegaConf.create(worker_namespace(s))
+    return cfg
+
+
+def _max_tokens_per_gpu(s: VerlSettings) -> int:
+    """Multi-turn responses vary a lot in length: micro-batches are packed by tokens, not
+    rows (dynamic batch size), at most two full-length sequences per GPU."""
+    return 2 * (s.prompt_length + s.response_length)
+
+
+def model_values(s: VerlSettings) -> dict[str, Any]:
+    return {
         "actor_rollout_ref.model.path": s.model_path,
         "actor_rollout_ref.model.use_remove_padding": True,
         "actor_rollout_ref.model.trust_remote_code": s.trust_remote_code,
+        "actor_rollout_ref.model.enable_gradient_checkpointing": True,  # long multi-turn sequences
         "data.trust_remote_code": s.trust_remote_code,
-        "actor_rollout_ref.model.enable_gradient_checkpointing": True,
-        "actor_rollout_ref.actor.optim.lr": s.lr,
-        "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": s.warmup_ratio,
-        "actor_rollout_ref.actor.optim.weight_decay": s.weight_decay,
-        "actor_rollout_ref.actor.grad_clip": s.grad_clip,
-        "actor_rollout_ref.actor.clip_ratio_low": s.clip_ratio_low,
-        "actor_rollout_ref.actor.clip_ratio_high": s.clip_ratio_high,
-        "actor_rollout_ref.actor.loss_agg_mode": s.loss_agg_mode,
-        "actor_rollout_ref.actor.use_kl_loss": s.uses_kl,
-        "actor_rollout_ref.actor.kl_loss_coef": s.schedule.beta(0),
-        "actor_rollout_ref.actor.kl_loss_type": s.kl_loss_type,
-        "actor_rollout_ref.actor.clip_ratio_c": s.clip_ratio_c,
-        "actor_rollout_ref.actor.entropy_coeff": s.entropy_coeff,
-        "actor_rollout_ref.actor.ppo_mini_batch_size": mini,
-        "actor_rollout_ref.actor.ppo_epochs": s.ppo_epochs,
-        "actor_rollout_ref.actor.use_dynamic_bsz": True,
-        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": max_tokens_per_gpu,
-        "actor_rollout_ref.rollout.name": "vllm",
-        "actor_rollout_ref.rollout.mode": "async",
-        "actor_rollout_ref.rollout.n": s.group_size,
-        "actor_rollout_ref.rollout.temperature": s.temperature,
-        "actor_rollout_ref.rollout.top_p": s.top_p,
-        "actor_rollout_ref.rollout.top_k": s.top_k,
-        "actor_rollout_ref.rollout.val_kwargs.temperature": s.val_temperature,
-        "actor_rollout_ref.rollout.val_kwargs.top_p": s.val_top_p,
-        "actor_rollout_ref.rollout.val_kwargs.n": s.val_n,
-        "actor_rollout_ref.rollout.val_kwargs.do_sample": s.val_temperature > 0,
-        "actor_rollout_ref.rollout.prompt_length": s.prompt_length,
-        "actor_rollout_ref.rollout.response_length": s.response_length,
-        "actor_rollout_ref.rollout.max_model_len": s.prompt_length + s.response_length,
-        "actor_rollout_ref.rollout.tensor_model_parallel_size": s.tensor_parallel_size,
-        "actor_rollout_ref.rollout.gpu_memory_utilization": s.gpu_memory_utilization,
-        "actor_rollout_ref.rollout.calculate_log_probs": True,
-        "actor_rollout_ref.rollout.multi_turn.enable": True,
-        "actor_rollout_ref.rollout.agent.default_agent_loop": AGENT_LOOP_NAME,
-        "actor_rollout_ref.rollout.agent.num_workers": s.agent_workers,
+    }
+
+
+def actor_values(s: VerlSettings) -> dict[str, Any]:
+    """Optimizer, clip-higher PPO loss, token-mean aggregation, KL loss (beta at step 0)."""
+    prefix = "actor_rollout_ref.actor"
+    values = {
+        "optim.lr": s.lr,
+        "optim.lr_warmup_steps_ratio": s.warmup_ratio,
+        "optim.weight_decay": s.weight_decay,
+        "grad_clip": s.grad_clip,
+        "clip_ratio_low": s.clip_ratio_low,
+        "clip_ratio_high": s.clip_ratio_high,
+        "clip_ratio_c": s.clip_ratio_c,
+        "entropy_coeff": s.entropy_coeff,
+        "loss_agg_mode": s.loss_agg_mode,
+        "use_kl_loss": s.uses_kl,
+        "kl_loss_coef": s.schedule.beta(0),
+        "kl_loss_type": s.kl_loss_type,
+        "ppo_mini_batch_size": s.ppo_mini_batch_size or s.train_batch_size,
+        "ppo_epochs": s.ppo_epochs,
+        "use_dynamic_bsz": True,
+        "ppo_max_token_len_per_gpu": _max_tokens_per_gpu(s),
+    }
+    return {f"{prefix}.{key}": value for key, value in values.items()}
+
+
+def rollout_values(s: VerlSettings) -> dict[str, Any]:
+    """vLLM in async mode behind our agent loop; G samples per prompt; greedy validation."""
+    prefix = "actor_rollout_ref.rollout"
+    values = {
+        "name": "vllm",
+        "mode": "async",
+        "n": s.group_size,
+        "temperature": s.temperature,
+        "top_p": s.top_p,
+        "top_k": s.top_k,
+        "val_kwargs.temperature": s.val_temperature,
+        "val_kwargs.top_p": s.val_top_p,
+        "val_kwargs.n": s.val_n,
+        "val_kwargs.do_sample": s.val_temperature > 0,
+        "prompt_length": s.prompt_length,
+        "response_length": s.response_length,
+        "max_model_len": s.prompt_length + s.response_length,
+        "tensor_model_parallel_size": s.tensor_parallel_size,
+        "gpu_memory_utilization": s.gpu_memory_utilization,
+        "calculate_log_probs": True,
+        "multi_turn.enable": True,
+        "agent.default_agent_loop": AGENT_LOOP_NAME,
+        "agent.num_workers": s.agent_workers,
+        "log_prob_use_dynamic_bsz": True,
+        "log_prob_max_token_len_per_gpu": _max_tokens_per_gpu(s),
+    }
+    out = {f"{prefix}.{key}": value for key, value in values.items()}
+    out["actor_rollout_ref.ref.log_prob_use_dynamic_bsz"] = True
+    out["actor_rollout_ref.ref.log_prob_max_token_len_per_gpu"] = _max_tokens_per_gpu(s)
+    return out
+
+
+def data_values(s: VerlSettings) -> dict[str, Any]:
+    return {
         "data.train_files": s.train_files,
         "data.val_files": s.val_files,
         "data.train_batch_size": s.train_batch_size,
         "data.max_prompt_length": s.prompt_length,
         "data.max_response_length": s.response_length,
         "data.return_raw_chat": True,
-        "data.filter_overlong_prompts": False,
+        "data.filter_overlong_prompts": False,  # the agent builds the real prompt; the driver drops long ones
         "data.truncation": "error",
         "data.shuffle": True,
         "data.seed": s.seed,
+    }
+
+
+def algorithm_values(s: VerlSettings) -> dict[str, Any]:
+    """GRPO (the trainer subclass computes it), dynamic sampling, our reward function."""
+    return {
         "algorithm.adv_estimator": "grpo",
         "algorithm.norm_adv_by_std_in_grpo": s.norm_by_std,
         "algorithm.use_kl_in_reward": False,
@@ -256,6 +300,11 @@ def fill_from_settings(cfg: DictConfig, s: VerlSettings) -> DictConfig:
         "algorithm.filter_groups.max_inflight_gen_batches": s.filter_max_inflight_batches,
         "reward.custom_reward_function.path": _module_file(REWARD_FUNCTION_MODULE),
         "reward.custom_reward_function.name": REWARD_FUNCTION_NAME,
+    }
+
+
+def trainer_values(s: VerlSettings) -> dict[str, Any]:
+    return {
         "trainer.use_v1": True,
         "trainer.v1.trainer_mode": TRAINER_MODE,
         "trainer.n_gpus_per_node": s.n_gpus_per_node,
@@ -272,14 +321,12 @@ def fill_from_settings(cfg: DictConfig, s: VerlSettings) -> DictConfig:
         "trainer.logger": list(s.loggers),
         "trainer.critic_warmup": 0,
     }
-    for key in ("actor_rollout_ref.rollout", "actor_rollout_ref.ref"):
-        values[f"{key}.log_prob_use_dynamic_bsz"] = True
-        values[f"{key}.log_prob_max_token_len_per_gpu"] = max_tokens_per_gpu
-    for dotted, value in values.items():
-        OmegaConf.update(cfg, dotted, value, merge=False)
-    with open_dict(cfg):
-        cfg[PROJECT_NAMESPACE] = OmegaConf.create(worker_namespace(s))
-    return cfg
+
+
+SECTIONS: tuple[Callable[[VerlSettings], dict[str, Any]], ...] = (
+    model_values, actor_values, rollout_values, data_values, algorithm_values, trainer_values,
+)
+"""The mapping from project settings to veRL keys, one plain function per part of the tree."""
 
 
 def worker_namespace(s: VerlSettings) -> dict[str, Any]:

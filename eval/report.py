@@ -95,11 +95,12 @@ def markdown(summary: Mapping[str, Any]) -> str:
     """A readable report: headline, per-difficulty table, outcomes, sampling, behaviour."""
     s = summary
     st = s.get("settings", {})
-    title = st.get("recipe") or st.get("predictions") or "evaluation"
+    title = st.get("recipe") or st.get("predictions") or st.get("agent") or "evaluation"
+    where = " / ".join(str(st[k]) for k in ("data_kind", "split") if st.get(k)) or "data"
     lines = [
         f"# Evaluation: {title}",
         "",
-        f"- data: {st.get('data_kind')} / {st.get('split')} ({s['n']} questions, {s['scorable']} with a working gold SQL)",
+        f"- data: {where} ({s['n']} questions, {s['scorable']} with a working gold SQL)",
         f"- mode: {st.get('mode')}" + (f", {st.get('samples')} samples at T={st.get('temperature')}"
                                        if st.get("mode") != "greedy" and st.get("samples") else ""),
     ]

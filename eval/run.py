@@ -153,6 +153,12 @@ def _bar(total: int, initial: int) -> Any:
 
 # ----------------------------------------------------------------------------- mode B: a file
 
+def _split_of(examples: Sequence[Example]) -> dict[str, str]:
+    """The split named by the examples themselves (the config's names take precedence)."""
+    splits = sorted({ex.split for ex in examples if ex.split})
+    return {"split": splits[0]} if len(splits) == 1 else {}
+
+
 def _file_hash(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
@@ -177,7 +183,7 @@ def evaluate_predictions(
         say(f"[eval] {len(pairing.unmatched)} predictions are for questions outside this evaluation (ignored): "
             f"{', '.join(pairing.unmatched[:10])}{' ...' if len(pairing.unmatched) > 10 else ''}")
     run_settings = {"mode": "greedy", "samples": 1, "predictions": str(predictions),
-                    "predictions_sha256": _file_hash(predictions), **(data_info or {})}
+                    "predictions_sha256": _file_hash(predictions), **_split_of(examples), **(data_info or {})}
     store = RunStore(out_dir, run_settings, fresh=settings.fresh)
 
     def produce(batch: Sequence[Example]) -> dict[str, list[Sample]]:
@@ -232,7 +238,7 @@ def evaluate_policy(
     n = settings.num_samples
     run_settings = {"mode": settings.mode, "samples": n, "temperature": sampling.temperature,
                     "top_p": sampling.top_p, "top_k": sampling.top_k, "max_new_tokens": sampling.max_new_tokens,
-                    "agent": getattr(agent, "name", type(agent).__name__), **(info or {})}
+                    "agent": getattr(agent, "name", type(agent).__name__), **_split_of(examples), **(info or {})}
     store = RunStore(out_dir, run_settings, fresh=settings.fresh)
 
     def produce(batch: Sequence[Example]) -> dict[str, list[Sample]]:

@@ -66,14 +66,17 @@ class QueryResult:
     elapsed_s: float
     row_count_is_lower_bound: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, timing: bool = False) -> dict[str, Any]:
+        """The JSON form. ``timing`` adds ``elapsed_s``; it is off by default because
+        observations shown to a model must be identical from run to run."""
         out: dict[str, Any] = {
             "columns": list(self.columns),
             "rows": [[json_cell(v) for v in row] for row in self.rows],
             "row_count": self.row_count,
             "truncated": self.truncated,
-            "elapsed_s": round(self.elapsed_s, 4),
         }
+        if timing:
+            out["elapsed_s"] = round(self.elapsed_s, 4)
         if self.row_count_is_lower_bound:
             out["row_count_is_lower_bound"] = True
         return out

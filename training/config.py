@@ -123,11 +123,14 @@ class ModelConfig:
 
     path: str | None = _f(None, "HF model directory or hub name; null = the embedded SmolLM2-135M-Instruct")
     autocast: str = _f("auto", "auto (bf16 where native) | bf16 | off; master weights stay fp32")
+    generation_dtype: str = _f("auto", "weights generate runs on: auto (a bf16 copy where bf16 is native) | bf16 | fp32")
     gradient_checkpointing: bool = _f(False, "trade compute for memory in the update")
     trust_remote_code: bool = _f(False, "passed to transformers from_pretrained")
 
     def __post_init__(self) -> None:
         _need(self.autocast in ("auto", "bf16", "off"), f"model.autocast={self.autocast!r}; auto, bf16 or off")
+        _need(self.generation_dtype in ("auto", "bf16", "fp32"),
+              f"model.generation_dtype={self.generation_dtype!r}; auto, bf16 or fp32")
 
 
 @dataclass
@@ -291,6 +294,8 @@ class LaptopProfile:
     eval_limit: int = _f(32, "-> data.eval_limit (the fixed before/after subset)")
     lr: float = _f(1e-5, "-> optim.lr (1e-6 moves a 135M model too little in a few steps)")
     micro_batch_size: int = _f(4, "-> optim.micro_batch_size")
+    agent_options: dict[str, Any] = _f({}, "agent options set where the agent accepts them "
+                                            "(shorter prompts: schema_format=compact, num_few_shot=1)")
 
 
 @dataclass
@@ -417,7 +422,24 @@ def apply_laptop_profile(
     put("data.eval_limit", p.eval_limit, cap=True)
     put("optim.lr", p.lr)
     put("optim.micro_batch_size", p.micro_batch_size)
+    accepted = _agent_option_names(cfg.agent.name)
+    options = data["agent"]["options"]
+    for key, value in p.agent_options.items():
+        old = options.get(key, "(agent default)")
+        if key in accepted and f"agent.{key}" not in explicit and old != value:
+            options[key] = value
+            changes[f"agent.{key}"] = (old, value)
     return _rebuild(data), changes
+
+
+def _agent_option_names(name: str) -> set[str]:
+    """Options the registered agent accepts (empty if the agent is unknown here)."""
+    try:
+        from agents import agent_options
+
+        return set(agent_options(name))
+    except Exception:  # noqa: BLE001 - an unknown agent is reported when the engine builds it
+        return set()
 
 
 def _rebuild(data: dict[str, Any]) -> TrainConfig:

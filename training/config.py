@@ -282,18 +282,20 @@ class LaptopProfile:
 
     group_size: int = _f(4, "-> algorithm.group_size")
     batch_size: int = _f(2, "-> algorithm.batch_size")
-    oversample: int = _f(2, "-> algorithm.dynamic_sampling.oversample")
+    oversample: int = _f(1, "caps algorithm.dynamic_sampling.oversample (rollouts dominate CPU time)")
+    dynamic_sampling_metric: str = _f("total", "-> algorithm.dynamic_sampling.metric (a 135M model "
+                                               "rarely gets EX right: exec-filtered groups would all drop)")
     max_turns: int = _f(3, "caps every agent.*max_turns")
-    max_new_tokens: int = _f(256, "caps rollout.max_new_tokens")
+    max_new_tokens: int = _f(128, "caps rollout.max_new_tokens")
     observation_max_tokens: int = _f(256, "caps rollout.observation_max_tokens")
-    max_response_tokens: int = _f(1024, "caps rollout.max_response_tokens")
+    max_response_tokens: int = _f(512, "caps rollout.max_response_tokens")
     max_prompt_tokens: int = _f(4096, "caps rollout.max_prompt_tokens")
-    total_steps: int = _f(6, "-> trainer.total_steps")
+    total_steps: int = _f(3, "-> trainer.total_steps")
     save_every: int = _f(3, "-> trainer.save_every")
     val_every: int = _f(0, "-> trainer.val_every")
-    eval_limit: int = _f(32, "-> data.eval_limit (the fixed before/after subset)")
+    eval_limit: int = _f(8, "-> data.eval_limit (the fixed before/after subset)")
     lr: float = _f(1e-5, "-> optim.lr (1e-6 moves a 135M model too little in a few steps)")
-    micro_batch_size: int = _f(4, "-> optim.micro_batch_size")
+    micro_batch_size: int = _f(2, "-> optim.micro_batch_size")
     agent_options: dict[str, Any] = _f({}, "agent options set where the agent accepts them "
                                             "(shorter prompts: schema_format=compact, num_few_shot=1)")
 
@@ -410,6 +412,8 @@ def apply_laptop_profile(
     put("algorithm.group_size", p.group_size)
     put("algorithm.batch_size", p.batch_size)
     put("algorithm.dynamic_sampling.oversample", p.oversample, cap=True)
+    if cfg.algorithm.dynamic_sampling.enable:
+        put("algorithm.dynamic_sampling.metric", p.dynamic_sampling_metric)
     for key in cfg.agent.turn_budget_keys():
         put(f"agent.options.{key}", p.max_turns, cap=True)
     put("rollout.max_new_tokens", p.max_new_tokens, cap=True)

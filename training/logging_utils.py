@@ -66,7 +66,8 @@ class RunLogger:
         self.console = "console" in sinks
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self._jsonl = open(self.metrics_path, "a", encoding="utf-8")
-        self._bar = self._make_bar(total_steps, start_step) if self.console else None
+        self._bar: Any = None  # made at the first train record, after the "before" evaluation
+        self._bar_range = (total_steps, start_step)
         self.wandb_run: Any = None
         if "wandb" in sinks:
             self.wandb_run = self._start_wandb(project, run_name, config, wandb_id)
@@ -88,6 +89,7 @@ class RunLogger:
         self, project: str, name: str | None, config: Mapping[str, Any] | None, run_id: str | None
     ) -> Any:
         mode = wandb_mode()
+        os.environ.setdefault("WANDB_SILENT", "true")  # our own line below says where the run is
         try:
             import wandb
 
@@ -112,6 +114,8 @@ class RunLogger:
                                 for k, v in clean.items() if isinstance(v, (int, float))}, step=step)
         if self.console:
             line = f"[{kind} {step}] " + format_metrics(clean)
+            if kind == "train" and self._bar is None:
+                self._bar = self._make_bar(*self._bar_range)
             if self._bar is not None and kind == "train":
                 self._bar.update(1)
                 self._bar.write(line)

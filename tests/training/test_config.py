@@ -110,8 +110,8 @@ def test_laptop_profile_shrinks_sizes_but_keeps_explicit_values() -> None:
     cfg = build("recipe=retoolsql", "algorithm.batch_size=3")
     small, changes = apply_laptop_profile(cfg, ["algorithm.batch_size"])
     assert small.algorithm.group_size == 4 and small.algorithm.batch_size == 3
-    assert small.agent.options["max_turns"] == 3 and small.rollout.max_new_tokens == 256
-    assert small.rollout.observation_max_tokens == 256 and small.data.eval_limit == 32
+    assert small.agent.options["max_turns"] == 3 and small.rollout.max_new_tokens == 128
+    assert small.rollout.observation_max_tokens == 256 and small.data.eval_limit == 8
     assert small.algorithm.kl_schedule == cfg.algorithm.kl_schedule  # algorithm settings untouched
     assert changes["algorithm.group_size"] == (16, 4)
     assert "algorithm.batch_size" not in changes
@@ -129,7 +129,7 @@ def test_prepare_config_applies_the_profile_on_cpu_and_prints_it() -> None:
     cfg = prepare_config(composed("recipe=dualsql", "engine=local", "engine.device=cpu"),
                          explicit_keys(["recipe=dualsql"]), lines.append)
     assert cfg.engine.name == "local" and cfg.algorithm.group_size == 4
-    assert cfg.agent.options["linker_max_turns"] == 3
+    assert cfg.agent.options["linker_max_turns"] == 2 and cfg.algorithm.batch_size == 1
     text = "\n".join(lines)
     assert "laptop profile" in text and "algorithm.group_size: 16 -> 4" in text
     off = prepare_config(composed("recipe=dualsql", "engine=local", "engine.device=cpu",

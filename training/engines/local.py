@@ -42,7 +42,18 @@ def describe(cfg: TrainConfig) -> str:
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Run ``cfg`` to completion and return the summary (also written to summary.json)."""
+    quiet_verl()
     return LocalTrainer(cfg).fit()
+
+
+def quiet_verl() -> None:
+    """veRL warns at import that no GPU and no Megatron/torchtitan/... engines exist; the
+    local engine only uses its loss functions, so those warnings are noise here."""
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r".*engine is not available.*", category=UserWarning)
+    logging.getLogger("verl").setLevel(logging.ERROR)
 
 
 # ----------------------------------------------------------------------------- timing
@@ -253,13 +264,15 @@ class LocalTrainer:
         with self.watch.measure("generation"):
             return self.generate(prompts, params)
 
-    def rollout(self, examples: Sequence[Any], group_size: int, agent: Any, sampling: Any) -> list[Any]:
+    def rollout(self, examples: Sequence[Any], group_size: int, agent: Any, sampling: Any,
+                progress: bool = False) -> list[Any]:
         """Trajectories for every (example, sample) pair, through the rollout driver."""
         from tools import get_database
         from training.rollout import run_episodes
 
         requests = [(ex, get_database(ex.db_path), g) for ex in examples for g in range(group_size)]
-        return run_episodes(agent, requests, self.tokenizer, self._timed_generate, sampling, self.limits)
+        return run_episodes(agent, requests, self.tokenizer, self._timed_generate, sampling, self.limits,
+                            progress=progress)
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, Any]:
@@ -388,7 +401,9 @@ class LocalTrainer:
         if not self.eval_examples:
             return {}
         start = time.perf_counter()
-        trajectories = self.rollout(self.eval_examples, 1, self.eval_agent, self.eval_sampling)
+        self.say(f"[eval {tag}] greedy rollouts on {len(self.eval_examples)} held-out questions")
+        trajectories = self.rollout(self.eval_examples, 1, self.eval_agent, self.eval_sampling,
+                                    progress="console" in self.cfg.logger)
         result = execution_accuracy(self.eval_examples, trajectories)
         result["time"] = time.perf_counter() - start
         self.say(f"[eval {tag}] EX {result['ex']:.3f} on {result['n']} held-out questions "

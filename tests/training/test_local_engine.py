@@ -332,3 +332,25 @@ def test_checkpoint_round_trip_restores_rng_and_sampler(tmp_path: Path) -> None:
     assert torch.equal(torch.rand(3), expected)
     assert meta.step == 3 and meta.sampler["cursor"] == 5
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), other.state_dict().values()))
+
+
+def test_several_mini_batches_use_old_log_probs_and_clip(tmp_path: Path, examples: list[Example]) -> None:
+    """With two optimizer steps per buffer the second one sees a moved policy: the ratio
+    leaves 1 and clipping can act (old log-probs come from a forward pass before step one)."""
+    t = trainer("think2sql", tmp_path, examples, "algorithm.dynamic_sampling.enable=false",
+                "algorithm.mini_batches=2", "optim.lr=5e-2")
+    before = weights(t.model)
+    metrics = t.train_step()
+    assert metrics["time/logprob"] > 0.0
+    assert metrics["policy/ppo_kl"] != 0.0
+    assert changed(before, t.model) > 0
+
+
+def test_validation_and_summary_report_ex_before_and_after(tmp_path: Path, examples: list[Example]) -> None:
+    t = trainer("think2sql", tmp_path, examples, "trainer.eval_before_after=true", "trainer.val_every=1",
+                "trainer.total_steps=2", always_good=True)
+    summary = t.fit()
+    assert summary["ex_before"] == 1.0 and summary["ex_after"] == 1.0 and summary["eval_questions"] == 2
+    kinds = [json.loads(line)["kind"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert kinds == ["eval_before", "train", "eval_val", "train", "eval_after"]
+    assert json.loads((tmp_path / "summary.json").read_text())["steps"] == 2

@@ -233,6 +233,7 @@ class LocalTrainer:
             loss_agg_mode=a.loss_agg_mode, track_weights=weights, kl_type=a.kl_type,
             entropy_coeff=a.entropy_coeff)
         self.generate = self.inputs.generate or self._model_generate
+        import verl.trainer.ppo.core_algos  # noqa: F401 - import once here (~5 s), not inside step 1
 
     def _total_steps(self) -> int:
         if self.cfg.trainer.total_steps is not None:
@@ -289,6 +290,7 @@ class LocalTrainer:
             rewards = [self._score(t, by_id[t.example_id]) for t in trajectories]
         buffer = build_buffer(trajectories, rewards, self.cfg, target_questions=a.batch_size)
         self.last_buffer = buffer
+        self._write_samples(trajectories, rewards)
         beta = self.kl.beta(self.step)
         update_metrics = self.update(buffer, beta) if buffer.size else {"update/skipped": 1.0}
         self.step += 1
@@ -301,6 +303,20 @@ class LocalTrainer:
             metrics[f"time/{key}"] = times.get(key, 0.0)
         metrics["time/step"] = time.perf_counter() - start
         return metrics
+
+    def _write_samples(self, trajectories: Sequence[Any], rewards: Sequence[Any], per_step: int = 2) -> None:
+        """Append a few decoded rollouts to ``samples.jsonl`` (what the policy writes)."""
+        import json
+
+        path = Path(self.cfg.run_dir) / "samples.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as out:
+            for t, r in list(zip(trajectories, rewards))[:per_step]:
+                record = {"step": self.step, "example_id": t.example_id, "role": t.role,
+                          "reward": r.total, "components": dict(r.components), "end": t.result.end_reason,
+                          "final_sql": t.result.final_sql,
+                          "response": self.tokenizer.decode(t.response_ids, skip_special_tokens=False)}
+                out.write(json.dumps(record) + "\n")
 
     def _score(self, trajectory: Any, example: Any) -> Any:
         from tools import get_database

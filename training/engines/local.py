@@ -225,9 +225,8 @@ class LocalTrainer:
             self.optimizer, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0)
         self.sampler = st.DataSampler(len(self.train_examples), seed=cfg.seed)
         a = cfg.algorithm
-        weights = (("full", 1.0),)
-        if cfg.advantage.estimator == "two_track":
-            weights = (("full", 1.0), (cfg.advantage.schema_track, cfg.advantage.schema_weight))
+        # a track's loss runs only when the estimator produced it (its mask exists)
+        weights = (("full", 1.0), (cfg.advantage.schema_track, cfg.advantage.schema_weight))
         self.loss_settings = lp.LossSettings(
             clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high, clip_ratio_c=a.clip_ratio_c,
             loss_agg_mode=a.loss_agg_mode, track_weights=weights, kl_type=a.kl_type,

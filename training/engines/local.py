@@ -449,8 +449,8 @@ class LocalTrainer:
         existing = st.latest_checkpoint(cfg.run_dir)
         if cfg.fresh:
             st.clear_checkpoints(cfg.run_dir)
-            metrics = Path(cfg.run_dir) / "metrics.jsonl"
-            metrics.unlink(missing_ok=True)
+            for name in ("metrics.jsonl", "samples.jsonl", "summary.json"):
+                (Path(cfg.run_dir) / name).unlink(missing_ok=True)
         elif cfg.resume:
             if not self.restore():
                 self.say(f"[resume] no checkpoint in {cfg.run_dir}; starting from step 0")

@@ -50,8 +50,10 @@ def quiet_verl() -> None:
     """veRL warns at import that no GPU and no Megatron/torchtitan/... engines exist; the
     local engine only uses its loss functions, so those warnings are noise here."""
     import logging
+    import os
     import warnings
 
+    os.environ.setdefault("VERL_LOGGING_LEVEL", "ERROR")
     warnings.filterwarnings("ignore", message=r".*engine is not available.*", category=UserWarning)
     logging.getLogger("verl").setLevel(logging.ERROR)
 

@@ -103,6 +103,11 @@ class RunLogger:
         self.say(f"[log] wandb {mode} run {run.id} in {run.dir}")
         return run
 
+    def start_progress(self) -> None:
+        """Show the step bar from now on (called after the "before" evaluation)."""
+        if self.console and self._bar is None:
+            self._bar = self._make_bar(*self._bar_range)
+
     def log(self, step: int, metrics: Mapping[str, Any], kind: str = "train") -> None:
         """Write one record; train records also advance the bar and print a line."""
         clean = {k: _plain(v) for k, v in metrics.items()}

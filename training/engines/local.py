@@ -473,6 +473,7 @@ class LocalTrainer:
                                 wandb_id=self.wandb_id, start_step=self.step, say=self.say)
         self.wandb_id = self.logger.wandb_id
         before = self._eval_logged("before") if cfg.trainer.eval_before_after and self.step == 0 else {}
+        self.logger.start_progress()
         try:
             while self.step < self.total_steps:
                 metrics = self.train_step()

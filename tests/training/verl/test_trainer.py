@@ -95,9 +95,11 @@ def test_builtin_grpo_would_broadcast_the_generator_advantage_to_the_linker() ->
     )
     ours, _ = T.phase_aware_advantages(as_proto(rows), T.AdvantageSettings(epsilon=EPS))
     # built-in: the linker row of session 0 gets the generator's advantage
-    assert builtin.batch["advantages"][0, 0] == pytest.approx(builtin.batch["advantages"][1, 0], abs=1e-5)
-    assert ours.batch["advantages"][0, 0] == pytest.approx(float(normalised([0.9, 0.2, 0.5])[0]), abs=1e-4)
-    assert ours.batch["advantages"][0, 0] != pytest.approx(ours.batch["advantages"][1, 0], abs=1e-3)
+    builtin_adv = builtin.batch["advantages"].tolist()  # plain floats: pytest.approx cannot iterate 0-d tensors
+    ours_adv = ours.batch["advantages"].tolist()
+    assert builtin_adv[0][0] == pytest.approx(builtin_adv[1][0], abs=1e-5)
+    assert ours_adv[0][0] == pytest.approx(float(normalised([0.9, 0.2, 0.5])[0]), abs=1e-4)
+    assert ours_adv[0][0] != pytest.approx(ours_adv[1][0], abs=1e-3)
 
 
 def test_question_grouping_pools_roles() -> None:

@@ -22,12 +22,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from agents import prompts
-from agents.base import BaseEpisode, TurnOutcome, invalid, make_toolbox, run_tool, tool_message, tools_block
+from agents.base import (
+    BaseEpisode,
+    TurnOutcome,
+    invalid,
+    make_toolbox,
+    run_tool,
+    schema_renderer,
+    tool_message,
+    tools_block,
+)
 from agents.parsing import ToolCallParser, call_key, find_blocks, find_fences, get_parser, parse_schema_json
 from agents.registry import register_agent
 from agents.types import EpisodeResult, Example, ToolCall
 from tools.errors import ConfigError
-from tools.schema import m_schema, select
+from tools.schema import select
 
 if TYPE_CHECKING:
     from tools import Database, ToolBox
@@ -114,7 +123,9 @@ class DualSQLEpisode(BaseEpisode):
 @register_agent("dualsql")
 class DualSQLAgent:
     """DualSQL: linker (``linker_max_turns``) then generator (``generator_max_turns``).
-    ``guardrails``: cut the rollout at the first failed turn (SPEC §4)."""
+    ``guardrails``: cut the rollout at the first failed turn (SPEC §4). ``schema_format``:
+    how the (linked) schema is rendered — M-Schema as in the paper, or ``compact`` / ``ddl``
+    for short prompts (the CPU laptop profile uses ``compact``)."""
 
     name = "dualsql"
 
@@ -126,6 +137,7 @@ class DualSQLAgent:
         tools: Sequence[str] = TOOLS,
         preset: str = "dualsql",
         parser: str = "hermes",
+        schema_format: str = "m_schema",
     ) -> None:
         for key, value in (("linker_max_turns", linker_max_turns), ("generator_max_turns", generator_max_turns)):
             if value < 1:
@@ -134,6 +146,7 @@ class DualSQLAgent:
         self.guardrails = guardrails
         self.tools, self.preset = tuple(tools), preset
         self.parser = get_parser(parser)
+        self.render_schema = schema_renderer(schema_format)
 
     def _prompt(self, role: str, example: Example, schema_text: str, schemas: list) -> list[dict]:
         system = prompts.render(f"dualsql_{role}_system", max_turns=self.max_turns[role], tools=tools_block(schemas))
@@ -152,11 +165,11 @@ class DualSQLAgent:
         role = "generator" if previous else "linker"
         toolbox = make_toolbox(db, self.tools, self.preset)
         profile = db.profile()
-        schema_text, linked = m_schema(profile), None
+        schema_text, linked = self.render_schema(profile), None
         if role == "generator":
             linked = previous[0].schema
             if linked is not None and select(profile, linked.tables, linked.columns):
-                schema_text = m_schema(profile, linked.tables, linked.columns)
+                schema_text = self.render_schema(profile, linked.tables, linked.columns)
             else:
                 linked = None
         messages = self._prompt(role, example, schema_text, toolbox.schemas())

@@ -136,3 +136,14 @@ def test_linked_schema_json_forms(example, db) -> None:
         episode = make_agent("dualsql").start(example, db)
         episode.step(THINK + "```json\n" + body + "\n```")
         assert set(episode.result().schema.tables) == tables
+
+
+def test_schema_format_renders_the_linked_schema_compactly(join_example, db) -> None:
+    """``schema_format`` switches the serialiser for both roles; the linked restriction holds."""
+    agent = make_agent("dualsql", schema_format="compact")
+    linker = agent.start(join_example, db)
+    full = make_agent("dualsql").start(join_example, db).messages[1]["content"]
+    assert "# Table:" not in linker.messages[1]["content"] and len(linker.messages[1]["content"]) < len(full)
+    linked = EpisodeResult("linker", None, SchemaSelection(("schools",), ("schools.city",)), [], "answer")
+    prompt = agent.start(join_example, db, [linked]).messages[1]["content"]
+    assert "city" in prompt and "satscores" not in prompt and "enrollment" not in prompt

@@ -19,7 +19,8 @@ passing code-block turn is the role's answer; the turn is cut after the closing 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from agents import prompts
 from agents.base import (
@@ -32,7 +33,14 @@ from agents.base import (
     tool_message,
     tools_block,
 )
-from agents.parsing import ToolCallParser, call_key, find_blocks, find_fences, get_parser, parse_schema_json
+from agents.parsing import (
+    ToolCallParser,
+    call_key,
+    find_blocks,
+    find_fences,
+    get_parser,
+    parse_schema_json,
+)
 from agents.registry import register_agent
 from agents.types import EpisodeResult, Example, ToolCall
 from tools.errors import ConfigError
@@ -50,7 +58,7 @@ class DualSQLEpisode(BaseEpisode):
         self,
         role: str,
         messages: list,
-        toolbox: "ToolBox",
+        toolbox: ToolBox,
         tool_names: Sequence[str],
         parser: ToolCallParser,
         max_turns: int,
@@ -159,7 +167,7 @@ class DualSQLAgent:
         )
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
-    def start(self, example: Example, db: "Database", previous: Sequence[EpisodeResult] = ()) -> DualSQLEpisode | None:
+    def start(self, example: Example, db: Database, previous: Sequence[EpisodeResult] = ()) -> DualSQLEpisode | None:
         if len(previous) > 1:
             return None
         role = "generator" if previous else "linker"

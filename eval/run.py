@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -393,24 +392,9 @@ def run(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> dict[st
 
 
 def _hydra_main() -> None:
-    import hydra
-    from omegaconf import DictConfig, OmegaConf
+    from training.run import hydra_entry
 
-    @hydra.main(config_path="pkg://recipes", config_name="eval", version_base=None)
-    def main(dcfg: DictConfig) -> None:
-        from hydra.core.hydra_config import HydraConfig
-
-        from training.run import explicit_keys
-
-        explicit = explicit_keys(list(HydraConfig.get().overrides.task))
-        try:
-            raw = OmegaConf.to_container(dcfg, resolve=True)
-            run(raw, explicit)  # type: ignore[arg-type]
-        except ToolkitError as err:
-            print(f"error: {err}", file=sys.stderr)
-            sys.exit(2)
-
-    main()
+    hydra_entry("eval", run)
 
 
 if __name__ == "__main__":

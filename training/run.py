@@ -10,8 +10,9 @@ the effective configuration and exits.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from tools.errors import ToolkitError
 
@@ -80,23 +81,29 @@ def run(raw: dict[str, Any], explicit: set[str], say: Say = print) -> dict[str, 
     return engine.train(cfg)
 
 
-def _hydra_main() -> None:
+def hydra_entry(config_name: str, run_fn: Callable[[dict[str, Any], set[str]], Any]) -> None:
+    """Run ``run_fn(raw_config, explicit_keys)`` under Hydra with the packaged recipes as
+    config root (works from any directory); project errors exit 2 with their message."""
     import hydra
     from omegaconf import DictConfig, OmegaConf
 
-    @hydra.main(config_path="pkg://recipes", config_name="config", version_base=None)
+    @hydra.main(config_path="pkg://recipes", config_name=config_name, version_base=None)
     def main(dcfg: DictConfig) -> None:
         from hydra.core.hydra_config import HydraConfig
 
         explicit = explicit_keys(list(HydraConfig.get().overrides.task))
         try:
             raw = OmegaConf.to_container(dcfg, resolve=True)
-            run(raw, explicit)  # type: ignore[arg-type]
+            run_fn(raw, explicit)  # type: ignore[arg-type]
         except ToolkitError as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
 
     main()
+
+
+def _hydra_main() -> None:
+    hydra_entry("config", run)
 
 
 if __name__ == "__main__":

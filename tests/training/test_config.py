@@ -110,12 +110,14 @@ def test_laptop_profile_shrinks_sizes_but_keeps_explicit_values() -> None:
     cfg = build("recipe=retoolsql", "algorithm.batch_size=3")
     small, changes = apply_laptop_profile(cfg, ["algorithm.batch_size"])
     assert small.algorithm.group_size == 4 and small.algorithm.batch_size == 3
-    assert small.agent.options["max_turns"] == 3 and small.rollout.max_new_tokens == 128
+    # retoolsql's own laptop block beats the shared one: 2 turns, 256 response tokens
+    assert small.agent.options["max_turns"] == 2 and small.rollout.max_new_tokens == 128
+    assert small.rollout.max_response_tokens == 256
     assert small.rollout.observation_max_tokens == 256 and small.data.eval_limit == 8
     assert small.algorithm.kl_schedule == cfg.algorithm.kl_schedule  # algorithm settings untouched
     assert changes["algorithm.group_size"] == (16, 4)
     assert "algorithm.batch_size" not in changes
-    assert changes["agent.max_turns"] == (8, 3)
+    assert changes["agent.max_turns"] == (8, 2)
 
 
 def test_laptop_profile_only_lowers_caps() -> None:

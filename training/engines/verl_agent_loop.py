@@ -47,6 +47,7 @@ from training.engines.verl_engine import (
     AGENT_LOOP_NAME,
     PROJECT_NAMESPACE,
     example_from_json,
+    plain,
 )
 from training.engines.verl_reward import (
     REWARD_KEY,
@@ -92,29 +93,18 @@ class WorkerSettings:
                 f"the veRL config has no '{PROJECT_NAMESPACE}' block: launch through "
                 "`python -m training.run engine=verl ...`, which builds it"
             )
-        plain = _to_plain(ns)
-        rollout = plain.get("rollout") or {}
+        settings = plain(ns)
+        rollout = settings.get("rollout") or {}
         return cls(
-            agent=plain["agent"]["name"],
-            agent_options=plain["agent"].get("options") or {},
-            reward=plain["reward"]["name"],
-            reward_options=plain["reward"].get("options") or {},
+            agent=settings["agent"]["name"],
+            agent_options=settings["agent"].get("options") or {},
+            reward=settings["reward"]["name"],
+            reward_options=settings["reward"].get("options") or {},
             max_new_tokens_per_turn=rollout.get("max_new_tokens_per_turn"),
             observation_max_tokens=rollout.get("observation_max_tokens"),
-            schema_track=(plain.get("advantage") or {}).get("schema_track", "schema"),
-            filter_metric=plain.get("filter_metric"),
+            schema_track=(settings.get("advantage") or {}).get("schema_track", "schema"),
+            filter_metric=settings.get("filter_metric"),
         )
-
-
-def _to_plain(node: Any) -> Any:
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-
-        if isinstance(node, (DictConfig, ListConfig)):
-            return OmegaConf.to_container(node, resolve=True)
-    except ImportError:  # pragma: no cover
-        pass
-    return node
 
 
 @functools.lru_cache(maxsize=8)

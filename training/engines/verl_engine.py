@@ -335,8 +335,8 @@ def worker_namespace(s: VerlSettings) -> dict[str, Any]:
     Kept to plain JSON-like values so it survives OmegaConf and Ray pickling.
     """
     return {
-        "agent": {"name": s.agent, "options": _plain(s.agent_options)},
-        "reward": {"name": s.reward, "options": _plain(s.reward_options)},
+        "agent": {"name": s.agent, "options": plain(s.agent_options)},
+        "reward": {"name": s.reward, "options": plain(s.reward_options)},
         "rollout": {
             "max_new_tokens_per_turn": s.max_new_tokens_per_turn,
             "observation_max_tokens": s.observation_max_tokens,
@@ -358,19 +358,13 @@ def worker_namespace(s: VerlSettings) -> dict[str, Any]:
     }
 
 
-def _plain(value: Any) -> Any:
-    """Mappings/sequences (including OmegaConf nodes) as plain dicts/lists."""
+def plain(value: Any) -> Any:
+    """Mappings/sequences (OmegaConf nodes included: DictConfig is a Mapping, ListConfig
+    a Sequence) as plain, resolved dicts/lists."""
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-
-        if isinstance(value, (DictConfig, ListConfig)):
-            return OmegaConf.to_container(value, resolve=True)
-    except ImportError:  # pragma: no cover - omegaconf is a base dependency
-        pass
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [plain(v) for v in value]
     return value
 
 
@@ -393,7 +387,7 @@ def apply_verl_overrides(
     existing one); the ``sqlagent`` namespace is ours and accepts any key.
     """
     if block:
-        for dotted, value in _flatten(_plain(block)).items():
+        for dotted, value in _flatten(plain(block)).items():
             _set_existing(cfg, dotted, value)
     for item in overrides:
         dotted, value = _parse_override(item)
@@ -413,7 +407,7 @@ def _parse_override(item: str) -> tuple[str, Any]:
         parsed = OverridesParser.create().parse_override(text)
     except HydraException as err:
         raise ConfigError(f"bad veRL override {item!r}: {err}") from err
-    return parsed.key_or_group.removeprefix("verl."), _plain(parsed.value())
+    return parsed.key_or_group.removeprefix("verl."), plain(parsed.value())
 
 
 def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -707,7 +701,7 @@ def split_verl_block(block: Mapping[str, Any] | None) -> tuple[dict[str, Any], l
     """
     nested: dict[str, Any] = {}
     dotted: list[str] = []
-    for key, value in _plain(block or {}).items():
+    for key, value in plain(block or {}).items():
         if "." in str(key):
             dotted.append(f"verl.{key}={json.dumps(value)}")
         else:

@@ -308,6 +308,10 @@ def run_model(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> d
     info = {"recipe": cfg.recipe_name, "model": loaded.source, "data_kind": cfg.data.kind,
             "data_root": cfg.data.root, "split": cfg.data.eval_split, "agent_options": _plain_options(options),
             "max_response_tokens": cfg.rollout.max_response_tokens, "seed": cfg.seed}
+    if device == "cpu" and cfg.model.decode_attention == "auto":
+        from training.cpu_attention import use_hybrid_cpu_attention
+
+        use_hybrid_cpu_attention(loaded.model)  # the model only generates here
     generate = model_generate(loaded.model, loaded.tokenizer, device, autocast)
     return evaluate_policy(examples, agent, loaded.tokenizer, generate, sampling, limits, out, settings, info, say)
 

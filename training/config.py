@@ -124,6 +124,8 @@ class ModelConfig:
     path: str | None = _f(None, "HF model directory or hub name; null = the embedded SmolLM2-135M-Instruct")
     autocast: str = _f("auto", "auto (bf16 where native) | bf16 | off; master weights stay fp32")
     generation_dtype: str = _f("auto", "weights generate runs on: auto (a bf16 copy where bf16 is native) | bf16 | fp32")
+    decode_attention: str = _f("auto", "auto: on CPU, generate with sdpa prefill + plain-matmul one-token decode "
+                                       "(3x faster decode, same tokens; training/cpu_attention.py) | off")
     gradient_checkpointing: bool = _f(False, "trade compute for memory in the update")
     trust_remote_code: bool = _f(False, "passed to transformers from_pretrained")
 
@@ -131,6 +133,7 @@ class ModelConfig:
         _need(self.autocast in ("auto", "bf16", "off"), f"model.autocast={self.autocast!r}; auto, bf16 or off")
         _need(self.generation_dtype in ("auto", "bf16", "fp32"),
               f"model.generation_dtype={self.generation_dtype!r}; auto, bf16 or fp32")
+        _need(self.decode_attention in ("auto", "off"), f"model.decode_attention={self.decode_attention!r}; auto or off")
 
 
 @dataclass
@@ -154,11 +157,34 @@ class DataConfig:
 
 
 @dataclass
+class WarmStartConfig:
+    """``stage.warm_start``: SFT on demonstrations of the design's protocol before GRPO
+    (training/warm_start.py). Off in the recipes; the CPU laptop profile turns it on,
+    because a 135M model writes no design's format and GRPO then sees only zero rewards."""
+
+    enable: bool = _f(False, "fine-tune on demonstrations before RL (local engine)")
+    examples: int = _f(48, "training questions to demonstrate (a seeded fixed subset)")
+    epochs: int = _f(1, "passes over the demonstrations")
+    lr: float = _f(2.0e-4, "AdamW learning rate (linear warmup, then constant)")
+    batch_size: int = _f(4, "demonstrations per optimizer step")
+    micro_batch_size: int = _f(2, "demonstrations per forward/backward")
+    warmup_ratio: float = _f(0.1, "share of the steps spent warming the learning rate up")
+    eval_after: bool = _f(True, "greedy EX on the held-out subset after the warm start")
+
+    def __post_init__(self) -> None:
+        for key in ("examples", "epochs", "batch_size", "micro_batch_size"):
+            _need(getattr(self, key) >= 1, f"stage.warm_start.{key}={getattr(self, key)}: must be >= 1")
+        _need(self.lr > 0, f"stage.warm_start.lr={self.lr}: must be > 0")
+        _need(0 <= self.warmup_ratio < 1, f"stage.warm_start.warmup_ratio={self.warmup_ratio}: in [0, 1)")
+
+
+@dataclass
 class StageConfig:
     """``stage`` group: what this run trains."""
 
     name: str = _f("rl", "rl: GRPO from model.path (or init_from)")
     init_from: str | None = _f(None, "start from this checkpoint directory (e.g. an SFT output)")
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
 
     def __post_init__(self) -> None:
         _need(self.name in STAGES, f"stage.name={self.name!r}; available stages: {', '.join(STAGES)}")
@@ -296,6 +322,9 @@ class LaptopProfile:
     eval_limit: int = _f(8, "-> data.eval_limit (the fixed before/after subset)")
     lr: float = _f(1e-5, "-> optim.lr (1e-6 moves a 135M model too little in a few steps)")
     micro_batch_size: int = _f(2, "-> optim.micro_batch_size")
+    warm_start: bool = _f(True, "-> stage.warm_start.enable (SFT on demonstrations first: without it "
+                                "the 135M model writes no protocol and every reward is 0)")
+    warm_start_examples: int = _f(32, "caps stage.warm_start.examples (SFT time grows with prompt length)")
     agent_options: dict[str, Any] = _f({}, "agent options set where the agent accepts them "
                                             "(shorter prompts: schema_format=compact, num_few_shot=1)")
 
@@ -377,7 +406,7 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
 _DATACLASSES: dict[str, type] = {
     c.__name__: c
     for c in (AgentConfig, RewardConfig, AdvantageConfig, EngineConfig, ModelConfig, DataConfig,
-              StageConfig, DynamicSamplingConfig, AlgorithmConfig, RolloutConfig, OptimConfig,
+              StageConfig, WarmStartConfig, DynamicSamplingConfig, AlgorithmConfig, RolloutConfig, OptimConfig,
               TrainerConfig, LaptopProfile)
 }
 
@@ -426,6 +455,8 @@ def apply_laptop_profile(
     put("data.eval_limit", p.eval_limit, cap=True)
     put("optim.lr", p.lr)
     put("optim.micro_batch_size", p.micro_batch_size)
+    put("stage.warm_start.enable", p.warm_start)
+    put("stage.warm_start.examples", p.warm_start_examples, cap=True)
     accepted = _agent_option_names(cfg.agent.name)
     options = data["agent"]["options"]
     for key, value in p.agent_options.items():

@@ -143,3 +143,31 @@ def test_yaml_tree_round_trips() -> None:
     cfg = build("recipe=dualsql")
     again = TrainConfig.from_mapping(to_yaml_tree(cfg))
     assert again == cfg
+
+
+def test_warm_start_is_off_in_recipes_and_on_in_the_laptop_profile() -> None:
+    cfg = build("recipe=think2sql")
+    assert cfg.stage.warm_start.enable is False and cfg.stage.warm_start.examples >= 1
+    small, changes = apply_laptop_profile(cfg, [])
+    assert small.stage.warm_start.enable is True
+    assert changes["stage.warm_start.enable"] == (False, True)
+    assert small.stage.warm_start.examples == 48  # think2sql's own laptop block: short prompts
+    retool, _ = apply_laptop_profile(build("recipe=retoolsql"), [])
+    assert retool.stage.warm_start.enable and retool.stage.warm_start.examples == 24
+    kept, _ = apply_laptop_profile(build("recipe=think2sql", "stage.warm_start.enable=false"),
+                                   ["stage.warm_start.enable"])
+    assert kept.stage.warm_start.enable is False
+
+
+def test_warm_start_settings_are_validated() -> None:
+    with pytest.raises(ConfigError, match=r"stage.warm_start.examples=0"):
+        build("recipe=think2sql", "stage.warm_start.examples=0")
+    with pytest.raises(ConfigError, match=r"stage.warm_start.lr"):
+        build("recipe=think2sql", "stage.warm_start.lr=0")
+
+
+def test_verl_engine_refuses_the_warm_start_and_says_what_to_do() -> None:
+    from training.engines.verl_engine import settings_from_project
+
+    with pytest.raises(ConfigError, match="local engine only.*stage.init_from"):
+        settings_from_project(build("recipe=think2sql", "stage.warm_start.enable=true"), model_path="/tmp/m")

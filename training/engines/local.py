@@ -8,6 +8,10 @@ micro-batches). Old log-probs come from a forward pass (with one mini-batch the 
 has not moved since the rollout, so they are the detached log-probs of the update's own
 forward pass); reference log-probs only while beta > 0. Checkpoints every N steps;
 ``resume=true`` continues exactly.
+
+With ``stage.warm_start.enable`` (on in the CPU laptop profile) the run first fine-tunes
+on demonstrations of the design's protocol (local_warm_start.py), then runs GRPO from
+there; the summary reports greedy EX before, after the warm start and after RL.
 """
 
 from __future__ import annotations
@@ -162,6 +166,10 @@ class LocalTrainer:
         gen = copy.deepcopy(self.model).to(torch.bfloat16).eval()
         for p in gen.parameters():
             p.requires_grad_(False)
+        if self.device == "cpu" and self.cfg.model.decode_attention == "auto":
+            from training.cpu_attention import use_hybrid_cpu_attention
+
+            use_hybrid_cpu_attention(gen)
         return gen
 
     def _sync_generation_copy(self) -> None:
@@ -403,12 +411,21 @@ class LocalTrainer:
         else:
             from training.model import load_model
 
-            path = self.cfg.stage.init_from or self.cfg.model.path
-            ref = load_model(path, self.device, say=self.say).model
+            ref = load_model(self._reference_path(), self.device, say=self.say).model
         ref.eval()
         for p in ref.parameters():
             p.requires_grad_(False)
         return ref
+
+    def _reference_path(self) -> str | None:
+        """The KL reference: the warm-started weights when this run made them, else the
+        weights the run started from."""
+        from training.engines.local_warm_start import warm_start_dir
+
+        warm = warm_start_dir(self.cfg.run_dir)
+        if self.cfg.stage.warm_start.enable and (warm / "done.json").exists():
+            return str(warm)
+        return self.cfg.stage.init_from or self.cfg.model.path
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, tag: str) -> dict[str, Any]:
@@ -447,12 +464,17 @@ class LocalTrainer:
         return True
 
     def _prepare_run_dir(self) -> None:
+        import shutil
+
+        from training.engines.local_warm_start import warm_start_dir
+
         cfg = self.cfg
         existing = st.latest_checkpoint(cfg.run_dir)
         if cfg.fresh:
             st.clear_checkpoints(cfg.run_dir)
             for name in ("metrics.jsonl", "samples.jsonl", "summary.json"):
                 (Path(cfg.run_dir) / name).unlink(missing_ok=True)
+            shutil.rmtree(warm_start_dir(cfg.run_dir), ignore_errors=True)
         elif cfg.resume:
             if not self.restore():
                 self.say(f"[resume] no checkpoint in {cfg.run_dir}; starting from step 0")
@@ -473,6 +495,7 @@ class LocalTrainer:
                                 wandb_id=self.wandb_id, start_step=self.step, say=self.say)
         self.wandb_id = self.logger.wandb_id
         before = self._eval_logged("before") if cfg.trainer.eval_before_after and self.step == 0 else {}
+        warm = self._warm_start() if cfg.stage.warm_start.enable and self.step == 0 else {}
         self.logger.start_progress()
         try:
             while self.step < self.total_steps:
@@ -487,7 +510,20 @@ class LocalTrainer:
             final_dir = self._save_final()
         finally:
             self.logger.close()
-        return self._summary(before, after, final_dir)
+        return self._summary(before, after, final_dir, warm)
+
+    def _warm_start(self) -> dict[str, Any]:
+        """SFT on demonstrations before GRPO (see training/engines/local_warm_start.py)."""
+        from training.engines.local_warm_start import run_warm_start
+
+        result = run_warm_start(self)
+        self._sync_generation_copy()
+        if self._initial_state_model is not None:  # a given model's KL reference: the warm-started one
+            self._initial_state_model = _frozen_copy(self.model)
+        self.logger.log(0, result, kind="warm_start")
+        if self.cfg.stage.warm_start.eval_after and self.cfg.trainer.eval_before_after:
+            result["ex"] = self._eval_logged("warm_start").get("ex")
+        return result
 
     def _eval_logged(self, tag: str) -> dict[str, Any]:
         result = self.evaluate(tag)
@@ -502,19 +538,23 @@ class LocalTrainer:
         self.tokenizer.save_pretrained(final)
         return final
 
-    def _summary(self, before: dict[str, Any], after: dict[str, Any], final_dir: Path) -> dict[str, Any]:
+    def _summary(self, before: dict[str, Any], after: dict[str, Any], final_dir: Path,
+                 warm: dict[str, Any]) -> dict[str, Any]:
         import json
 
         summary = {
             "recipe": self.cfg.recipe_name, "steps": self.step, "run_dir": str(self.cfg.run_dir),
             "final_model": str(final_dir), "metrics": str(Path(self.cfg.run_dir) / "metrics.jsonl"),
             "checkpoint": str(st.latest_checkpoint(self.cfg.run_dir)), "wandb_dir": self.logger.wandb_dir,
-            "ex_before": before.get("ex"), "ex_after": after.get("ex"), "eval_questions": before.get("n", after.get("n")),
+            "ex_before": before.get("ex"), "ex_warm_start": warm.get("ex"), "ex_after": after.get("ex"),
+            "eval_questions": before.get("n", after.get("n")), "warm_start": warm or None,
         }
         (Path(self.cfg.run_dir) / "summary.json").write_text(json.dumps(summary, indent=2))
         delta = ""
         if summary["ex_before"] is not None and summary["ex_after"] is not None:
-            delta = (f"EX before {summary['ex_before']:.3f} -> after {summary['ex_after']:.3f} on "
+            middle = (f" -> after warm start {summary['ex_warm_start']:.3f}"
+                      if summary["ex_warm_start"] is not None else "")
+            delta = (f"EX before {summary['ex_before']:.3f}{middle} -> after {summary['ex_after']:.3f} on "
                      f"{summary['eval_questions']} held-out questions (greedy)")
         self.say(f"[summary] {self.cfg.recipe_name}: {self.step} steps. {delta}\n"
                  f"    checkpoint {summary['checkpoint']}\n    final model {final_dir}\n"

@@ -625,6 +625,11 @@ def settings_from_project(cfg: TrainConfig, model_path: str | None = None) -> Ve
     never downloads anything).
     """
     alg, roll, opt = cfg.algorithm, cfg.rollout, cfg.optim
+    if cfg.stage.warm_start.enable:
+        raise ConfigError(
+            "stage.warm_start.enable=true runs on the local engine only; on veRL, fine-tune first "
+            "(engine=local, or veRL's SFT trainer) and pass the result as stage.init_from=<dir>"
+        )
     if alg.batch_size % alg.mini_batches:
         raise ConfigError(
             f"algorithm.mini_batches={alg.mini_batches} must divide algorithm.batch_size={alg.batch_size} "

@@ -1,0 +1,99 @@
+"""The local engine's warm-start stage: demonstrations → SFT → saved weights.
+
+Runs once, before the first GRPO step. The fine-tuned weights are written to
+``<run_dir>/warm_start/`` with ``done.json`` last (written atomically), so a run killed
+after the warm start reuses it on ``resume=true`` (and the KL reference policy is these
+weights, not the base model's). ``done.json`` holds a fingerprint of everything that
+shaped the weights; a stale directory (another recipe, other settings) is redone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+WARM_START_DIR = "warm_start"
+DONE = "done.json"
+
+
+def warm_start_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / WARM_START_DIR
+
+
+def fingerprint(trainer: Any) -> dict[str, Any]:
+    cfg = trainer.cfg
+    return {"model": trainer.model_source, "agent": cfg.agent.name, "agent_options": dict(cfg.agent.options),
+            "data": [cfg.data.kind, cfg.data.root, cfg.data.split], "seed": cfg.seed,
+            "settings": asdict(cfg.stage.warm_start), "limits": asdict(trainer.limits)}
+
+
+def finished_warm_start(run_dir: str | Path, expected: dict[str, Any]) -> dict[str, Any] | None:
+    """The saved result when ``run_dir`` holds a finished warm start for ``expected``."""
+    done = warm_start_dir(run_dir) / DONE
+    if not done.exists():
+        return None
+    record = json.loads(done.read_text())
+    return record if record.get("fingerprint") == json.loads(json.dumps(expected)) else None
+
+
+def run_warm_start(trainer: Any) -> dict[str, Any]:
+    """Fine-tune ``trainer.model`` on demonstrations (or reload a finished warm start)."""
+    from training.demonstrations import get_script, record_demonstrations
+    from training.engines.local import fixed_subset
+    from training.warm_start import WarmStartSettings, supervised_fine_tune
+
+    cfg, say = trainer.cfg, trainer.say
+    ws = cfg.stage.warm_start
+    out = warm_start_dir(cfg.run_dir)
+    expected = fingerprint(trainer)
+    saved = finished_warm_start(cfg.run_dir, expected)
+    if saved is not None:
+        load_weights(trainer.model, out)
+        say(f"[warm start] reusing the finished warm start in {out}")
+        return saved["result"]
+    script = get_script(cfg.agent.name)
+    examples = fixed_subset(trainer.train_examples, ws.examples, cfg.seed)
+    demos = record_demonstrations(trainer.agent, examples, trainer.tokenizer, trainer.limits, script)
+    dropped = ", ".join(f"{n} × {why}" for why, n in sorted(demos.dropped.items())) or "none"
+    say(f"[warm start] {demos.kept_examples}/{len(examples)} training questions demonstrated in the "
+        f"{cfg.agent.name} protocol ({len(demos.trajectories)} episodes); dropped: {dropped}")
+    if not demos.trajectories:
+        from tools.errors import ConfigError
+
+        raise ConfigError(
+            "no demonstration fits the rollout limits (every one was dropped: " + dropped + "); raise "
+            "rollout.max_new_tokens / rollout.max_response_tokens or set stage.warm_start.enable=false")
+    settings = WarmStartSettings(epochs=ws.epochs, lr=ws.lr, batch_size=ws.batch_size,
+                                 micro_batch_size=ws.micro_batch_size, warmup_ratio=ws.warmup_ratio,
+                                 grad_clip=cfg.optim.grad_clip)
+    result = supervised_fine_tune(
+        trainer.model, demos.trajectories, settings, trainer.tokenizer.pad_token_id, trainer.device,
+        trainer.autocast, seed=cfg.seed, progress="console" in cfg.logger)
+    result.update({"demonstrations": float(len(demos.trajectories)), "questions": float(demos.kept_examples),
+                   "dropped": float(sum(demos.dropped.values()))})
+    say(f"[warm start] SFT: {int(result['steps'])} steps, NLL {result['nll_first']:.3f} -> "
+        f"{result['nll_last']:.3f} on {int(result['policy_tokens'])} policy tokens ({result['time']:.0f}s)")
+    save_warm_start(trainer.model, trainer.tokenizer, out, expected, result)
+    return result
+
+
+def save_warm_start(model: Any, tokenizer: Any, out: Path, expected: dict[str, Any], result: dict[str, Any]) -> None:
+    """A plain HF checkpoint (``eval.run model=<run_dir>/warm_start`` loads it), then the marker."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / DONE).unlink(missing_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    tmp = out / (DONE + ".tmp")
+    tmp.write_text(json.dumps({"fingerprint": expected, "result": result}, indent=2))
+    os.replace(tmp, out / DONE)
+
+
+def load_weights(model: Any, directory: Path) -> None:
+    """Copy the weights saved in ``directory`` into ``model`` (same architecture)."""
+    import torch
+
+    loaded = type(model).from_pretrained(directory, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict())

@@ -125,7 +125,7 @@ class ModelConfig:
     autocast: str = _f("auto", "auto (bf16 where native) | bf16 | off; master weights stay fp32")
     generation_dtype: str = _f("auto", "weights generate runs on: auto (a bf16 copy where bf16 is native) | bf16 | fp32")
     decode_attention: str = _f("auto", "auto: on CPU, generate with sdpa prefill + plain-matmul one-token decode "
-                                       "(3x faster decode, same tokens; training/cpu_attention.py) | off")
+                                       "(3x faster decode, same math up to bf16 rounding; training/cpu_attention.py) | off")
     gradient_checkpointing: bool = _f(False, "trade compute for memory in the update")
     trust_remote_code: bool = _f(False, "passed to transformers from_pretrained")
 

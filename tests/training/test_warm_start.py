@@ -96,3 +96,14 @@ def test_engine_warm_start_is_saved_reused_and_reported(tmp_path: Path, examples
     other.fit()
     assert not any("reusing" in line for line in other_lines)
     assert json.loads((warm_start_dir(tmp_path) / DONE).read_text())["result"]["steps"] == 1
+
+
+def test_a_design_without_a_script_is_refused_before_any_work(tmp_path: Path, examples: list[Example],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import training.demonstrations as demonstrations
+    from tools.errors import ConfigError
+
+    monkeypatch.delitem(demonstrations._SCRIPTS, "think2sql")
+    with pytest.raises(ConfigError, match="no demonstration script for agent 'think2sql'"):
+        trainer("think2sql", tmp_path, examples, "stage.warm_start.enable=true")
+    assert not (tmp_path / "metrics.jsonl").exists()

@@ -242,6 +242,10 @@ class LocalTrainer:
             loss_agg_mode=a.loss_agg_mode, track_weights=weights, kl_type=a.kl_type,
             entropy_coeff=a.entropy_coeff)
         self.generate = self.inputs.generate or self._model_generate
+        if cfg.stage.warm_start.enable:  # fail now, not after the "before" evaluation
+            from training.demonstrations import get_script
+
+            get_script(cfg.agent.name)
         import verl.trainer.ppo.core_algos  # noqa: F401 - import once here (~5 s), not inside step 1
 
     def _total_steps(self) -> int:
@@ -420,10 +424,10 @@ class LocalTrainer:
     def _reference_path(self) -> str | None:
         """The KL reference: the warm-started weights when this run made them, else the
         weights the run started from."""
-        from training.engines.local_warm_start import warm_start_dir
+        from training.engines.local_warm_start import DONE, warm_start_dir
 
         warm = warm_start_dir(self.cfg.run_dir)
-        if self.cfg.stage.warm_start.enable and (warm / "done.json").exists():
+        if self.cfg.stage.warm_start.enable and (warm / DONE).exists():
             return str(warm)
         return self.cfg.stage.init_from or self.cfg.model.path
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from agents import agent_options, list_agents, make_agent
+from agents import agent_options, get_agent, list_agents, make_agent
 from agents.parsing import parse_column_list
 from agents.types import EpisodeResult, Example, Message, SchemaSelection
 from tools.errors import ToolkitError
@@ -106,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 opts = ", ".join(f"{k}={v!r}" for k, v in agent_options(name).items())
                 print(f"{name}: {opts}")
             return 0
+        get_agent(args.agent)  # an unknown name is reported first, with the registered ones
         example, db = build_example(args.db, args.question, args.evidence, args.gold_sql)
         messages = prompt_messages(args.agent, example, db, dict(args.option), args.role, args.linked)
     except ToolkitError as exc:

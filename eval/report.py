@@ -8,6 +8,8 @@ Two EX numbers (SPEC.md "Evaluation semantics every design shares"):
   error, timeout (gold's included) and missing prediction counts as wrong.
 The six outcomes (plus ``missing`` for a predictions file) are counted separately.
 REX, QATCH, pass@k and self-consistency are averaged over the scorable questions.
+``summary.json`` keeps fractions in [0, 1]; the report and the console show percent with
+a ``%`` sign (``eval.units.pct``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eval.scoring import MISSING
+from eval.units import pct
 from eval.voting import pass_at_k, pass_k_values
 from rex import OUTCOMES
 
@@ -87,10 +90,6 @@ def summarize(records: Sequence[Mapping[str, Any]], settings: Mapping[str, Any])
     return summary
 
 
-def _pct(value: float) -> str:
-    return f"{100 * value:.2f}"
-
-
 def markdown(summary: Mapping[str, Any]) -> str:
     """A readable report: headline, per-difficulty table, outcomes, sampling, behaviour."""
     s = summary
@@ -110,37 +109,37 @@ def markdown(summary: Mapping[str, Any]) -> str:
         "",
         "| metric | value |",
         "|---|---|",
-        f"| EX (project: gold errors excluded) | {_pct(s['ex'])} |",
-        f"| EX (official-compatible: every error is wrong) | {_pct(s['ex_official'])} |",
-        f"| REX | {_pct(s['rex'])} |",
-        (f"| QATCH mean (CP / CR / TC) | {_pct(s['qatch']['mean'])} ({_pct(s['qatch']['cp'])} / "
-        f"{_pct(s['qatch']['cr'])} / {_pct(s['qatch']['tc'])}) |"),
-        f"| executable predictions | {_pct(s['executable'])} |",
+        f"| EX (project: gold errors excluded) | {pct(s['ex'])} |",
+        f"| EX (official-compatible: every error is wrong) | {pct(s['ex_official'])} |",
+        f"| REX | {pct(s['rex'])} |",
+        (f"| QATCH mean (CP / CR / TC) | {pct(s['qatch']['mean'])} ({pct(s['qatch']['cp'])} / "
+        f"{pct(s['qatch']['cr'])} / {pct(s['qatch']['tc'])}) |"),
+        f"| executable predictions | {pct(s['executable'])} |",
     ]
     if s.get("missing"):
         lines.append(f"| missing predictions | {s['missing']} |")
     lines += ["", "## By difficulty", "", "| difficulty | n | EX | EX official | REX | QATCH |", "|---|---|---|---|---|---|"]
     for label, b in s["by_difficulty"].items():
-        lines.append(f"| {label} | {b['n']} | {_pct(b['ex'])} | {_pct(b['ex_official'])} | {_pct(b['rex'])} | "
-                     f"{_pct(b['qatch']['mean'])} |")
-    lines.append(f"| **all** | {s['n']} | {_pct(s['ex'])} | {_pct(s['ex_official'])} | {_pct(s['rex'])} | "
-                 f"{_pct(s['qatch']['mean'])} |")
+        lines.append(f"| {label} | {b['n']} | {pct(b['ex'])} | {pct(b['ex_official'])} | {pct(b['rex'])} | "
+                     f"{pct(b['qatch']['mean'])} |")
+    lines.append(f"| **all** | {s['n']} | {pct(s['ex'])} | {pct(s['ex_official'])} | {pct(s['rex'])} | "
+                 f"{pct(s['qatch']['mean'])} |")
     lines += ["", "## Outcomes", "", "| outcome | count |", "|---|---|"]
     lines += [f"| {o} | {c} |" for o, c in s["outcomes"].items()]
     if s.get("samples", 0) > 1:
         lines += ["", "## Sampling", "", "| k | pass@k |", "|---|---|"]
-        lines += [f"| {k} | {_pct(v)} |" for k, v in s.get("pass_at_k", {}).items()]
-        lines += ["", f"- EX of a single sample (mean): {_pct(s.get('sample_ex', 0.0))}",
+        lines += [f"| {k} | {pct(v)} |" for k, v in s.get("pass_at_k", {}).items()]
+        lines += ["", f"- EX of a single sample (mean): {pct(s.get('sample_ex', 0.0))}",
                   f"- unique SQL per {s['samples']} samples: {s.get('unique_sql', 0.0):.2f}"]
         if "sc" in s:
-            lines += [(f"- self-consistency EX: {_pct(s['sc']['ex'])}; no consensus on {s['sc']['no_consensus']} "
-                      f"question(s); mean cluster support {s['sc']['support']:.2f}")]
+            lines += [(f"- self-consistency EX: {pct(s['sc']['ex'])}; no consensus on {s['sc']['no_consensus']} "
+                      f"question(s); mean cluster support {s['sc']['support']:.2f} samples")]
     if "behaviour" in s:
         b = s["behaviour"]
         lines += ["", "## Behaviour (per sample)", "", ("| turns | tool calls | policy tokens | response tokens | "
                   "prompt tokens | answered |"), "|---|---|---|---|---|---|",
                   (f"| {b['turns']:.2f} | {b['tool_calls']:.2f} | {b['policy_tokens']:.1f} | {b['response_tokens']:.1f} | "
-                  f"{b['prompt_tokens']:.1f} | {_pct(b['answered'])} |"), "",
+                  f"{b['prompt_tokens']:.1f} | {pct(b['answered'])} |"), "",
                   "End reasons: " + ", ".join(f"{k} {v}" for k, v in sorted(s.get("end_reasons", {}).items()))]
     return "\n".join(lines) + "\n"
 
@@ -148,13 +147,13 @@ def markdown(summary: Mapping[str, Any]) -> str:
 def console_summary(summary: Mapping[str, Any]) -> str:
     """The few lines printed at the end of a run."""
     s = summary
-    parts = [f"EX {_pct(s['ex'])} (official {_pct(s['ex_official'])}) on {s['n']} questions",
-             f"REX {_pct(s['rex'])}", f"QATCH {_pct(s['qatch']['mean'])}"]
-    by = ", ".join(f"{d} {_pct(b['ex'])} (n={b['n']})" for d, b in s["by_difficulty"].items())
+    parts = [f"EX {pct(s['ex'])} (official {pct(s['ex_official'])}) on {s['n']} questions",
+             f"REX {pct(s['rex'])}", f"QATCH {pct(s['qatch']['mean'])}"]
+    by = ", ".join(f"{d} {pct(b['ex'])} (n={b['n']})" for d, b in s["by_difficulty"].items())
     out = " | ".join(parts) + f"\n  by difficulty: {by}\n  outcomes: " + ", ".join(
         f"{k}={v}" for k, v in s["outcomes"].items())
     if s.get("samples", 0) > 1:
-        out += "\n  pass@k: " + ", ".join(f"@{k} {_pct(v)}" for k, v in s.get("pass_at_k", {}).items())
+        out += "\n  pass@k: " + ", ".join(f"@{k} {pct(v)}" for k, v in s.get("pass_at_k", {}).items())
         if "sc" in s:
-            out += f" | SC EX {_pct(s['sc']['ex'])}, no consensus {s['sc']['no_consensus']}"
+            out += f" | SC EX {pct(s['sc']['ex'])}, no consensus {s['sc']['no_consensus']}"
     return out

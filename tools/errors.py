@@ -27,7 +27,7 @@ class UnknownNameError(ToolkitError, ValueError):
         from tools.registry import did_you_mean
 
         self.kind, self.name, self.registered = kind, name, registered
+        hint = did_you_mean(name, registered)  # "; did you mean 'x'?" or ""
         super().__init__(
-            f"unknown {kind} {name!r}{did_you_mean(name, registered)} "
-            f"registered: {', '.join(registered) or '(none)'}"
+            f"unknown {kind} {name!r}{hint or ';'} registered {kind}s: {', '.join(registered) or '(none)'}"
         )

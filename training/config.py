@@ -14,7 +14,10 @@ factory's signature).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import types
+import typing
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Mapping, Sequence
@@ -30,12 +33,16 @@ LOGGERS = ("console", "jsonl", "wandb")
 STAGES = ("rl",)
 
 
-def _f(default: Any, help: str) -> Any:
-    """A dataclass field with a help string (TRL's ``GRPOConfig`` style)."""
+def _f(default: Any, help: str, choices: Sequence[Any] | None = None) -> Any:
+    """A dataclass field with a help string (TRL's ``GRPOConfig`` style) and, for a field
+    with a fixed set of values, ``choices`` (checked with the types in ``_build``)."""
+    metadata: dict[str, Any] = {"help": help}
+    if choices is not None:
+        metadata["choices"] = tuple(choices)
     if isinstance(default, (list, dict)):
         value = default
-        return field(default_factory=lambda: type(value)(value), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+        return field(default_factory=lambda: type(value)(value), metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 def list_recipes() -> list[str]:
@@ -73,7 +80,7 @@ class RewardConfig:
     """``reward`` group: the reward function and its execution metric."""
 
     name: str = _f("composite", "registered reward name (training.rewards.list_rewards())")
-    exec_metric: str = _f("ex", "execution score inside the reward: ex | rex | qatch")
+    exec_metric: str = _f("ex", "execution score inside the reward: ex | rex | qatch", EXEC_METRICS)
     options: dict[str, Any] = _f({}, "other keyword options for training.rewards.get_reward")
 
     def __post_init__(self) -> None:
@@ -85,11 +92,11 @@ class RewardConfig:
 class AdvantageConfig:
     """``advantage`` group: how rewards become per-token advantages."""
 
-    estimator: str = _f("grpo", "grpo (one track) | two_track (TRUST-SQL phase-aware)")
+    estimator: str = _f("grpo", "grpo (one track) | two_track (TRUST-SQL phase-aware)", ADVANTAGE_ESTIMATORS)
     epsilon: float = _f(1e-6, "added to the group std before dividing")
     norm_by_std: bool = _f(True, "divide by the group std (False = Dr.GRPO, mean-centred only)")
     group_by: str = _f("role", "role: one group per (question, role) - DualSQL's linker and "
-                               "generator groups; question: one group per question")
+                               "generator groups; question: one group per question", GROUP_BY)
     clamp: float | None = _f(None, "clamp advantages to +-clamp (TRUST-SQL: 10); null = no clamp")
     schema_weight: float = _f(0.25, "two_track: lambda in loss = lambda*PG_schema + PG_full")
     schema_track: str = _f("schema", "two_track: the reward track normalised on the phase prefix")
@@ -110,7 +117,7 @@ class EngineConfig:
 
     name: str = _f("auto", "auto | local | verl; auto picks verl with CUDA + vLLM, else local")
     device: str = _f("auto", "local engine device: auto | cpu | cuda | cuda:N")
-    laptop_profile: str = _f("auto", "auto (on for the local engine on CPU) | on | off")
+    laptop_profile: str = _f("auto", "auto (on for the local engine on CPU) | on | off", ("auto", "on", "off"))
 
     def __post_init__(self) -> None:
         _need(self.laptop_profile in ("auto", "on", "off"),
@@ -122,10 +129,13 @@ class ModelConfig:
     """``model`` group: the policy's starting weights."""
 
     path: str | None = _f(None, "HF model directory or hub name; null = the embedded SmolLM2-135M-Instruct")
-    autocast: str = _f("auto", "auto (bf16 where native) | bf16 | off; master weights stay fp32")
-    generation_dtype: str = _f("auto", "weights generate runs on: auto (a bf16 copy where bf16 is native) | bf16 | fp32")
+    autocast: str = _f("auto", "auto (bf16 where native) | bf16 | off; master weights stay fp32",
+                       ("auto", "bf16", "off"))
+    generation_dtype: str = _f("auto", "weights generate runs on: auto (a bf16 copy where bf16 is native) | bf16 | fp32",
+                               ("auto", "bf16", "fp32"))
     decode_attention: str = _f("auto", "auto: on CPU, generate with sdpa prefill + plain-matmul one-token decode "
-                                       "(3x faster decode, same math up to bf16 rounding; training/cpu_attention.py) | off")
+                                       "(3x faster decode, same math up to bf16 rounding; training/cpu_attention.py) | off",
+                               ("auto", "off"))
     gradient_checkpointing: bool = _f(False, "trade compute for memory in the update")
     trust_remote_code: bool = _f(False, "passed to transformers from_pretrained")
 
@@ -182,7 +192,7 @@ class WarmStartConfig:
 class StageConfig:
     """``stage`` group: what this run trains."""
 
-    name: str = _f("rl", "rl: GRPO from model.path (or init_from)")
+    name: str = _f("rl", "rl: GRPO from model.path (or init_from)", STAGES)
     init_from: str | None = _f(None, "start from this checkpoint directory (e.g. an SFT output)")
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
 
@@ -213,10 +223,10 @@ class AlgorithmConfig:
     clip_ratio_low: float = _f(0.2, "epsilon_low of the clipped ratio")
     clip_ratio_high: float = _f(0.28, "epsilon_high (clip-higher)")
     clip_ratio_c: float = _f(3.0, "dual-clip bound for negative advantages (> 1)")
-    loss_agg_mode: str = _f("token-mean", "veRL agg_loss mode")
+    loss_agg_mode: str = _f("token-mean", "veRL agg_loss mode", LOSS_AGG_MODES)
     mini_batches: int = _f(1, "optimizer steps per rollout buffer (1 = one pass, on-policy)")
     kl_schedule: list[list[float]] = _f([[0, 0.0]], "[[from_step, beta], ...]: beta holds from that step")
-    kl_type: str = _f("low_var_kl", "veRL kl_penalty estimator")
+    kl_type: str = _f("low_var_kl", "veRL kl_penalty estimator", KL_TYPES)
     entropy_coeff: float = _f(0.0, "entropy bonus coefficient")
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
 
@@ -389,12 +399,14 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
             raise ConfigError(
                 f"unknown config key {prefix}{key!r}; known keys here: {', '.join(sorted(fields))}"
             )
-        ftype = fields[key].type
-        sub = _DATACLASSES.get(ftype if isinstance(ftype, str) else getattr(ftype, "__name__", ""))
-        if sub is not None and isinstance(value, Mapping):
-            kwargs[key] = _build(sub, dict(value), f"{prefix}{key}.")
+        hint = _type_hints(cls)[key]
+        if dataclasses.is_dataclass(hint):
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{prefix}{key}={value!r}: expected a group of keys "
+                                  f"({', '.join(f.name for f in dataclasses.fields(hint))}), e.g. {prefix}{key}.<key>=<value>")
+            kwargs[key] = _build(hint, dict(value), f"{prefix}{key}.")
         else:
-            kwargs[key] = value
+            kwargs[key] = checked_value(f"{prefix}{key}", value, hint, fields[key].metadata.get("choices"))
     if cls in _OPTIONS_GROUPS:
         kwargs[_OPTIONS_GROUPS[cls]] = extra
     try:
@@ -403,12 +415,83 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
         raise ConfigError(f"bad config under {prefix or 'root'}: {err}") from err
 
 
-_DATACLASSES: dict[str, type] = {
-    c.__name__: c
-    for c in (AgentConfig, RewardConfig, AdvantageConfig, EngineConfig, ModelConfig, DataConfig,
-              StageConfig, WarmStartConfig, DynamicSamplingConfig, AlgorithmConfig, RolloutConfig, OptimConfig,
-              TrainerConfig, LaptopProfile)
-}
+# ----------------------------------------------------------------------------- type checks
+# Hydra composes plain YAML, so a value of the wrong type (``resume=maybe``,
+# ``trainer.total_steps=abc``) would reach the dataclasses unchecked. Every field is
+# checked against its annotation here, so a field added to any dataclass is covered.
+
+class _Mismatch(Exception):
+    """A value does not fit a type annotation (turned into a ConfigError by the caller)."""
+
+
+@functools.lru_cache(maxsize=None)
+def _type_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def describe_type(hint: Any) -> str:
+    """What a person should write for a field of this annotation.
+
+    >>> describe_type(int | None)
+    'an integer or null'
+    >>> describe_type(list[list[float]])
+    'a list of (a list of (a number))'
+    """
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        named = [describe_type(a) for a in args if a is not type(None)]
+        return " or ".join(named) + (" or null" if type(None) in args else "")
+    if origin is list:
+        return f"a list of ({describe_type(args[0])})" if args else "a list"
+    if origin is dict or hint is dict:
+        return "a mapping of keys to values"
+    return {bool: "a boolean (true or false)", int: "an integer", float: "a number", str: "text",
+            Any: "any value"}.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def checked_value(path: str, value: Any, hint: Any, choices: Sequence[Any] | None = None) -> Any:
+    """``value`` conformed to ``hint`` (an int where a float is expected becomes a float,
+    a number where text is expected becomes text), or a ConfigError naming the key, the
+    expected type and the allowed values."""
+    try:
+        value = _conform(value, hint)
+    except _Mismatch:
+        allowed = f"; allowed values: {', '.join(map(str, choices))}" if choices else ""
+        raise ConfigError(f"{path}={value!r}: expected {describe_type(hint)}{allowed}") from None
+    if choices and value is not None and value not in choices:
+        raise ConfigError(f"{path}={value!r}; choose one of {', '.join(map(str, choices))}")
+    return value
+
+
+def _conform(value: Any, hint: Any) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _conform(value, arg)
+            except _Mismatch:
+                continue
+        raise _Mismatch
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is bool and isinstance(value, bool):
+        return value
+    if hint is int and number and isinstance(value, int):
+        return value
+    if hint is float and number:
+        return float(value)
+    if hint is str and (isinstance(value, str) or number):
+        return value if isinstance(value, str) else str(value)
+    if origin is list and isinstance(value, (list, tuple)):
+        for item in value if args else ():
+            _conform(item, args[0])  # checked; items keep their own type ([[0, 0.005]] stays as written)
+        return list(value)
+    if (origin is dict or hint is dict) and isinstance(value, Mapping):
+        return dict(value)
+    raise _Mismatch
 
 
 # ----------------------------------------------------------------------------- laptop profile

@@ -4,6 +4,14 @@ wandb runs offline (files under ``<run_dir>/wandb``) unless the user is logged i
 API key in ``WANDB_API_KEY`` or ``~/.netrc``) or set ``WANDB_MODE`` themselves; it is
 never a hard dependency of training - if it cannot start, that is said and training
 goes on with the other sinks.
+
+Every ``metrics.jsonl`` record holds ``step``, ``kind`` (``train``, ``eval_before``,
+``eval_warm_start``, ``eval_val``, ``eval_after``, ``warm_start``) and ``wall_time`` (when it
+was written, seconds since the epoch); durations are named ``duration_s`` (a whole
+evaluation or warm start) or ``time/<phase>`` (seconds of one step spent in a phase).
+Accuracies are fractions in [0, 1] in the file and percent on the console.
+
+``ConsoleLog`` copies the console of a run into ``<run_dir>/run.log``.
 """
 
 from __future__ import annotations
@@ -11,9 +19,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TextIO
+
+from eval.units import pct
 
 Say = Callable[[str], None]
 
@@ -111,7 +122,7 @@ class RunLogger:
     def log(self, step: int, metrics: Mapping[str, Any], kind: str = "train") -> None:
         """Write one record; train records also advance the bar and print a line."""
         clean = {k: _plain(v) for k, v in metrics.items()}
-        record = {"step": step, "kind": kind, "time": time.time(), **clean}
+        record = {"step": step, "kind": kind, "wall_time": time.time(), **clean}
         self._jsonl.write(json.dumps(record, sort_keys=True) + "\n")
         self._jsonl.flush()
         if self.wandb_run is not None:
@@ -135,15 +146,26 @@ class RunLogger:
             self.wandb_run.finish()
 
 
+def is_accuracy(key: str) -> bool:
+    """Keys holding a share in [0, 1] that the console shows as percent (EX and friends)."""
+    head = key.split("/", 1)[0]
+    return head in ("ex", "ex_official", "rex", "executable", "answered") or key.startswith("qatch")
+
+
 def format_metrics(metrics: Mapping[str, Any]) -> str:
-    """The console summary of a step: the headline numbers, short names."""
+    """The console summary of a step: the headline numbers, short names, accuracies in %."""
+    def show(key: str, value: Any) -> str:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return str(value)
+        return pct(value) if is_accuracy(key) else f"{value:.3g}"
+
     parts = []
     for key, short in CONSOLE_KEYS:
         value = metrics.get(key)
         if isinstance(value, (int, float)) and not (isinstance(value, float) and math.isnan(value)):
-            parts.append(f"{short}={value:.3g}")
+            parts.append(f"{short}={show(key, value)}")
     if not parts:  # evaluation records: print what there is
-        parts = [f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items()]
+        parts = [f"{k}={show(k, v)}" for k, v in metrics.items()]
     return " ".join(parts)
 
 
@@ -153,3 +175,69 @@ def _plain(value: Any) -> Any:
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         return None
     return value
+
+
+class _Tee:
+    """A text stream that writes to the console and to the run log. Progress-bar redraws
+    (text before a carriage return) reach only the console; the log gets whole lines."""
+
+    def __init__(self, console: TextIO, log: TextIO) -> None:
+        self.console, self.log, self._line = console, log, ""
+
+    def write(self, text: str) -> int:
+        self.console.write(text)
+        self._line += text
+        if "\n" in self._line:
+            *done, self._line = self._line.split("\n")
+            self.log.write("".join(part.rsplit("\r", 1)[-1] + "\n" for part in done))
+            self.log.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        self.console.flush()
+        self.log.flush()
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding: the console's
+        return getattr(self.console, name)
+
+
+class ConsoleLog:
+    """``with ConsoleLog(run_dir / "run.log", earlier_lines):`` - everything printed to
+    stdout / stderr inside (our lines, progress bars' final state, warnings) is also
+    appended to the log, after a header and the lines printed before the run directory
+    was known. Output of child processes (veRL's Ray workers) goes to their own logs."""
+
+    def __init__(self, path: str | Path, earlier: Sequence[str] = ()) -> None:
+        self.path, self.earlier = Path(path), list(earlier)
+        self._saved: tuple[TextIO, TextIO] | None = None
+        self._file: TextIO | None = None
+
+    def __enter__(self) -> "ConsoleLog":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        self._file.write(f"==== {stamp} python -m training.run {' '.join(sys.argv[1:])}\n")
+        self._file.writelines(line + "\n" for line in self.earlier)
+        self._file.flush()
+        self._saved = (sys.stdout, sys.stderr)
+        sys.stdout = _Tee(sys.stdout, self._file)  # type: ignore[assignment]
+        sys.stderr = _Tee(sys.stderr, self._file)  # type: ignore[assignment]
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None and self._file is not None and not issubclass(exc_type, SystemExit):
+            import traceback
+
+            from tools.errors import ToolkitError
+
+            if issubclass(exc_type, ToolkitError):  # the console shows just the message, so does the log
+                self._file.write(f"error: {exc}\n")
+            else:
+                self._file.write("".join(traceback.format_exception(exc_type, exc, tb)))
+        if self._saved is not None:
+            for tee in (sys.stdout, sys.stderr):
+                if isinstance(tee, _Tee) and tee._line:
+                    tee.write("\n")
+            sys.stdout, sys.stderr = self._saved
+        if self._file is not None:
+            self._file.close()

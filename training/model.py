@@ -155,10 +155,37 @@ def _align_special_tokens(tokenizer: Any, config: Any) -> None:
 
 
 def resolve_model_path(path: str | None, say: Say = print) -> str:
-    """``None`` means the embedded default; anything else is a HF directory or hub name."""
+    """``None`` means the embedded default; anything else is a HF directory or hub name.
+
+    A value that can only be a directory (absolute, ``./``, ``~``, two or more ``/``) and
+    does not exist, or a directory without ``config.json``, is refused here with the
+    directory named, before transformers reads it as a malformed hub id.
+    """
     if path is None or path == "" or path == "embedded":
         return str(ensure_embedded_checkpoint(say))
+    local = Path(path).expanduser()
+    if local.is_dir():
+        if not (local / "config.json").is_file():
+            raise ModelLoadError(
+                f"model.path={path!r}: the directory {local.resolve()} holds no config.json, so it is not a HF "
+                "model directory (a training run's model is <run_dir>/final)")
+        return str(local)
+    if _looks_like_directory(path):
+        raise ModelLoadError(
+            f"model.path={path!r}: the directory {local.resolve()} does not exist; pass the folder of a trained "
+            "model (e.g. runs/<recipe>/final after python -m training.run recipe=<recipe>), or leave "
+            "model.path unset for the embedded default")
     return path
+
+
+def _looks_like_directory(path: str) -> bool:
+    """A hub id is ``name`` or ``owner/name``; anything else can only be a local path.
+
+    >>> [_looks_like_directory(p) for p in ("runs/trustsql/final", "./m", "/abs", "HuggingFaceTB/SmolLM2-135M")]
+    [True, True, True, False]
+    """
+    return (path.startswith((".", "~", os.sep, "/")) or path.count("/") >= 2 or path.endswith("/")
+            or (os.sep != "/" and os.sep in path))
 
 
 def load_model(
@@ -182,10 +209,13 @@ def load_model(
         model = AutoModelForCausalLM.from_pretrained(
             resolved, dtype=torch.float32, trust_remote_code=trust_remote_code
         )
-    except OSError as err:
+    except (OSError, ValueError) as err:  # transformers raises ValueError / HFValidationError for bad ids
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        if Path(resolved).is_dir():
+            raise ConfigError(f"model.path={path!r}: could not load the model in {resolved} ({first})") from err
         raise ConfigError(
-            f"model.path={path!r} is neither a HF model directory nor a reachable hub name "
-            f"({err}); leave model.path unset for the embedded default"
+            f"model.path={path!r} is neither a HF model directory (no directory {Path(resolved).resolve()}) nor "
+            f"a reachable hub name ({first}); leave model.path unset for the embedded default"
         ) from err
     prepare_tokenizer(tokenizer)
     if model.generation_config is not None and model.generation_config.pad_token_id is None:

@@ -4,7 +4,13 @@ Hydra composes ``recipes/config.yaml`` with the chosen recipe and any command-li
 overrides (which beat the recipe); the tree is converted once into ``TrainConfig`` and
 validated. ``engine=auto`` picks the engine and says why; on the local engine on CPU the
 laptop profile shrinks sizes (printed, command-line values kept). ``dry_run=true`` prints
-the effective configuration and exits.
+the effective configuration - the one that runs - and exits, writing nothing. Hydra's
+``--cfg job`` shows the tree before engine selection and the laptop profile, so it
+prints a note saying so first.
+
+A real run copies its console into ``<run_dir>/run.log`` (the lines printed before the
+run directory was known included). Hydra itself writes nothing (``hydra.run.dir: .``,
+no ``.hydra`` folder, console logging only): the run directory is the engine's.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from tools.errors import ToolkitError
@@ -69,16 +76,39 @@ def _describe_profile(changes: dict[str, tuple[Any, Any]], mode: str) -> str:
     return "\n".join(lines)
 
 
+RUN_LOG = "run.log"
+
+CFG_NOTE = ("# note: --cfg prints the configuration as composed, before engine=auto is resolved and "
+            "before the CPU laptop profile; add dry_run=true instead to print the configuration that runs")
+
+
 def run(raw: dict[str, Any], explicit: set[str], say: Say = print) -> dict[str, Any] | None:
     """Prepare the config, then print it (dry run) or train with the chosen engine."""
     from training.engines import get_engine
+    from training.logging_utils import ConsoleLog
 
-    cfg = prepare_config(raw, explicit, say)
+    earlier: list[str] = []
+
+    def keep(line: str) -> None:
+        earlier.append(line)
+        say(line)
+
+    cfg = prepare_config(raw, explicit, keep)
     engine = get_engine(cfg.engine.name)
     if cfg.dry_run:
         say(engine.describe(cfg))
         return None
-    return engine.train(cfg)
+    with ConsoleLog(Path(cfg.run_dir) / RUN_LOG, earlier):
+        return engine.train(cfg)
+
+
+def shows_config(argv: Sequence[str]) -> bool:
+    """Whether Hydra was asked to print the composed config (``--cfg job``, ``-c all``).
+
+    >>> shows_config(["recipe=x", "--cfg", "job"]), shows_config(["recipe=x"])
+    (True, False)
+    """
+    return any(a in ("--cfg", "-c") or a.startswith("--cfg=") for a in argv)
 
 
 def hydra_entry(config_name: str, run_fn: Callable[[dict[str, Any], set[str]], Any]) -> None:
@@ -99,6 +129,8 @@ def hydra_entry(config_name: str, run_fn: Callable[[dict[str, Any], set[str]], A
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
 
+    if shows_config(sys.argv[1:]):
+        print(CFG_NOTE, flush=True)  # a YAML comment: the output stays valid YAML
     main()
 
 

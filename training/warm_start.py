@@ -70,7 +70,7 @@ def supervised_fine_tune(
     progress: bool = False,
     on_step: Callable[[int, dict[str, float]], None] | None = None,
 ) -> dict[str, float]:
-    """Fine-tune ``model`` in place; returns first/last-step NLL, steps, tokens and time."""
+    """Fine-tune ``model`` in place; returns first/last-step NLL, steps, tokens and duration_s (seconds)."""
     if not trajectories:
         raise ValueError("no demonstrations to fine-tune on")
     batches = _batches(len(trajectories), settings.batch_size, settings.epochs, seed)
@@ -105,7 +105,7 @@ def supervised_fine_tune(
         bar.close()
     optimizer.zero_grad(set_to_none=True)
     return {"nll_first": losses[0], "nll_last": losses[-1], "steps": float(len(batches)),
-            "policy_tokens": tokens_seen, "time": time.perf_counter() - start}
+            "policy_tokens": tokens_seen, "duration_s": time.perf_counter() - start}
 
 
 def _bar(total: int) -> Any:

@@ -88,7 +88,7 @@ def test_predictions_give_the_expected_outcomes_and_ex_per_difficulty(bird: Path
     assert records["12"]["rex"] == pytest.approx(1 / 3)
     assert records["10"]["rex"] == 1.0 and records["11"]["qatch"]["tc"] == 1.0
     report = (tmp_path / "out" / "report.md").read_text()
-    assert "| moderate | 2 | 50.00 |" in report and "| missing | 1 |" in report
+    assert "| moderate | 2 | 50.0% |" in report and "| missing | 1 |" in report
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["ex_official"] == pytest.approx(2 / 7)
     # predict.json in BIRD's format reads back as the same predictions (missing ones as '')
     again = evaluate_predictions(load_examples("bird", bird, "dev"), tmp_path / "out" / "predict.json",
@@ -276,7 +276,7 @@ def test_entry_point_scores_a_predictions_file(bird: Path, tmp_path: Path) -> No
     out = work / "runs" / "eval" / "preds-bird-dev-greedy"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["ex_official"] == pytest.approx(2 / 7) and summary["outcomes"]["missing"] == 1
-    assert "EX 33.33 (official 28.57) on 7 questions" in proc.stdout
+    assert "EX 33.3% (official 28.6%) on 7 questions" in proc.stdout
     assert sorted(p.name for p in work.iterdir()) == ["runs"]  # nothing else written in the working directory
     bad = write_jsonl(tmp_path / "bad.jsonl", [{"question_id": 13, "db_id": "music", "sql": "SELECT 1"}])
     proc = _run(work, f"predictions={bad}", "data=bird", f"data.root={bird}")

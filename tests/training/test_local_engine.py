@@ -4,6 +4,7 @@ scripted policy (multi-turn text with tool calls) so that rewards vary within gr
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any, Callable
@@ -354,3 +355,92 @@ def test_validation_and_summary_report_ex_before_and_after(tmp_path: Path, examp
     kinds = [json.loads(line)["kind"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert kinds == ["eval_before", "train", "eval_val", "train", "eval_after"]
     assert json.loads((tmp_path / "summary.json").read_text())["steps"] == 2
+
+
+# ----------------------------------------------------------------------------- finished runs, disk, records
+
+def files_of(run_dir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*"))
+            if p.is_file() and "wandb" not in p.parts}
+
+
+def records(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_resuming_a_finished_run_changes_nothing(tmp_path: Path, examples: list[Example]) -> None:
+    extra = ("trainer.eval_before_after=true", "algorithm.dynamic_sampling.enable=false")
+    first = trainer("think2sql", tmp_path, examples, *extra).fit()
+    before = files_of(tmp_path)
+    said: list[str] = []
+    again = trainer("think2sql", tmp_path, examples, *extra, "resume=true")
+    again.say = said.append
+    summary = again.fit()
+    assert files_of(tmp_path) == before
+    assert summary == first and summary["ex_before"] is not None
+    assert any("is finished" in line and "nothing changed" in line for line in said), said
+
+
+def test_a_finished_run_continues_with_more_steps_and_keeps_its_records(tmp_path: Path,
+                                                                         examples: list[Example]) -> None:
+    extra = ("trainer.eval_before_after=true", "algorithm.dynamic_sampling.enable=false")
+    first = trainer("think2sql", tmp_path, examples, *extra, always_good=True).fit()
+    old = records(tmp_path)
+    summary = trainer("think2sql", tmp_path, examples, *extra, "resume=true", "trainer.total_steps=2",
+                      always_good=True).fit()
+    rows = records(tmp_path)
+    assert [(r["kind"], r["step"]) for r in rows] == [
+        ("eval_before", 0), ("train", 1), ("eval_val", 1), ("train", 2), ("eval_after", 2)]
+    assert [r["wall_time"] for r in rows[:3]] == [r["wall_time"] for r in old]  # earlier rows kept as written
+    assert summary["steps"] == 2 and summary["ex_before"] == first["ex_before"] == 1.0
+    assert summary["ex_after"] == 1.0 and summary["eval_questions"] == 2
+    assert json.loads((tmp_path / "summary.json").read_text())["ex_before"] == 1.0
+
+
+def test_a_run_killed_after_its_final_evaluation_reuses_it(tmp_path: Path, examples: list[Example]) -> None:
+    extra = ("trainer.eval_before_after=true", "algorithm.dynamic_sampling.enable=false")
+    t = trainer("think2sql", tmp_path, examples, *extra)
+
+    def killed(*args: Any) -> Any:
+        raise KeyboardInterrupt("killed before the summary")
+
+    t._save_final = killed  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        t.fit()
+    summary = trainer("think2sql", tmp_path, examples, *extra, "resume=true").fit()
+    assert [r["kind"] for r in records(tmp_path)] == ["eval_before", "train", "eval_after"]
+    assert summary["ex_before"] is not None and summary["ex_after"] is not None
+
+
+def test_metrics_records_name_times_by_what_they_mean(tmp_path: Path, examples: list[Example]) -> None:
+    trainer("think2sql", tmp_path, examples, "trainer.eval_before_after=true").fit()
+    rows = records(tmp_path)
+    assert rows and all("time" not in r and isinstance(r["wall_time"], float) for r in rows)
+    assert all(r["wall_time"] > 1.6e9 for r in rows)  # seconds since the epoch
+    evals = [r for r in rows if r["kind"].startswith("eval_")]
+    assert evals and all(0 <= r["duration_s"] < 600 for r in evals)
+    assert all(r["time/step"] >= r["time/generation"] for r in rows if r["kind"] == "train")
+
+
+def test_checkpoints_store_weights_once(tmp_path: Path, examples: list[Example]) -> None:
+    from safetensors.torch import load_file
+
+    t = trainer("think2sql", tmp_path, examples, "trainer.total_steps=3", "trainer.keep_checkpoints=2",
+                "algorithm.dynamic_sampling.enable=false")
+    summary = t.fit()
+    steps = sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*"))
+    assert steps == ["step_000002", "step_000003"]
+    last, older = tmp_path / "checkpoints" / "step_000003", tmp_path / "checkpoints" / "step_000002"
+    assert (last / "model.safetensors").is_file() and (last / "trainer_state.pt").is_file()
+    assert not (older / "trainer_state.pt").exists() and (older / "model.safetensors").is_file()
+    assert not list(tmp_path.rglob("model.pt")) and not list(tmp_path.rglob("trainer.pt"))
+    final = tmp_path / "final"
+    assert os.path.samefile(final / "model.safetensors", last / "model.safetensors")  # one copy on disk
+    assert not (final / "trainer_state.pt").exists() and (final / "tokenizer.json").is_file()
+    saved = load_file(final / "model.safetensors")
+    state = t.model.state_dict()
+    assert all(torch.equal(saved[k], state[k]) for k in saved)
+    total, parts = st.disk_usage(tmp_path)
+    assert abs(summary["disk_bytes"] - total) < 4096 and parts["final"] < 64 * 1024  # links only
+    model_bytes = (last / "model.safetensors").stat().st_size
+    assert total < 2 * model_bytes + 3 * model_bytes  # weights x2 checkpoints + AdamW state (2x) + small files

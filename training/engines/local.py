@@ -30,10 +30,16 @@ from training.config import TrainConfig, to_yaml_tree, warmup_steps
 from training.engines import local_policy as lp
 from training.engines import local_state as st
 from training.engines.local_batch import StepBuffer, build_buffer
+from eval.units import pct
 from training.kl import KLSchedule
 from tools.errors import ConfigError
 
 Say = Callable[[str], None]
+
+METRICS = "metrics.jsonl"
+SUMMARY = "summary.json"
+CONFIG = "config.yaml"
+FINAL_DIR = "final"
 
 
 def describe(cfg: TrainConfig) -> str:
@@ -46,20 +52,26 @@ def describe(cfg: TrainConfig) -> str:
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Run ``cfg`` to completion and return the summary (also written to summary.json)."""
-    quiet_verl()
+    quiet_libraries()
     return LocalTrainer(cfg).fit()
 
 
-def quiet_verl() -> None:
-    """veRL warns at import that no GPU and no Megatron/torchtitan/... engines exist; the
-    local engine only uses its loss functions, so those warnings are noise here."""
+def quiet_libraries() -> None:
+    """veRL warns at import that no GPU and no Megatron/torchtitan/... engines exist, and
+    transformers draws a progress bar for every weights file it reads or writes (one per
+    checkpoint); the local engine only uses veRL's loss functions, so all of it is noise
+    on its console and in run.log."""
     import logging
     import os
     import warnings
 
     os.environ.setdefault("VERL_LOGGING_LEVEL", "ERROR")
     warnings.filterwarnings("ignore", message=r".*engine is not available.*", category=UserWarning)
+    warnings.filterwarnings("ignore", message=r".*Ray state API is no longer experimental.*")
     logging.getLogger("verl").setLevel(logging.ERROR)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
 
 # ----------------------------------------------------------------------------- timing
@@ -246,6 +258,7 @@ class LocalTrainer:
             from training.demonstrations import get_script
 
             get_script(cfg.agent.name)
+        quiet_libraries()  # before veRL's first import: its GPU/engine warnings are noise on this engine
         import verl.trainer.ppo.core_algos  # noqa: F401 - import once here (~5 s), not inside step 1
 
     def _total_steps(self) -> int:
@@ -443,9 +456,9 @@ class LocalTrainer:
         trajectories = self.rollout(self.eval_examples, 1, self.eval_agent, self.eval_sampling,
                                     progress="console" in self.cfg.logger)
         result = execution_accuracy(self.eval_examples, trajectories)
-        result["time"] = time.perf_counter() - start
-        self.say(f"[eval {tag}] EX {result['ex']:.3f} on {result['n']} held-out questions "
-                 f"({result['executable']:.0%} executable, {result['time']:.0f}s)")
+        result["duration_s"] = time.perf_counter() - start
+        self.say(f"[eval {tag}] EX {pct(result['ex'])} on {result['n']} held-out questions "
+                 f"({pct(result['executable'], 0)} executable, {result['duration_s']:.0f}s)")
         return result
 
     # ------------------------------------------------------------------ checkpoints
@@ -453,7 +466,8 @@ class LocalTrainer:
         meta = st.CheckpointMeta(step=self.step, sampler=self.sampler.state_dict(), wandb_id=self.wandb_id,
                                  model_source=self.model_source)
         return st.save_checkpoint(self.cfg.run_dir, meta, self.model, self.optimizer, self.scheduler,
-                                  keep=self.cfg.trainer.keep_checkpoints, save_weights=self.cfg.trainer.save_weights)
+                                  keep=self.cfg.trainer.keep_checkpoints, save_weights=self.cfg.trainer.save_weights,
+                                  tokenizer=self.tokenizer)
 
     def restore(self) -> bool:
         """Continue from the latest checkpoint; False when there is none."""
@@ -467,7 +481,9 @@ class LocalTrainer:
         self.say(f"[resume] continuing from {path} (step {self.step})")
         return True
 
-    def _prepare_run_dir(self) -> None:
+    def _prepare_run_dir(self) -> dict[str, Any] | None:
+        """Clear, resume or refuse an existing run directory; a finished run resumed
+        returns its summary (and nothing is changed)."""
         import shutil
 
         from training.engines.local_warm_start import warm_start_dir
@@ -478,14 +494,38 @@ class LocalTrainer:
             st.clear_checkpoints(cfg.run_dir)
             for name in ("metrics.jsonl", "samples.jsonl", "summary.json"):
                 (Path(cfg.run_dir) / name).unlink(missing_ok=True)
+            shutil.rmtree(Path(cfg.run_dir) / FINAL_DIR, ignore_errors=True)
             shutil.rmtree(warm_start_dir(cfg.run_dir), ignore_errors=True)
         elif cfg.resume:
+            finished = self._finished_summary()
+            if finished is not None:
+                return finished
             if not self.restore():
                 self.say(f"[resume] no checkpoint in {cfg.run_dir}; starting from step 0")
+            elif self.step < self.total_steps:
+                _relabel_records(Path(cfg.run_dir) / METRICS, "eval_after", "eval_val", before_step=self.total_steps)
         elif existing is not None:
             raise ConfigError(
                 f"{cfg.run_dir} already holds checkpoint {existing.name}; pass resume=true to continue it, "
                 "fresh=true to start over, or run_dir=<another directory>")
+        return None
+
+    def _finished_summary(self) -> dict[str, Any] | None:
+        """The summary of a run that already finished ``total_steps`` (or more), else None."""
+        import json
+
+        path = st.latest_checkpoint(self.cfg.run_dir)
+        summary_path = Path(self.cfg.run_dir) / SUMMARY
+        if path is None or not summary_path.is_file():
+            return None
+        summary = json.loads(summary_path.read_text())
+        step = st.read_meta(path).step
+        if summary.get("steps") != step or step < self.total_steps:
+            return None
+        self.say(f"[resume] {self.cfg.run_dir} is finished ({step} steps; trainer.total_steps={self.total_steps}): "
+                 "nothing to do, nothing changed. Pass a larger trainer.total_steps to continue it, or "
+                 "fresh=true to start over.")
+        return summary
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, Any]:
@@ -493,7 +533,11 @@ class LocalTrainer:
         from training.logging_utils import RunLogger
 
         cfg = self.cfg
-        self._prepare_run_dir()
+        finished = self._prepare_run_dir()
+        if finished is not None:
+            return finished
+        Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
+        (Path(cfg.run_dir) / CONFIG).write_text(describe(cfg))  # the configuration that runs
         self.logger = RunLogger(cfg.run_dir, cfg.logger, self.total_steps, project=cfg.trainer.project,
                                 run_name=f"{cfg.recipe_name}-{Path(cfg.run_dir).name}", config=to_yaml_tree(cfg),
                                 wandb_id=self.wandb_id, start_step=self.step, say=self.say)
@@ -510,7 +554,9 @@ class LocalTrainer:
                         self.save()
                 if cfg.trainer.val_every and self.step % cfg.trainer.val_every == 0 and self.step < self.total_steps:
                     self._eval_logged("val")
-            after = self._eval_logged("after") if cfg.trainer.eval_before_after else {}
+            after = {}
+            if cfg.trainer.eval_before_after:  # a run killed after this record reuses it on resume
+                after = self._recorded("eval_after", self.step) or self._eval_logged("after")
             final_dir = self._save_final()
         finally:
             self.logger.close()
@@ -535,38 +581,113 @@ class LocalTrainer:
             self.logger.log(self.step, {k: v for k, v in result.items() if not isinstance(v, dict)}, kind=f"eval_{tag}")
         return result
 
+    def _recorded(self, kind: str, step: int) -> dict[str, Any]:
+        """The last ``kind`` record of ``metrics.jsonl`` at ``step`` ({} when none)."""
+        found = [r for r in read_records(Path(self.cfg.run_dir) / METRICS) if r.get("kind") == kind]
+        found = [r for r in found if r.get("step") == step]
+        return found[-1] if found else {}
+
     def _save_final(self) -> Path:
-        """A plain HF checkpoint (model + tokenizer) that eval.run and model.path can load."""
-        final = Path(self.cfg.run_dir) / "final"
-        self.model.save_pretrained(final)
-        self.tokenizer.save_pretrained(final)
+        """A plain HF model directory (model + tokenizer) that eval.run and model.path load:
+        hard links to the last checkpoint's files when it holds these weights (no second
+        copy on disk), else written out."""
+        final = Path(self.cfg.run_dir) / FINAL_DIR
+        last = st.latest_checkpoint(self.cfg.run_dir)
+        if last is not None and st.read_meta(last).step == self.step and st.has_weights(last):
+            st.link_model_dir(last, final)
+            return final
+        import shutil
+
+        tmp = final.with_name(final.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.model.save_pretrained(tmp)
+        self.tokenizer.save_pretrained(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
         return final
 
     def _summary(self, before: dict[str, Any], after: dict[str, Any], final_dir: Path,
                  warm: dict[str, Any]) -> dict[str, Any]:
+        """summary.json and the closing lines; evaluations of earlier processes of a resumed
+        run are read back from metrics.jsonl (so a resumed run keeps its EX before)."""
         import json
 
+        run_dir = Path(self.cfg.run_dir)
+        records = read_records(run_dir / METRICS)
+        before = before or _last(records, "eval_before")
+        if not warm and _last(records, "warm_start"):
+            warm = {k: v for k, v in _last(records, "warm_start").items() if k not in ("step", "kind", "wall_time")}
+            warm["ex"] = _last(records, "eval_warm_start").get("ex")
         summary = {
-            "recipe": self.cfg.recipe_name, "steps": self.step, "run_dir": str(self.cfg.run_dir),
-            "final_model": str(final_dir), "metrics": str(Path(self.cfg.run_dir) / "metrics.jsonl"),
-            "checkpoint": str(st.latest_checkpoint(self.cfg.run_dir)), "wandb_dir": self.logger.wandb_dir,
+            "recipe": self.cfg.recipe_name, "steps": self.step, "run_dir": str(run_dir),
+            "final_model": str(final_dir), "metrics": str(run_dir / METRICS),
+            "checkpoint": str(st.latest_checkpoint(run_dir)), "wandb_dir": self.logger.wandb_dir,
             "ex_before": before.get("ex"), "ex_warm_start": warm.get("ex"), "ex_after": after.get("ex"),
             "eval_questions": before.get("n", after.get("n")), "warm_start": warm or None,
         }
-        (Path(self.cfg.run_dir) / "summary.json").write_text(json.dumps(summary, indent=2))
-        delta = ""
-        if summary["ex_before"] is not None and summary["ex_after"] is not None:
-            middle = (f" -> after warm start {summary['ex_warm_start']:.3f}"
-                      if summary["ex_warm_start"] is not None else "")
-            delta = (f"EX before {summary['ex_before']:.3f}{middle} -> after {summary['ex_after']:.3f} on "
-                     f"{summary['eval_questions']} held-out questions (greedy)")
-        self.say(f"[summary] {self.cfg.recipe_name}: {self.step} steps. {delta}\n"
-                 f"    checkpoint {summary['checkpoint']}\n    final model {final_dir}\n"
-                 f"    metrics {summary['metrics']}\n    wandb {summary['wandb_dir']}")
+        (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2))
+        total, parts = st.disk_usage(run_dir)
+        summary["disk_bytes"] = total
+        (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2))
+        self.say(summary_text(summary, parts))
         return summary
 
 
+def summary_text(summary: dict[str, Any], parts: dict[str, int]) -> str:
+    """The closing lines of a run: EX (percent), where everything is, and the disk it takes."""
+    delta = ""
+    if summary["ex_before"] is not None and summary["ex_after"] is not None:
+        middle = f" -> after warm start {pct(summary['ex_warm_start'])}" if summary["ex_warm_start"] is not None else ""
+        delta = (f"EX before {pct(summary['ex_before'])}{middle} -> after {pct(summary['ex_after'])} on "
+                 f"{summary['eval_questions']} held-out questions (greedy)")
+    run_dir = summary["run_dir"]
+    shares = ", ".join(f"{name} {st.human_size(size)}" for name, size in sorted(parts.items(), key=lambda kv: -kv[1])
+                       if size >= 1 << 20)
+    return (f"[summary] {summary['recipe']}: {summary['steps']} steps. {delta}\n"
+            f"    checkpoint {summary['checkpoint']}\n    final model {summary['final_model']}\n"
+            f"    metrics {summary['metrics']}\n    wandb {summary['wandb_dir']}\n"
+            f"    run directory {run_dir}: {st.human_size(summary['disk_bytes'])} on disk"
+            + (f" ({shares}; final/ shares the last checkpoint's weights)" if shares else ""))
+
+
 # ----------------------------------------------------------------------------- helpers
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The records of a ``metrics.jsonl`` ([] when absent; a line cut by a kill is skipped)."""
+    import json
+
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def _last(records: Sequence[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = [r for r in records if r.get("kind") == kind]
+    return found[-1] if found else {}
+
+
+def _relabel_records(path: Path, kind: str, new_kind: str, before_step: int) -> None:
+    """Rename ``kind`` records before ``before_step`` (a finished run continued with more
+    steps: its old final evaluation is now a validation record), atomically."""
+    import json
+    import os
+
+    records = read_records(path)
+    if not any(r.get("kind") == kind and r.get("step", 0) < before_step for r in records):
+        return
+    for r in records:
+        if r.get("kind") == kind and r.get("step", 0) < before_step:
+            r["kind"] = new_kind
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records), encoding="utf-8")
+    os.replace(tmp, path)
+
 
 def fixed_subset(examples: Sequence[Any], limit: int | None, seed: int) -> list[Any]:
     """A deterministic subset (seeded shuffle, then the first ``limit``), in id order."""

@@ -1,10 +1,15 @@
 """Training state of the local engine: the data sampler, RNG states, checkpoints.
 
-A checkpoint holds everything ``resume=true`` needs to continue exactly: model weights,
-optimizer and scheduler state, python / numpy / torch RNG states, the sampler position,
-the step, and the wandb run id. It is written into ``step_XXXXXX.tmp`` and renamed, and
+A checkpoint ``checkpoints/step_XXXXXX/`` is a plain HF model directory (weights once,
+as ``model.safetensors``, plus config and tokenizer: ``eval.run model.path=`` loads it)
+with what ``resume=true`` needs besides: ``trainer_state.pt`` (optimizer and scheduler
+state, python / numpy / torch RNG states) and ``meta.json`` (step, sampler position,
+wandb run id). Only the checkpoint ``latest`` points at keeps ``trainer_state.pt`` (AdamW
+state is twice the weights' size, and resume reads only ``latest``); older kept
+checkpoints are weights only. It is written into ``step_XXXXXX.tmp`` and renamed, and
 ``latest`` is replaced atomically after that, so a run killed mid-write keeps the
-previous checkpoint and loses at most the current step.
+previous checkpoint and loses at most the current step. Files are never rewritten in
+place: ``final/`` hard-links the last checkpoint's files (one copy on disk).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from tools.errors import ConfigError
 
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest"
+TRAINER_STATE = "trainer_state.pt"
+META = "meta.json"
 
 
 @dataclass
@@ -115,7 +122,11 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     if not pointer.is_file():
         return None
     path = root / pointer.read_text().strip()
-    return path if (path / "meta.json").is_file() else None
+    return path if (path / META).is_file() else None
+
+
+def read_meta(path: Path) -> CheckpointMeta:
+    return CheckpointMeta(**json.loads((path / META).read_text()))
 
 
 def save_checkpoint(
@@ -126,6 +137,7 @@ def save_checkpoint(
     scheduler: Any,
     keep: int = 2,
     save_weights: bool = True,
+    tokenizer: Any = None,
 ) -> Path:
     """Write ``checkpoints/step_XXXXXX`` atomically and point ``latest`` at it."""
     root = checkpoint_root(run_dir)
@@ -136,12 +148,12 @@ def save_checkpoint(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     if save_weights:
-        torch.save(model.state_dict(), tmp / "model.pt")
-    torch.save(
-        {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_state()},
-        tmp / "trainer.pt",
-    )
-    (tmp / "meta.json").write_text(json.dumps(asdict(meta), indent=2))
+        model.save_pretrained(tmp)  # safetensors; tied weights stored once
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_state()},
+               tmp / TRAINER_STATE)
+    (tmp / META).write_text(json.dumps(asdict(meta), indent=2))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     _write_atomic(root / LATEST, name)
@@ -153,14 +165,47 @@ def load_checkpoint(
     path: Path, model: Any, optimizer: torch.optim.Optimizer, scheduler: Any
 ) -> CheckpointMeta:
     """Restore weights, optimizer, scheduler and RNG from ``path``; return its meta."""
-    weights = path / "model.pt"
-    if weights.is_file():
-        model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
-    trainer = torch.load(path / "trainer.pt", map_location="cpu", weights_only=False)
+    if has_weights(path):
+        load_weights(model, path)
+    elif (path / "model.pt").is_file():  # checkpoints written before the safetensors layout
+        model.load_state_dict(torch.load(path / "model.pt", map_location="cpu", weights_only=True))
+    state = path / TRAINER_STATE
+    if not state.is_file() and (path / "trainer.pt").is_file():
+        state = path / "trainer.pt"
+    if not state.is_file():
+        raise ConfigError(f"{path} holds no {TRAINER_STATE} (only the latest checkpoint keeps the optimizer "
+                          "state); resume from the latest one or start with fresh=true")
+    trainer = torch.load(state, map_location="cpu", weights_only=False)
     optimizer.load_state_dict(trainer["optimizer"])
     scheduler.load_state_dict(trainer["scheduler"])
     set_rng_state(trainer["rng"])
-    return CheckpointMeta(**json.loads((path / "meta.json").read_text()))
+    return read_meta(path)
+
+
+def has_weights(path: Path) -> bool:
+    return any(path.glob("model*.safetensors"))
+
+
+def load_weights(model: Any, directory: Path) -> None:
+    """Copy the HF weights saved in ``directory`` into ``model`` (same architecture), exactly."""
+    loaded = type(model).from_pretrained(directory, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict())
+
+
+def link_model_dir(source: Path, target: Path, skip: tuple[str, ...] = (TRAINER_STATE, META)) -> None:
+    """Make ``target`` a HF model directory holding ``source``'s files as hard links (no
+    second copy on disk; a copy where the file system has no hard links), atomically."""
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for item in source.iterdir():
+        if item.is_file() and item.name not in skip:
+            try:
+                os.link(item, tmp / item.name)
+            except OSError:
+                shutil.copy2(item, tmp / item.name)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp, target)
 
 
 def clear_checkpoints(run_dir: str | Path) -> None:
@@ -174,7 +219,42 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def _prune(root: Path, keep: int, current: str) -> None:
+    """Keep ``keep`` step checkpoints; only ``current`` keeps its optimizer state."""
     steps = sorted(p for p in root.glob("step_*") if p.is_dir() and not p.name.endswith(".tmp"))
     for old in steps[:-keep]:
         if old.name != current:
             shutil.rmtree(old, ignore_errors=True)
+    for old in steps[-keep:]:
+        if old.name != current:
+            (old / TRAINER_STATE).unlink(missing_ok=True)
+
+
+def disk_usage(path: str | Path) -> tuple[int, dict[str, int]]:
+    """Bytes on disk under ``path`` (a hard-linked file counted once, where first met in
+    sorted order) and the share of each top-level entry."""
+    root = Path(path)
+    seen: set[tuple[int, int]] = set()
+    parts: dict[str, int] = {}
+    for entry in sorted(root.iterdir()) if root.is_dir() else ():
+        files = [entry] if entry.is_file() else sorted(p for p in entry.rglob("*") if p.is_file())
+        total = 0
+        for f in files:
+            st = f.lstat()
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_size
+        parts[entry.name] = total
+    return sum(parts.values()), parts
+
+
+def human_size(size: float) -> str:
+    """``1536`` -> ``1.5 KB`` (powers of 1024).
+
+    >>> human_size(2_254_857_830)
+    '2.1 GB'
+    """
+    for unit in ("B", "KB", "MB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"

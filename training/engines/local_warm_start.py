@@ -75,7 +75,7 @@ def run_warm_start(trainer: Any) -> dict[str, Any]:
     result.update({"demonstrations": float(len(demos.trajectories)), "questions": float(demos.kept_examples),
                    "dropped": float(sum(demos.dropped.values()))})
     say(f"[warm start] SFT: {int(result['steps'])} steps, NLL {result['nll_first']:.3f} -> "
-        f"{result['nll_last']:.3f} on {int(result['policy_tokens'])} policy tokens ({result['time']:.0f}s)")
+        f"{result['nll_last']:.3f} on {int(result['policy_tokens'])} policy tokens ({result['duration_s']:.0f}s)")
     save_warm_start(trainer.model, trainer.tokenizer, out, expected, result)
     return result
 

@@ -171,3 +171,108 @@ def test_verl_engine_refuses_the_warm_start_and_says_what_to_do() -> None:
 
     with pytest.raises(ConfigError, match="local engine only.*stage.init_from"):
         settings_from_project(build("recipe=think2sql", "stage.warm_start.enable=true"), model_path="/tmp/m")
+
+
+# ----------------------------------------------------------------------------- types of every field
+
+def _leaves(cls: type, prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted path, annotation) of every field of the typed config, nested groups included."""
+    import dataclasses
+    import typing
+
+    out: list[tuple[str, Any]] = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        if f.name == "options" and cls.__name__ in ("AgentConfig", "RewardConfig"):
+            continue  # the design's own keyword options, checked by make_agent / get_reward
+        if dataclasses.is_dataclass(hint):
+            out.append((prefix + f.name, hint))
+            out += _leaves(hint, f"{prefix}{f.name}.")
+        else:
+            out.append((prefix + f.name, hint))
+    return out
+
+
+def _wrong_value(hint: Any) -> Any:
+    """A value no field of this annotation accepts."""
+    import typing
+
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    base = args[0] if typing.get_origin(hint) is not list and args else hint
+    if base in (int, float, dict) or typing.get_origin(base) in (dict, list) or base is list:
+        return "abc"
+    if base is bool:
+        return "maybe"
+    return ["not", "text"]  # text fields and nested groups
+
+
+def _set(tree: dict[str, Any], path: str, value: Any) -> None:
+    *parents, leaf = path.split(".")
+    for part in parents:
+        tree = tree[part]
+    tree[leaf] = value
+
+
+@pytest.mark.parametrize("path,hint", _leaves(TrainConfig), ids=[p for p, _ in _leaves(TrainConfig)])
+def test_every_field_refuses_a_value_of_the_wrong_type(path: str, hint: Any) -> None:
+    from training.config import describe_type
+
+    raw = composed("recipe=trustsql")
+    value = _wrong_value(hint)
+    _set(raw, path, value)
+    with pytest.raises(ConfigError) as err:
+        TrainConfig.from_mapping(raw)
+    message = str(err.value)
+    assert message.startswith(f"{path}={value!r}: expected "), message
+    import dataclasses
+
+    if not dataclasses.is_dataclass(hint):
+        assert describe_type(hint) in message
+
+
+def test_type_errors_name_the_key_the_type_and_the_allowed_values() -> None:
+    with pytest.raises(ConfigError, match=r"^resume='maybe': expected a boolean \(true or false\)$"):
+        build("recipe=trustsql", "resume=maybe")
+    with pytest.raises(ConfigError, match=r"^trainer.total_steps='abc': expected an integer or null$"):
+        build("recipe=trustsql", "trainer.total_steps=abc")
+    with pytest.raises(ConfigError, match=r"engine.laptop_profile=\[1\]: expected text; allowed values: auto, on, off"):
+        build("recipe=trustsql", "engine.laptop_profile=[1]")
+    with pytest.raises(ConfigError, match=r"advantage.estimator='ppo'; choose one of grpo, two_track"):
+        build("recipe=trustsql", "advantage.estimator=ppo")
+    ok = build("recipe=trustsql", "optim.lr=1", "trainer.total_steps=3", "run_dir=2024")
+    assert ok.optim.lr == 1.0 and isinstance(ok.optim.lr, float) and ok.run_dir == "2024"
+
+
+# ----------------------------------------------------------------------------- group overrides
+
+def _options(group: str) -> list[str]:
+    from importlib import resources
+
+    folder = resources.files("recipes") / group
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+GROUP_CHOICES = [(recipe, group, option) for recipe in RECIPES
+                 for group in ("agent", "reward", "advantage", "data", "model", "stage")
+                 for option in _options(group)]
+
+
+@pytest.mark.parametrize("recipe,group,option", GROUP_CHOICES,
+                         ids=[f"{r}-{g}={o}" for r, g, o in GROUP_CHOICES])
+def test_choosing_a_group_gives_that_groups_own_values(recipe: str, group: str, option: str) -> None:
+    """recipe=trustsql advantage=grpo is plain GRPO: a recipe sets group values only
+    through the group files it selects, so a group chosen on the command line wins whole."""
+    alone = composed(f"{group}={option}")[group]
+    with_recipe = composed(f"recipe={recipe}", f"{group}={option}")[group]
+    assert with_recipe == alone
+
+
+def test_trustsql_with_plain_grpo_has_no_clamp() -> None:
+    cfg = build("recipe=trustsql", "advantage=grpo")
+    assert cfg.advantage.estimator == "grpo" and cfg.advantage.clamp is None
+    assert build("recipe=trustsql").advantage.clamp == 10.0
+    assert build("recipe=retoolsql").advantage.epsilon == 1e-8
+    assert build("recipe=retoolsql", "advantage=grpo").advantage.epsilon == 1e-6
+    assert build("recipe=think2sql", "reward=ex").reward.exec_metric == "ex"
+    assert build("recipe=retoolsql", "advantage=grpo", "advantage.clamp=5").advantage.clamp == 5.0

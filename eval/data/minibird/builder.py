@@ -48,7 +48,7 @@ def build(out_dir: str | os.PathLike[str], domains: Sequence[Domain] | None = No
 
     Raises ``GenerationError`` when a gold SQL does not execute or returns nothing.
     """
-    out = Path(out_dir)
+    out = Path(out_dir).resolve()  # sqlite URIs (read-only checks) need an absolute path
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} is not empty; minibird builds into an empty or new folder")
     out.mkdir(parents=True, exist_ok=True)

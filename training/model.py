@@ -166,12 +166,12 @@ def resolve_model_path(path: str | None, say: Say = print) -> str:
     local = Path(path).expanduser()
     if local.is_dir():
         if not (local / "config.json").is_file():
-            raise ModelLoadError(
+            raise ConfigError(
                 f"model.path={path!r}: the directory {local.resolve()} holds no config.json, so it is not a HF "
                 "model directory (a training run's model is <run_dir>/final)")
         return str(local)
     if _looks_like_directory(path):
-        raise ModelLoadError(
+        raise ConfigError(
             f"model.path={path!r}: the directory {local.resolve()} does not exist; pass the folder of a trained "
             "model (e.g. runs/<recipe>/final after python -m training.run recipe=<recipe>), or leave "
             "model.path unset for the embedded default")

@@ -63,6 +63,10 @@ def test_cli_errors_say_how_to_fix(db_path: Path, tmp_path: Path) -> None:
     assert proc.returncode == 2 and "no database file" in proc.stderr
     proc = _cli("show", "trustsq", "--db", str(db_path), "--question", "q", cache=tmp_path)
     assert proc.returncode == 2 and "did you mean 'trustsql'" in proc.stderr
+    proc = _cli("show", "foo", "--db", str(tmp_path / "missing.sqlite"), "--question", "q", cache=tmp_path)
+    assert proc.returncode == 2  # the unknown agent is reported first, in a sentence that reads
+    assert proc.stderr.strip() == ("error: unknown agent 'foo'; registered agents: dualsql, retoolsql, think2sql, "
+                                   "trustsql")
     proc = _cli("show", "trustsql", "--db", str(db_path), "--question", "q", "-o", "max_turn=3", cache=tmp_path)
     assert proc.returncode == 2 and "max_turns" in proc.stderr
     proc = _cli("list", cache=tmp_path)

@@ -444,3 +444,14 @@ def test_checkpoints_store_weights_once(tmp_path: Path, examples: list[Example])
     assert abs(summary["disk_bytes"] - total) < 4096 and parts["final"] < 64 * 1024  # links only
     model_bytes = (last / "model.safetensors").stat().st_size
     assert total < 2 * model_bytes + 3 * model_bytes  # weights x2 checkpoints + AdamW state (2x) + small files
+
+
+def test_the_summary_line_shows_ex_in_percent_and_the_disk_used() -> None:
+    from training.engines.local import summary_text
+
+    summary = {"recipe": "trustsql", "steps": 2, "ex_before": 0.0, "ex_warm_start": 0.125, "ex_after": 0.375,
+               "eval_questions": 8, "checkpoint": "c", "final_model": "f", "metrics": "m", "wandb_dir": None,
+               "run_dir": "runs/trustsql", "disk_bytes": 3 * 1024**3}
+    text = summary_text(summary, {"checkpoints": 2 * 1024**3, "warm_start": 1024**3, "run.log": 10})
+    assert "EX before 0.0% -> after warm start 12.5% -> after 37.5% on 8 held-out questions" in text
+    assert "run directory runs/trustsql: 3.0 GB on disk (checkpoints 2.0 GB, warm_start 1.0 GB;" in text

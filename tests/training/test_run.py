@@ -30,7 +30,7 @@ def test_dry_run_prints_each_recipe(tmp_path: Path, recipe: str) -> None:
     assert cfg["recipe_name"] == recipe and cfg["agent"]["name"] == recipe
     assert "[laptop profile]" in proc.stdout and "algorithm.group_size" in proc.stdout
     assert cfg["algorithm"]["group_size"] == 4  # the laptop profile on CPU
-    assert not (tmp_path / "runs" / recipe / "checkpoints").exists()
+    assert list(tmp_path.iterdir()) == []  # a dry run writes nothing: no runs/<recipe>/.hydra, no run.log
 
 
 def test_command_line_beats_recipe_and_profile(tmp_path: Path) -> None:
@@ -55,6 +55,36 @@ def test_bad_values_exit_with_the_fix(tmp_path: Path) -> None:
     assert "G >= 2" in proc.stderr and "Traceback" not in proc.stderr
     proc = run(tmp_path, "dry_run=true")
     assert proc.returncode == 2 and "recipe=<name>, one of: dualsql, retoolsql" in proc.stderr
+    assert list(tmp_path.iterdir()) == []  # no runs/None/
+
+
+@pytest.mark.parametrize("override,message", [
+    ("resume=maybe", "resume='maybe': expected a boolean (true or false)"),
+    ("trainer.total_steps=abc", "trainer.total_steps='abc': expected an integer or null"),
+    ("engine.laptop_profile=[on]", "expected text; allowed values: auto, on, off"),
+])
+def test_values_of_the_wrong_type_exit_with_key_type_and_allowed_values(tmp_path: Path, override: str,
+                                                                        message: str) -> None:
+    proc = run(tmp_path, "recipe=trustsql", override, "dry_run=true")
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_cfg_job_says_it_is_not_the_configuration_that_runs(tmp_path: Path) -> None:
+    proc = run(tmp_path, "recipe=trustsql", "--cfg", "job")
+    assert proc.returncode == 0, proc.stderr
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("# note: --cfg") and "dry_run=true" in first and "laptop profile" in first
+    assert yaml.safe_load(proc.stdout)["algorithm"]["group_size"] == 8  # the recipe's, before the profile
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_model_path_that_is_not_a_directory_says_so(tmp_path: Path) -> None:
+    proc = run(tmp_path, "recipe=think2sql", "model.path=runs/nothing/final", "engine=local", "engine.device=cpu",
+               "logger=[console]")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"the directory {tmp_path.resolve() / 'runs/nothing/final'} does not exist" in proc.stderr
+    assert "Repo id" not in proc.stderr
+    assert "does not exist" in (tmp_path / "runs" / "think2sql" / "run.log").read_text()  # the log has the error
 
 
 def test_unknown_recipe_lists_the_available_ones(tmp_path: Path) -> None:

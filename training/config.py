@@ -1,8 +1,10 @@
 """Typed configuration of a training run: dataclasses that mirror ``recipes/`` one to one.
 
 Hydra composes the YAML (``recipes/config.yaml`` + groups + a recipe); ``TrainConfig
-.from_mapping`` converts the composed tree once, and each ``__post_init__`` checks its own
-values with a message that says how to fix a bad one. Algorithm settings (G, clip, KL
+.from_mapping`` converts the composed tree once, checking every value against its field's
+annotation (and ``choices``) first - the key, the expected type and the allowed values
+are named - and each ``__post_init__`` then checks its own values with a message that
+says how to fix a bad one. Algorithm settings (G, clip, KL
 schedule, turns, temperatures) live here once and both engines read them.
 
 Agent and reward options differ per design: their group files hold ``name`` plus the

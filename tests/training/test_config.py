@@ -276,3 +276,13 @@ def test_trustsql_with_plain_grpo_has_no_clamp() -> None:
     assert build("recipe=retoolsql", "advantage=grpo").advantage.epsilon == 1e-6
     assert build("recipe=think2sql", "reward=ex").reward.exec_metric == "ex"
     assert build("recipe=retoolsql", "advantage=grpo", "advantage.clamp=5").advantage.clamp == 5.0
+
+
+@pytest.mark.parametrize("module", ["training.config", "training.run", "training.model",
+                                    "training.engines.local_state", "eval.units"])
+def test_docstring_examples_run(module: str) -> None:
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0

@@ -454,4 +454,4 @@ def test_the_summary_line_shows_ex_in_percent_and_the_disk_used() -> None:
                "run_dir": "runs/trustsql", "disk_bytes": 3 * 1024**3}
     text = summary_text(summary, {"checkpoints": 2 * 1024**3, "warm_start": 1024**3, "run.log": 10})
     assert "EX before 0.0% -> after warm start 12.5% -> after 37.5% on 8 held-out questions" in text
-    assert "run directory runs/trustsql: 3.0 GB on disk (checkpoints 2.0 GB, warm_start 1.0 GB;" in text
+    assert "run directory runs/trustsql: 3.0 GB on disk (checkpoints 2.0 GB, warm_start 1.0 GB)" in text

@@ -542,7 +542,7 @@ class LocalTrainer:
                                 run_name=f"{cfg.recipe_name}-{Path(cfg.run_dir).name}", config=to_yaml_tree(cfg),
                                 wandb_id=self.wandb_id, start_step=self.step, say=self.say)
         self.wandb_id = self.logger.wandb_id
-        before = self._eval_logged("before") if cfg.trainer.eval_before_after and self.step == 0 else {}
+        before = self._eval_once("before") if cfg.trainer.eval_before_after and self.step == 0 else {}
         warm = self._warm_start() if cfg.stage.warm_start.enable and self.step == 0 else {}
         self.logger.start_progress()
         try:
@@ -554,9 +554,7 @@ class LocalTrainer:
                         self.save()
                 if cfg.trainer.val_every and self.step % cfg.trainer.val_every == 0 and self.step < self.total_steps:
                     self._eval_logged("val")
-            after = {}
-            if cfg.trainer.eval_before_after:  # a run killed after this record reuses it on resume
-                after = self._recorded("eval_after", self.step) or self._eval_logged("after")
+            after = self._eval_once("after") if cfg.trainer.eval_before_after else {}
             final_dir = self._save_final()
         finally:
             self.logger.close()
@@ -570,9 +568,10 @@ class LocalTrainer:
         self._sync_generation_copy()
         if self._initial_state_model is not None:  # a given model's KL reference: the warm-started one
             self._initial_state_model = _frozen_copy(self.model)
-        self.logger.log(0, result, kind="warm_start")
+        if not (self.cfg.resume and self._recorded("warm_start", 0)):
+            self.logger.log(0, result, kind="warm_start")
         if self.cfg.stage.warm_start.eval_after and self.cfg.trainer.eval_before_after:
-            result["ex"] = self._eval_logged("warm_start").get("ex")
+            result["ex"] = self._eval_once("warm_start").get("ex")
         return result
 
     def _eval_logged(self, tag: str) -> dict[str, Any]:
@@ -580,6 +579,15 @@ class LocalTrainer:
         if result:
             self.logger.log(self.step, {k: v for k, v in result.items() if not isinstance(v, dict)}, kind=f"eval_{tag}")
         return result
+
+    def _eval_once(self, tag: str) -> dict[str, Any]:
+        """Evaluate and log, unless a resumed run already recorded this evaluation at this
+        step (killed after it): then that record is the result, and no duplicate is written."""
+        if self.cfg.resume:
+            found = self._recorded(f"eval_{tag}", self.step)
+            if found:
+                return found
+        return self._eval_logged(tag)
 
     def _recorded(self, kind: str, step: int) -> dict[str, Any]:
         """The last ``kind`` record of ``metrics.jsonl`` at ``step`` ({} when none)."""
@@ -643,11 +651,14 @@ def summary_text(summary: dict[str, Any], parts: dict[str, int]) -> str:
     run_dir = summary["run_dir"]
     shares = ", ".join(f"{name} {st.human_size(size)}" for name, size in sorted(parts.items(), key=lambda kv: -kv[1])
                        if size >= 1 << 20)
+    weights = Path(summary["final_model"]) / "model.safetensors"
+    if weights.is_file() and weights.stat().st_nlink > 1:
+        shares += "; final/ shares the last checkpoint's weights"
     return (f"[summary] {summary['recipe']}: {summary['steps']} steps. {delta}\n"
             f"    checkpoint {summary['checkpoint']}\n    final model {summary['final_model']}\n"
             f"    metrics {summary['metrics']}\n    wandb {summary['wandb_dir']}\n"
             f"    run directory {run_dir}: {st.human_size(summary['disk_bytes'])} on disk"
-            + (f" ({shares}; final/ shares the last checkpoint's weights)" if shares else ""))
+            + (f" ({shares})" if shares else ""))
 
 
 # ----------------------------------------------------------------------------- helpers

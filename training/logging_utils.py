@@ -182,15 +182,19 @@ class _Tee:
     (text before a carriage return) reach only the console; the log gets whole lines."""
 
     def __init__(self, console: TextIO, log: TextIO) -> None:
+        import threading
+
         self.console, self.log, self._line = console, log, ""
+        self._lock = threading.Lock()  # Ray's log monitor and tqdm's monitor write from threads
 
     def write(self, text: str) -> int:
         self.console.write(text)
-        self._line += text
-        if "\n" in self._line:
-            *done, self._line = self._line.split("\n")
-            self.log.write("".join(part.rsplit("\r", 1)[-1] + "\n" for part in done))
-            self.log.flush()
+        with self._lock:
+            self._line += text
+            if "\n" in self._line:
+                *done, self._line = self._line.split("\n")
+                self.log.write("".join(part.rsplit("\r", 1)[-1] + "\n" for part in done))
+                self.log.flush()
         return len(text)
 
     def flush(self) -> None:

@@ -91,3 +91,16 @@ def test_unknown_recipe_lists_the_available_ones(tmp_path: Path) -> None:
     proc = run(tmp_path, "recipe=trustsq", "dry_run=true")
     assert proc.returncode != 0
     assert "trustsql" in proc.stderr and "retoolsql" in proc.stderr
+
+
+def test_console_log_copies_whole_lines_without_progress_redraws(tmp_path: Path, capsys) -> None:
+    from training.logging_utils import ConsoleLog
+
+    log = tmp_path / "run" / "run.log"
+    with ConsoleLog(log, earlier=["[engine] picked"]):
+        print("[data] 3 examples")
+        sys.stderr.write("train:  50%\rtrain: 100%\n")
+        print("unfinished", end="")
+    text = log.read_text()
+    assert text.splitlines()[1:] == ["[engine] picked", "[data] 3 examples", "train: 100%", "unfinished"]
+    assert text.startswith("==== ") and "[data] 3 examples" in capsys.readouterr().out

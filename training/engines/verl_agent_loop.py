@@ -43,14 +43,14 @@ from verl.experimental.agent_loop.agent_loop import (
     register,
 )
 
-from training.engines.verl_engine import (
+from training.engines.verl_common import (
     AGENT_LOOP_NAME,
-    PROJECT_NAMESPACE,
-    example_from_json,
-    plain,
+    EPISODE_KEY,
+    REWARD_KEY,
+    WorkerSettings,
+    example_from_row,
 )
 from training.engines.verl_reward import (
-    REWARD_KEY,
     breakdown_to_json,
     extra_info_keys,
     flat_extra_info,
@@ -63,70 +63,35 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-EPISODE_KEY = "sqlagent"
-"""Key of the per-output episode record in ``AgentLoopOutput.extra_fields``."""
-
-
-@dataclass(frozen=True)
-class WorkerSettings:
-    """What a Ray worker needs from the ``sqlagent`` namespace of the veRL config."""
-
-    agent: str
-    agent_options: Mapping[str, Any]
-    reward: str
-    reward_options: Mapping[str, Any]
-    max_new_tokens_per_turn: int | None
-    observation_max_tokens: int | None
-    schema_track: str
-    filter_metric: str | None = None
-
-    @property
-    def guardrails(self) -> bool:
-        """DualSQL's error-turn loss mask applies when the agent runs with guardrails."""
-        return bool(self.agent_options.get("guardrails", False))
-
-    @classmethod
-    def from_config(cls, config: Any) -> WorkerSettings:
-        ns = config.get(PROJECT_NAMESPACE) if hasattr(config, "get") else None
-        if ns is None:
-            raise ValueError(
-                f"the veRL config has no '{PROJECT_NAMESPACE}' block: launch through "
-                "`python -m training.run engine=verl ...`, which builds it"
-            )
-        settings = plain(ns)
-        rollout = settings.get("rollout") or {}
-        return cls(
-            agent=settings["agent"]["name"],
-            agent_options=settings["agent"].get("options") or {},
-            reward=settings["reward"]["name"],
-            reward_options=settings["reward"].get("options") or {},
-            max_new_tokens_per_turn=rollout.get("max_new_tokens_per_turn"),
-            observation_max_tokens=rollout.get("observation_max_tokens"),
-            schema_track=(settings.get("advantage") or {}).get("schema_track", "schema"),
-            filter_metric=settings.get("filter_metric"),
-        )
+__all__ = ["EPISODE_KEY", "SqlAgentLoop", "WorkerSettings", "build_agent", "example_from_row", "make_agenerate"]
 
 
 @functools.lru_cache(maxsize=8)
-def _cached_agent(name: str, options_json: str) -> Agent:
+def _cached_agent(name: str, options_json: str, pool_file: str | None) -> Agent:
     from agents import make_agent
+    from training.engines.verl_common import examples_from_parquet
 
-    return make_agent(name, **json.loads(options_json))
+    options = json.loads(options_json)
+    if pool_file:
+        options["few_shot_pool"] = tuple(examples_from_parquet(pool_file))
+    return make_agent(name, **options)
 
 
-def build_agent(settings: WorkerSettings) -> Agent:
-    """The configured agent, built once per worker process (agents keep no episode state)."""
-    return _cached_agent(settings.agent, json.dumps(dict(settings.agent_options), sort_keys=True))
+def build_agent(settings: WorkerSettings, validate: bool = False, pool_file: str | None = None) -> Agent:
+    """The configured agent, built once per worker process (agents keep no episode state).
 
+    As the local engine and ``eval.run`` do: validation uses the agent's inference mode
+    where it has one (TRUST-SQL's 15-turn budget), and an agent that accepts a
+    ``few_shot_pool`` (ReToolSQL) retrieves demonstrations from ``pool_file``'s examples.
+    """
+    from agents import agent_options
 
-def example_from_row(extra_info: Mapping[str, Any] | None) -> Example:
-    """The example a prompt row stands for (written by ``verl_engine.example_to_row``)."""
-    if not extra_info or "example" not in extra_info:
-        raise ValueError(
-            "prompt row has no extra_info.example: write the data with "
-            "training.engines.verl_engine.write_prompt_file (rows for agent_name=sqlagent)"
-        )
-    return example_from_json(str(extra_info["example"]))
+    accepted = agent_options(settings.agent)
+    options = dict(settings.agent_options)
+    if validate and "inference" in accepted:
+        options["inference"] = True
+    pool = pool_file if "few_shot_pool" in accepted else None
+    return _cached_agent(settings.agent, json.dumps(options, sort_keys=True), pool)
 
 
 AGenerate = Callable[[list[int], Any], Awaitable[Any]]

@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -40,31 +39,17 @@ from verl.protocol import DataProto
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from training.engines.verl_engine import PROJECT_NAMESPACE, TRAINER_MODE
-from training.engines.verl_reward import REWARD_KEY
+from training.engines.verl_common import (
+    EPISODE_KEY,
+    REWARD_KEY,
+    TRAINER_MODE,
+    AdvantageSettings,
+    WorkerSettings,
+)
 
 log = logging.getLogger(__name__)
 
-EPISODE_KEY = "sqlagent"  # same key as verl_agent_loop.EPISODE_KEY (kept import-light here)
-
-
-@dataclass(frozen=True)
-class AdvantageSettings:
-    """The ``sqlagent.advantage`` block of the veRL config."""
-
-    estimator: str = "grpo"
-    group_by: str = "role"
-    epsilon: float = 1e-6
-    norm_by_std: bool = True
-    clamp: float | None = None
-    schema_weight: float = 0.25
-    schema_track: str = "schema"
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any] | None) -> AdvantageSettings:
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in dict(data or {}).items() if k in known})
-
+__all__ = ["EPISODE_KEY", "AdvantageSettings", "SqlAgentTrainer", "phase_aware_advantages"]
 
 def _padded(rows: Sequence[Sequence[int]], width: int) -> torch.Tensor:
     """Right-pad 0/1 lists to ``[n, width]`` (longer rows are cut)."""
@@ -225,11 +210,15 @@ class SqlAgentTrainer(PPOTrainerSync):
 
     # ------------------------------------------------------------------ advantages
 
-    def _advantage_settings(self) -> AdvantageSettings:
-        from omegaconf import OmegaConf
+    @property
+    def settings(self) -> WorkerSettings:
+        cached = getattr(self, "_settings", None)
+        if cached is None:
+            cached = self._settings = WorkerSettings.from_config(self.config)
+        return cached
 
-        block = self.config.get(PROJECT_NAMESPACE, {}).get("advantage")
-        return AdvantageSettings.from_mapping(OmegaConf.to_container(block, resolve=True) if block else None)
+    def _advantage_settings(self) -> AdvantageSettings:
+        return self.settings.advantage
 
     def _rollout_correction(self) -> Any:
         """veRL's rollout-correction block when it does something (decoupled mode with
@@ -295,7 +284,7 @@ class SqlAgentTrainer(PPOTrainerSync):
         """A JSONL-only ``RunLogger`` on ``run_dir/metrics.jsonl`` (the project's format),
         or None when the config names no run directory."""
         logger = getattr(self, "_metrics_logger", None)
-        run_dir = self.config.get(PROJECT_NAMESPACE, {}).get("run_dir")
+        run_dir = self.settings.run_dir
         if logger is None and run_dir:
             from training.logging_utils import RunLogger
 
@@ -323,7 +312,7 @@ class SqlAgentTrainer(PPOTrainerSync):
         metrics = super()._validate()
         total = int(getattr(self, "total_training_steps", 0) or 0)
         kind = "eval_before" if self.global_steps == 0 else "eval_after" if self.global_steps >= total else "eval"
-        exec_metric = self.config.get(PROJECT_NAMESPACE, {}).get("exec_metric", "ex")
+        exec_metric = self.settings.exec_metric
         logger = self._project_logger()
         if logger is not None and metrics:
             logger.log(int(self.global_steps), eval_record(metrics, exec_metric), kind=kind)
@@ -333,8 +322,7 @@ class SqlAgentTrainer(PPOTrainerSync):
         """veRL's loop, then the held-out evaluation after training when the project asks
         for one and veRL's periodic validation did not already run at the last step."""
         super().fit(agent_loop_manager)
-        ns = self.config.get(PROJECT_NAMESPACE, {})
-        if ns.get("eval_after") and int(self.config.trainer.test_freq) <= 0:
+        if self.settings.eval_after and int(self.config.trainer.test_freq) <= 0:
             self._validate()
         logger = getattr(self, "_metrics_logger", None)
         if logger is not None:
@@ -350,8 +338,7 @@ class SqlAgentTrainer(PPOTrainerSync):
         """Read the project's schedule and the KL settings the actor workers started with."""
         from training.kl import KLSchedule
 
-        pairs = self.config.get(PROJECT_NAMESPACE, {}).get("kl_schedule") or [[0, 0.0]]
-        self.kl_schedule = KLSchedule.from_pairs([list(p) for p in pairs])
+        self.kl_schedule = KLSchedule.from_pairs([list(p) for p in self.settings.kl_schedule])
         actor = self.config.actor_rollout_ref.actor
         self._kl_state = (bool(actor.use_kl_loss), float(actor.kl_loss_coef))
 

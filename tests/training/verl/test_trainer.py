@@ -170,7 +170,7 @@ def test_compute_advantage_override_reads_and_writes_transfer_queue(monkeypatch:
     monkeypatch.setattr(transfer_queue, "kv_batch_get", fake.kv_batch_get)
     monkeypatch.setattr(transfer_queue, "kv_batch_put", fake.kv_batch_put)
     trainer = object.__new__(T.SqlAgentTrainer)
-    trainer.config = OmegaConf.create({"sqlagent": {"advantage": {"estimator": "grpo", "epsilon": EPS}}})
+    trainer.config = OmegaConf.create({"sqlagent": {"agent": {"name": "dualsql"}, "advantage": {"estimator": "grpo", "epsilon": EPS}}})
     batch = KVBatchMeta(partition_id="train", keys=keys, tags=[{"is_padding": False}] * len(keys))
     metrics: dict[str, float] = {}
     trainer._compute_advantage(batch, metrics)
@@ -240,7 +240,7 @@ def test_rollout_correction_rejects_off_policy_rows_and_moves_loss_mask(monkeypa
     monkeypatch.setattr(transfer_queue, "kv_batch_put", fake.kv_batch_put)
     trainer = object.__new__(T.SqlAgentTrainer)
     trainer.config = OmegaConf.create({
-        "sqlagent": {"advantage": {"estimator": "grpo", "epsilon": EPS}},
+        "sqlagent": {"agent": {"name": "dualsql"}, "advantage": {"estimator": "grpo", "epsilon": EPS}},
         "algorithm": {"rollout_correction": {"rollout_is": "sequence", "rollout_is_threshold": 2.0,
                                               "rollout_rs": "seq_sum_k1", "rollout_rs_threshold": "0.5_2.0",
                                               "bypass_mode": False, "rollout_is_batch_normalize": False}},
@@ -275,7 +275,7 @@ def test_project_metrics_file_is_what_eval_compare_reads(tmp_path, monkeypatch: 
     monkeypatch.setattr(transfer_queue, "kv_batch_put", fake.kv_batch_put)
     trainer = object.__new__(T.SqlAgentTrainer)
     trainer.config = OmegaConf.create({
-        "sqlagent": {"advantage": {"estimator": "grpo"}, "run_dir": str(tmp_path), "exec_metric": "ex"},
+        "sqlagent": {"agent": {"name": "dualsql"}, "advantage": {"estimator": "grpo"}, "run_dir": str(tmp_path), "exec_metric": "ex"},
         "trainer": {"test_freq": -1},
     })
     trainer.total_training_steps = 3

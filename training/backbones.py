@@ -130,11 +130,15 @@ def derive_long_context_model(source: str | Path, target: str | Path, factor: fl
         raise ConfigError(f"model.context_factor={factor}: must be > 1 (1 or null keeps the native context)")
     data = json.loads(config_path.read_text())
     text = data.get("text_config") or data
-    if text.get("rope_scaling"):
-        raise ConfigError(f"{config_path} already has rope_scaling={text['rope_scaling']}; use it as it is")
+    params = text.get("rope_parameters") or {}  # transformers 5 writes this; 4.x wrote rope_scaling
+    if text.get("rope_scaling") or params.get("rope_type", "default") != "default":
+        raise ConfigError(f"{config_path} already scales rope ({text.get('rope_scaling') or params}); "
+                          "use it as it is, without model.context_factor")
     native = int(text["max_position_embeddings"])
-    text["rope_scaling"] = {"rope_type": rope_type, "factor": float(factor),
-                            "original_max_position_embeddings": native}
+    scaling = {"rope_type": rope_type, "factor": float(factor), "original_max_position_embeddings": native}
+    text["rope_scaling"] = scaling  # what vLLM and transformers 4.x read
+    if params:
+        text["rope_parameters"] = {**params, **scaling}  # what transformers 5 reads (rope_theta kept)
     text["max_position_embeddings"] = int(native * factor)
     target.mkdir(parents=True, exist_ok=True)
     for item in source.iterdir():

@@ -186,6 +186,25 @@ def test_dry_run_prints_the_complete_verl_config(tmp_path: Path) -> None:
     assert printed["sqlagent"]["agent"]["name"] == "trustsql"
     assert set(printed) >= {"actor_rollout_ref", "algorithm", "data", "reward", "trainer", "critic"}
     assert not (tmp_path / "run" / "verl_data").exists()  # a dry run writes no prompt files
+    # resolved values, not ${oc.select:...}; what cannot be resolved is named
+    assert "${" not in text
+    assert printed["actor_rollout_ref"]["ref"]["log_prob_max_token_len_per_gpu"] == 8192 + 16384
+    assert "# left as written (cannot be resolved here): reward.reward_model.rollout.name" in text
+    # offline, a model path nobody knows is said to be unchecked instead of failing
+    assert "# unchecked: model /models/policy" in text
+    # veRL's import-time warnings stay off the console
+    for noise in ("No supported accelerator", "torchtitan", "megatron engine", "WARNING"):
+        assert noise not in text and noise not in proc.stderr
+
+
+def test_dry_run_refuses_a_config_that_would_crash(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "training.run", "recipe=dualsql", "engine=verl", "dry_run=true",
+           f"run_dir={tmp_path / 'run'}", "rollout.max_prompt_tokens=15500"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, check=False, timeout=300)
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    assert "max_model_len 48268" in proc.stderr and "Qwen/Qwen3-8B, 40960 tokens" in proc.stderr
+    assert "actor_rollout_ref" not in proc.stdout
 
 
 def test_run_dir_rules_match_the_local_engine(tmp_path: Path) -> None:

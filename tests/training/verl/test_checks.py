@@ -62,21 +62,17 @@ def test_each_design_has_its_own_prompt_budget() -> None:
     assert dual.rollout.max_prompt_tokens + dual.rollout.max_response_tokens == 40_960  # Qwen3's native context
 
 
-SMOKE = ("algorithm.batch_size=2", "algorithm.group_size=4", "rollout.max_prompt_tokens=1024",
-         "rollout.max_response_tokens=2048", "trainer.total_steps=2")
-"""The GPU smoke test's sizes (tests/gpu/test_verl_smoke.py): 2 questions x G=4 = 8 rows."""
-
-
 @pytest.mark.parametrize("recipe", list_recipes())
 @pytest.mark.parametrize("gpus", [1, 8])
-def test_the_smoke_test_sizes_pass_on_1_and_8_gpus(recipe: str, gpus: int, tmp_path: Path) -> None:
-    from tests.helpers.tiny_model import tiny_model
+def test_the_gpu_smoke_test_sizes_pass_on_1_and_8_gpus(recipe: str, gpus: int, tmp_path: Path) -> None:
+    from tests.gpu.smoke_setup import SIZES, save_tiny_policy
 
-    model = tmp_path / "policy"
-    tiny_model().save_pretrained(model)
-    cfg = verl_cfg(recipe, *SMOKE, f"model.path={model}", f"+verl.trainer.n_gpus_per_node={gpus}", examples=8)
+    model = save_tiny_policy(tmp_path / "policy")
+    cfg = verl_cfg(recipe, *SIZES, f"model.path={model}", "trainer.total_steps=3",
+                   f"+verl.trainer.n_gpus_per_node={gpus}", examples=4)
     report = check_run(cfg, model_card(str(model)))
-    assert report.failures == ()
+    assert report.failures == () and report.unchecked == ()
+    assert (cfg.trainer.total_epochs, cfg.trainer.total_training_steps) == (2, 3)  # the resume's third step
 
 
 # ----------------------------------------------------------------------------- each rule, with its fix

@@ -34,6 +34,9 @@ EPISODE_KEY = "sqlagent"
 """Key of the per-output episode record in ``AgentLoopOutput.extra_fields``."""
 REWARD_KEY = "sqlagent_reward"
 """Key of the full per-output reward breakdown in ``AgentLoopOutput.extra_fields``."""
+VALIDATION_MARK = "sqlagent_validate"
+"""Key the trainer sets in a validation row's ``extra_info`` (veRL does not tell an agent
+loop whether it serves validation; the agent runs in inference mode there)."""
 VERL_METRICS_FILE = "verl_metrics.jsonl"
 """veRL's own metrics file in the run directory (its ``{"step", "data"}`` records)."""
 

@@ -28,24 +28,36 @@ branches on ``trainer_mode == "sync"``; this trainer behaves as veRL's sync trai
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import math
+import os
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
+from omegaconf import open_dict
 from verl.protocol import DataProto
+from verl.trainer.distillation import is_distillation_enabled
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils.metric import reduce_metrics
+from verl.utils.py_functional import rename_dict
+from verl.utils.skip import SkipManager
+
+from tools.errors import ConfigError
 
 from training.engines.verl_common import (
     EPISODE_KEY,
     REWARD_KEY,
     TRAINER_MODE,
+    VALIDATION_MARK,
     AdvantageSettings,
     WorkerSettings,
 )
+from training.engines.verl_sampling import ZERO_MASK_TAG, SqlAgentReplayBuffer
 
 log = logging.getLogger(__name__)
 
@@ -62,25 +74,27 @@ def _padded(rows: Sequence[Sequence[int]], width: int) -> torch.Tensor:
 
 
 def phase_aware_advantages(
-    data: DataProto, settings: AdvantageSettings, is_padding: Sequence[bool] | None = None
+    data: DataProto, settings: AdvantageSettings, excluded: Sequence[bool] | None = None
 ) -> tuple[DataProto, dict[str, float]]:
     """Per-row advantages from each row's own reward tracks; writes ``advantages`` and ``returns``.
 
     ``data.batch["response_mask"]`` is ``[n, resp_len]``; ``data.non_tensor_batch`` holds
     ``uid`` (the prompt id shared by its ``rollout.n`` sessions) and ``extra_fields`` (a
-    dict per row, as the agent loop wrote it). Padding rows (veRL's synthetic rows that
-    make the batch divisible) get zero advantage and stay out of the group statistics.
+    dict per row, as the agent loop wrote it). ``excluded`` rows (veRL's synthetic padding
+    rows, slots zero-masked by dynamic sampling) and rows whose episode was dropped for
+    its prompt length get zero advantage and stay out of the group statistics.
     """
     from training.advantages import AdvantageOptions, get_estimator, group_keys
 
     mask = data.batch["response_mask"].float()  # [n, resp_len]
     n, width = mask.shape
-    padding = list(is_padding) if is_padding is not None else [False] * n
-    real = [i for i in range(n) if not padding[i]]
+    extra = data.non_tensor_batch["extra_fields"]
+    skip = list(excluded) if excluded is not None else [False] * n
+    dropped = [i for i in range(n) if not skip[i] and _field(extra[i], EPISODE_KEY, i).get("dropped")]
+    real = [i for i in range(n) if not skip[i] and i not in dropped]
     advantages = torch.zeros(n, width, dtype=torch.float32)  # [n, resp_len]
-    metrics: dict[str, float] = {}
+    metrics: dict[str, float] = {"sqlagent/dropped_rows": float(len(dropped))}
     if real:
-        extra = data.non_tensor_batch["extra_fields"]
         records = [_field(extra[i], EPISODE_KEY, i) for i in real]
         rewards = [_field(extra[i], REWARD_KEY, i) for i in real]
         uids = [str(data.non_tensor_batch["uid"][i]) for i in real]
@@ -93,6 +107,7 @@ def phase_aware_advantages(
         schema_masks = [r["schema_mask"] for r in records]
         advantages[real], metrics = _token_level(seq_adv, mask[real], schema_masks, settings)
         metrics.update(_reward_metrics(records, rewards, seq_adv))
+        metrics["sqlagent/dropped_rows"] = float(len(dropped))
     data.batch["advantages"] = advantages
     data.batch["returns"] = advantages.clone()
     return data, metrics
@@ -199,16 +214,30 @@ def eval_record(val_metrics: Mapping[str, Any], exec_metric: str) -> dict[str, f
     return out
 
 
+class ValidationRows:
+    """veRL's validation dataloader with each row's ``extra_info`` marked as validation, so
+    the agent loop runs the agent in inference mode (veRL does not tell agent loops)."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Any:
+        for batch in self.loader:
+            if "extra_info" in batch:
+                marked = np.empty(len(batch["extra_info"]), dtype=object)
+                marked[:] = [{**dict(info or {}), VALIDATION_MARK: True} for info in batch["extra_info"]]
+                batch["extra_info"] = marked
+            yield batch
+
+
 @register_trainer(TRAINER_MODE)
 class SqlAgentTrainer(PPOTrainerSync):
-    """veRL's sync trainer with the project's advantages and KL schedule."""
-
-    def _build_replay_buffer(self) -> Any:
-        # veRL branches on trainer_mode == "sync" (replay buffer, refills, checkpoints).
-        self.trainer_mode = "sync"
-        return super()._build_replay_buffer()
-
-    # ------------------------------------------------------------------ advantages
+    """veRL's sync trainer with the project's advantages, KL schedule and dynamic sampling,
+    one optimizer step per mini-batch of questions, every requested step, and logs that
+    survive a resume."""
 
     @property
     def settings(self) -> WorkerSettings:
@@ -219,6 +248,88 @@ class SqlAgentTrainer(PPOTrainerSync):
 
     def _advantage_settings(self) -> AdvantageSettings:
         return self.settings.advantage
+
+    # ------------------------------------------------------------------ run length
+
+    def _init_dataloader(self) -> None:
+        """veRL's dataloaders, then enough epochs for every requested step: veRL's loop also
+        stops at ``trainer.total_epochs`` when ``total_training_steps`` is larger (its
+        dataloader starts a new pass by itself, so more epochs are all it needs)."""
+        super()._init_dataloader()
+        needed = math.ceil(int(self.total_training_steps) / max(1, int(self.steps_per_epoch)))
+        if needed > int(self.config.trainer.total_epochs):
+            log.info("trainer.total_epochs %s -> %d to run all %d steps (%d per epoch)",
+                     self.config.trainer.total_epochs, needed, self.total_training_steps, self.steps_per_epoch)
+            with open_dict(self.config):
+                self.config.trainer.total_epochs = needed
+
+    # ------------------------------------------------------------------ dynamic sampling
+
+    def _build_replay_buffer(self) -> Any:
+        # veRL branches on trainer_mode == "sync" (replay buffer, refills, checkpoints).
+        self.trainer_mode = "sync"
+        dynamic = self.settings.dynamic_sampling
+        buffer = super()._build_replay_buffer()
+        if dynamic.enable and dynamic.refill and buffer.filter_groups_metric is None:
+            raise ConfigError(
+                "dynamic_sampling.refill=true runs veRL's filter_groups: set algorithm.filter_groups.enable=true "
+                "(the verl engine does when algorithm.dynamic_sampling.enable=true)"
+            )
+        return SqlAgentReplayBuffer.from_buffer(buffer, dynamic)
+
+    @SkipManager.annotate_tq(role="rollout_tq", phase="submit")
+    def _add_batch_to_generate(self) -> None:
+        """SPEC's dynamic sampling draws ``B x K`` prompts once per step (K = oversample)."""
+        dynamic = self.settings.dynamic_sampling
+        if dynamic.enable and not dynamic.refill:
+            self._add_prompts_to_generate(int(self.config.data.train_batch_size) * int(dynamic.oversample))
+        else:
+            self._submit_batch_to_rollout(self._next_train_batch())
+
+    # ------------------------------------------------------------------ one update per mini-batch
+
+    def _mini_batches(self) -> int:
+        """Optimizer steps per epoch over the batch: questions per step / questions per update."""
+        actor = self.config.actor_rollout_ref.actor
+        return max(1, int(self.config.data.train_batch_size) // int(actor.ppo_mini_batch_size))
+
+    def _get_required_batch_multiple(self, dp_size: int) -> int:
+        """Rows are padded to a multiple of ``mini_batches x dp``, so each optimizer step
+        takes an equal share that splits evenly over the data-parallel ranks, however many
+        rows a question has (DualSQL: two per session; veRL asks for ``mini x n``)."""
+        return self._mini_batches() * int(dp_size)
+
+    def _update_actor(self, batch: Any, metrics: dict) -> Any:
+        """veRL's actor update with the mini-batch sized in rows of this batch.
+
+        veRL sizes a mini-batch as ``ppo_mini_batch_size x rollout.n`` rows, so DualSQL's two
+        rows per session made two optimizer steps where ``algorithm.mini_batches: 1``
+        promises one on-policy pass (the second was off-policy). The extra_info keys are
+        veRL's own (``PPOTrainer._update_actor``); distillation is not used here.
+        """
+        if is_distillation_enabled(self.config.get("distillation")):
+            raise ConfigError("the sqlagent trainer does not run veRL's distillation; unset distillation.enable")
+        actor = self.config.actor_rollout_ref.actor
+        rows = len(batch) // self._mini_batches()
+        batch.extra_info.update({
+            "calculate_entropy": bool(actor.calculate_entropy or actor.entropy_coeff != 0.0),
+            "distillation_use_topk": False,
+            "distillation_only": False,
+            "global_batch_size": rows,
+            "mini_batch_size": rows,
+            "epochs": actor.ppo_epochs,
+            "seed": actor.data_loader_seed,
+            "dataloader_kwargs": {"shuffle": actor.shuffle},
+            "temperature": self.config.actor_rollout_ref.rollout.temperature,
+        })
+        output = self.actor_rollout_wg.update_actor(batch)
+        output = rename_dict(output["metrics"], "actor/")
+        output["perf/mfu/actor"] = output.pop("actor/mfu")
+        metrics.update(reduce_metrics(output))
+        metrics["actor/rows_per_update"] = rows
+        return batch
+
+    # ------------------------------------------------------------------ advantages
 
     def _rollout_correction(self) -> Any:
         """veRL's rollout-correction block when it does something (decoupled mode with
@@ -237,7 +348,8 @@ class SqlAgentTrainer(PPOTrainerSync):
         As veRL's own step does, rollout correction (importance weights, rejection
         sampling; e.g. DualSQL's sequence-level masked IS) runs first; a rejected sequence's
         ``response_mask`` is zeroed and, unlike veRL's step, ``loss_mask`` is written with
-        it, since the loss normalises by ``loss_mask``.
+        it, since the loss normalises by ``loss_mask``. Rows dynamic sampling kept only to
+        fill a slot (tag ``zero_mask``) get the same treatment: no token of theirs trains.
         """
         import transfer_queue as tq
         from tensordict import TensorDict
@@ -264,12 +376,16 @@ class SqlAgentTrainer(PPOTrainerSync):
             proto, corr_metrics = compute_rollout_correction_and_add_to_batch(proto, corr)
             metrics.update(corr_metrics)
         is_padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
-        proto, adv_metrics = phase_aware_advantages(proto, self._advantage_settings(), is_padding)
+        zero = [bool(tag.get(ZERO_MASK_TAG, False)) and not pad for tag, pad in zip(batch.tags, is_padding)]
+        excluded = [pad or z for pad, z in zip(is_padding, zero)]
+        proto, adv_metrics = phase_aware_advantages(proto, self._advantage_settings(), excluded)
         metrics.update(adv_metrics)
         self._remember_step(proto, is_padding)
         output = {key: _like(proto.batch[key], nested_mask) for key in ("advantages", "returns")}
-        if corr is not None:
-            mask = _like(proto.batch["response_mask"].to(nested_mask.dtype), nested_mask)
+        if corr is not None or any(zero):
+            mask = proto.batch["response_mask"].clone()
+            mask[torch.tensor(zero, dtype=torch.bool)] = 0
+            mask = _like(mask.to(nested_mask.dtype), nested_mask)
             output["response_mask"] = mask
             output["loss_mask"] = mask.clone()
             if "rollout_is_weights" in proto.batch:
@@ -294,13 +410,14 @@ class SqlAgentTrainer(PPOTrainerSync):
 
     def _remember_step(self, proto: DataProto, is_padding: Sequence[bool]) -> None:
         extra = proto.non_tensor_batch["extra_fields"]
-        real = [i for i, pad in enumerate(is_padding) if not pad]
+        real = [i for i, pad in enumerate(is_padding) if not pad and not _field(extra[i], EPISODE_KEY, i).get("dropped")]
         records = [_field(extra[i], EPISODE_KEY, i) for i in real]
         rewards = [_field(extra[i], REWARD_KEY, i) for i in real]
         self._step_values = step_record(records, rewards)
 
     def on_step_end(self) -> None:
         super().on_step_end()
+        self._last_step = int(self.global_steps)
         values = getattr(self, "_step_values", None)
         logger = self._project_logger()
         if values and logger is not None:
@@ -308,25 +425,96 @@ class SqlAgentTrainer(PPOTrainerSync):
         self._step_values = None
 
     def _validate(self) -> dict[str, float]:
-        """veRL's validation, also written as an ``eval_before`` / ``eval`` / ``eval_after`` record."""
-        metrics = super()._validate()
+        """veRL's validation with rows marked as validation (the agent's inference mode),
+        also written as an ``eval_before`` / ``eval`` / ``eval_after`` record."""
+        self._restore_metrics_file()
+        loader = self.val_dataloader
+        self.val_dataloader = ValidationRows(loader)
+        try:
+            metrics = super()._validate()
+        finally:
+            self.val_dataloader = loader
         total = int(getattr(self, "total_training_steps", 0) or 0)
         kind = "eval_before" if self.global_steps == 0 else "eval_after" if self.global_steps >= total else "eval"
-        exec_metric = self.settings.exec_metric
         logger = self._project_logger()
         if logger is not None and metrics:
-            logger.log(int(self.global_steps), eval_record(metrics, exec_metric), kind=kind)
+            logger.log(int(self.global_steps), eval_record(metrics, self.settings.exec_metric), kind=kind)
         return metrics
 
     def fit(self, agent_loop_manager: Any) -> None:
-        """veRL's loop, then the held-out evaluation after training when the project asks
-        for one and veRL's periodic validation did not already run at the last step."""
+        """veRL's loop; then the held-out evaluation after training (when the project asks
+        for one and veRL's periodic validation did not already run at the last step),
+        logged to veRL's loggers (wandb, console, file) too, and the final weights."""
+        self._previous_file_log = self._read_metrics_file()
         super().fit(agent_loop_manager)
-        if self.settings.eval_after and int(self.config.trainer.test_freq) <= 0:
-            self._validate()
+        last = getattr(self, "_last_step", None)
+        if last is not None:
+            self.global_steps = last  # veRL leaves it one past the last step
+            if self.settings.eval_after and int(self.config.trainer.test_freq) <= 0:
+                self.on_validate_begin()
+                metrics = self._validate()
+                self.on_validate_end()
+                self.logger.log(data=metrics, step=last)
+            self._export_final(last)
         logger = getattr(self, "_metrics_logger", None)
         if logger is not None:
             logger.close()
+
+    def on_train_begin(self) -> None:
+        super().on_train_begin()
+        self._restore_metrics_file()
+
+    # ------------------------------------------------------------------ resume and export
+
+    def _read_metrics_file(self) -> bytes:
+        """veRL's metrics JSONL up to the resumed step: veRL's ``FileLogger`` reopens it with
+        "wb" (truncating it), so the records of the steps this run continues from are kept
+        here and written back first (records of later steps, which this run redoes, are not)."""
+        path = os.environ.get("VERL_FILE_LOGGER_PATH")
+        if not path or "file" not in list(self.config.trainer.logger) or not os.path.exists(path):
+            return b""
+        if int(self.global_steps) <= 0:
+            return b""
+        kept = []
+        with open(path, "rb") as handle:
+            for line in handle:
+                try:
+                    step = int(json.loads(line).get("step", 0))
+                except (ValueError, AttributeError):
+                    continue  # a line cut by a crash
+                if step <= int(self.global_steps):
+                    kept.append(line if line.endswith(b"\n") else line + b"\n")
+        return b"".join(kept)
+
+    def _restore_metrics_file(self) -> None:
+        previous = getattr(self, "_previous_file_log", b"")
+        tracking = getattr(self, "logger", None)
+        file_logger = getattr(tracking, "logger", {}).get("file") if tracking is not None else None
+        if previous and file_logger is not None:
+            file_logger.fp.write(previous)
+            self._previous_file_log = b""
+
+    def _export_final(self, last: int) -> None:
+        """Copy the last step's HF weights to ``final_dir`` (saving that step's checkpoint
+        first when ``save_freq`` did not)."""
+        import shutil
+        from pathlib import Path
+
+        final = self.settings.final_dir
+        if not final:
+            return
+        step_dir = Path(self.config.trainer.default_local_dir) / f"global_step_{last}"
+        if not (step_dir / "actor").exists():
+            self._save_checkpoint()
+        hf_dir = step_dir / "actor" / "huggingface"
+        weights = [*hf_dir.glob("*.safetensors"), *hf_dir.glob("*.bin")] if hf_dir.exists() else []
+        if not weights:
+            raise ConfigError(
+                f"{hf_dir} holds no HF weights to export to {final}: add 'hf_model' to "
+                "actor_rollout_ref.actor.checkpoint.save_contents (the verl engine does with trainer.save_weights=true)"
+            )
+        shutil.copytree(hf_dir, final, dirs_exist_ok=True)
+        log.info("final weights of step %d exported to %s", last, final)
 
     # ------------------------------------------------------------------ KL schedule
 

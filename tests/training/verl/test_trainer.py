@@ -281,6 +281,7 @@ def test_project_metrics_file_is_what_eval_compare_reads(tmp_path, monkeypatch: 
     trainer.total_training_steps = 3
     trainer.checkpoint_manager = SimpleNamespace(update_weights=lambda *a, **k: None)
     trainer.timing_raw = {}
+    trainer.val_dataloader = []
     val = {"val-core/sqlagent/reward/mean@1": 0.5, "val-aux/sqlagent/exec/mean@1": 0.25, "val-aux/num_turns/mean": 3}
     monkeypatch.setattr(PPOTrainer, "_validate", lambda self: dict(val))
 

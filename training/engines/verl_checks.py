@@ -10,8 +10,10 @@ Where each rule comes from in veRL 0.9.1 / vLLM:
 - context: ``vLLMHttpServer._validate_configs`` refuses ``max_model_len`` above the
   model's ``max_position_embeddings`` (rope scaling is not considered);
 - mini-batches: ``engine_workers.TrainingWorker.train_mini_batch`` asserts
-  ``ppo_mini_batch_size * rollout.n % dp == 0``; ``validate_config`` skips that check
-  when ``use_dynamic_bsz`` is on, which it always is here;
+  ``ppo_mini_batch_size * rollout.n % dp == 0`` (``validate_config`` skips that check
+  when ``use_dynamic_bsz`` is on, which it always is here). The project's trainer sizes a
+  mini-batch in rows of the batch instead, padded by veRL to a multiple of
+  ``mini_batches x dp`` with no-op rows, so this is a note on wasted GPU work, not a failure;
 - data parallel: dp = GPUs / Ulysses sequence-parallel size;
 - rollout tensor parallel: the rollout world size must divide the GPUs
   (``engine_workers``), and vLLM needs the attention heads divisible by TP and the KV
@@ -36,10 +38,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class CheckReport:
-    """What :func:`check_run` found: failures (each one a fix) and what went unchecked."""
+    """What :func:`check_run` found: failures (each one a fix), what went unchecked, and
+    notes (the run works, but not as well as it could)."""
 
     failures: tuple[str, ...]
     unchecked: tuple[str, ...]
+    notes: tuple[str, ...] = ()
 
     def raise_first(self) -> None:
         if self.failures:
@@ -55,7 +59,8 @@ def check_run(cfg: DictConfig, card: ModelCard) -> CheckReport:
         failures += rule(cfg, card)
     if not card.known:
         unchecked.append(f"model {card.path}: {card.origin}")
-    return CheckReport(tuple(failures), tuple(unchecked))
+    notes = [note for advice in ADVICE for note in advice(cfg, card)]
+    return CheckReport(tuple(failures), tuple(unchecked), tuple(notes))
 
 
 def _gpus(cfg: DictConfig) -> int:
@@ -82,25 +87,32 @@ def context_rule(cfg: DictConfig, card: ModelCard) -> list[str]:
     ]
 
 
-def mini_batch_rule(cfg: DictConfig, card: ModelCard) -> list[str]:
+def data_parallel_rule(cfg: DictConfig, card: ModelCard) -> list[str]:
+    gpus, sp = _gpus(cfg), _sp(cfg)
+    if gpus % sp == 0:
+        return []
+    return [f"{gpus} GPU(s) cannot be split into Ulysses groups of {sp}: set "
+            f"+verl.actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size to a divisor of {gpus}"]
+
+
+def padding_note(cfg: DictConfig, card: ModelCard) -> list[str]:
+    """Rows per optimizer step that do not split over the data-parallel GPUs are padded."""
     gpus, sp = _gpus(cfg), _sp(cfg)
     if gpus % sp:
-        return [f"{gpus} GPU(s) cannot be split into Ulysses groups of {sp}: set "
-                f"+verl.actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size to a divisor of {gpus}"]
+        return []
     dp = gpus // sp
     actor = cfg.actor_rollout_ref.actor
     n = int(cfg.actor_rollout_ref.rollout.n)
     rows = int(actor.ppo_mini_batch_size) * n
     if rows % dp == 0:
         return []
-    ok = [g for g in range(2, 65) if int(actor.ppo_mini_batch_size) * g % dp == 0][:3]
+    padded = -(-rows // dp) * dp
+    ok = [g for g in range(2, 65) if int(actor.ppo_mini_batch_size) * g % dp == 0][:1]
     return [
-        f"a mini-batch of {actor.ppo_mini_batch_size} questions x G={n} = {rows} rows cannot be split over "
-        f"{dp} data-parallel GPU(s) ({gpus} GPUs / sequence parallel {sp}); veRL's worker asserts "
-        f"ppo_mini_batch_size x rollout.n % dp == 0 at the first update. Make algorithm.batch_size / "
-        f"algorithm.mini_batches x algorithm.group_size a multiple of {dp}"
-        + (f" (e.g. algorithm.group_size={ok[0]})" if ok else "")
-        + f", or change +verl.trainer.n_gpus_per_node"
+        f"a mini-batch of {actor.ppo_mini_batch_size} questions x G={n} = {rows} rows does not split over "
+        f"{dp} data-parallel GPU(s): each optimizer step is padded to {padded} rows ({padded - rows} no-op). "
+        f"Make algorithm.batch_size / algorithm.mini_batches x algorithm.group_size a multiple of {dp}"
+        + (f" (e.g. algorithm.group_size={ok[0]})" if ok else "") + " to use every GPU"
     ]
 
 
@@ -157,5 +169,7 @@ def token_budget_rule(cfg: DictConfig, card: ModelCard) -> list[str]:
     ]
 
 
-RULES = (context_rule, mini_batch_rule, tensor_parallel_rule, sequence_parallel_rule, token_budget_rule)
+RULES = (context_rule, data_parallel_rule, tensor_parallel_rule, sequence_parallel_rule, token_budget_rule)
 """Each rule: (veRL tree, model card) -> failure messages; run in order by :func:`check_run`."""
+ADVICE = (padding_note,)
+"""Each: (veRL tree, model card) -> notes on a run that works but wastes GPU work."""

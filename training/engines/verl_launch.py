@@ -54,7 +54,7 @@ def describe(cfg: TrainConfig) -> str:
         verl_cfg = verl_config_for(cfg, num_train_examples=count)
         report = check_run(verl_cfg, expected_card(cfg))
     report.raise_first()
-    notes += [f"unchecked: {item}" for item in report.unchecked]
+    notes += [f"unchecked: {item}" for item in report.unchecked] + [f"note: {item}" for item in report.notes]
     header = (
         f"# engine=verl: veRL {_verl_version()} ppo_trainer composed from pkg://{PPO_CONFIG_MODULE}, "
         f"filled from recipe={cfg.recipe_name}, then the recipe's verl: block and verl.* overrides\n"
@@ -83,7 +83,10 @@ def prepare(cfg: TrainConfig, say: Say = print, check_devices: bool = True) -> t
         say(f"[verl] model.path is null: training recipe {cfg.recipe_name}'s GPU backbone {cfg.model.backbone} "
             "(model.path=<dir or hub name> to change)")
     verl_cfg = verl_config_for(cfg, num_train_examples=len(train_examples))
-    check_run(verl_cfg, expected_card(cfg)).raise_first()
+    report = check_run(verl_cfg, expected_card(cfg))
+    report.raise_first()
+    for item in report.unchecked + report.notes:
+        say(f"[verl] {item}")
     if check_devices:
         check_gpus(verl_cfg)
     model_path = _model_directory(cfg, say)

@@ -52,8 +52,12 @@ def describe(cfg: TrainConfig) -> str:
             count = cfg.algorithm.batch_size * (cfg.trainer.total_steps or 1)
             notes.append(f"data unreadable here ({err}); trainer.total_epochs assumes {count} training prompts")
         verl_cfg = verl_config_for(cfg, num_train_examples=count)
-        report = check_run(verl_cfg, expected_card(cfg))
+        card = expected_card(cfg)
+        report = check_run(verl_cfg, card)
     report.raise_first()
+    if card.known:
+        notes.append(f"model {card.path}: {card.max_position_embeddings} positions, {card.num_attention_heads} "
+                     f"heads, {card.num_key_value_heads} KV heads - {card.origin}")
     notes += [f"unchecked: {item}" for item in report.unchecked] + [f"note: {item}" for item in report.notes]
     header = (
         f"# engine=verl: veRL {_verl_version()} ppo_trainer composed from pkg://{PPO_CONFIG_MODULE}, "

@@ -95,7 +95,7 @@ def prepare(cfg: TrainConfig, say: Say = print, check_devices: bool = True) -> t
         check_gpus(verl_cfg)
     model_path = _model_directory(cfg, say)
     verl_cfg = verl_config_for(cfg, model_path, len(train_examples))
-    _check_model_directory(verl_cfg, model_path)
+    _check_model_directory(verl_cfg, model_path, say)
     prepare_run_dir(cfg.run_dir, cfg.resume, cfg.fresh, say)
     train_file, val_file = data_files(cfg.run_dir)
     write_prompt_file(train_examples, train_file)
@@ -204,12 +204,23 @@ def _model_directory(cfg: TrainConfig, say: Say) -> str:
     return str(derive_long_context_model(path, target, factor))
 
 
-def _check_model_directory(verl_cfg: DictConfig, model_path: str) -> None:
-    """The real ``config.json`` now on disk, checked again (it may differ from the table)."""
+def _check_model_directory(verl_cfg: DictConfig, model_path: str, say: Say) -> None:
+    """The real ``config.json`` checked again (it may differ from the table): the local
+    directory's, or for a hub name the hub's (downloaded alone; veRL fetches the weights)."""
     from training.backbones import model_card
     from training.engines.verl_checks import check_run
 
-    check_run(verl_cfg, model_card(model_path)).raise_first()
+    where = model_path
+    if not (Path(model_path) / "config.json").is_file():
+        try:
+            from huggingface_hub import hf_hub_download
+
+            where = str(Path(hf_hub_download(model_path, "config.json")).parent)
+        except (OSError, ValueError) as err:  # offline, gated, or not a hub name: the table's numbers stand
+            say(f"[verl] could not read {model_path}'s config.json from the hub ({type(err).__name__}); "
+                "checked against training/backbones.py")
+    card = model_card(where)
+    check_run(verl_cfg, dataclasses.replace(card, path=model_path)).raise_first()
 
 
 # ----------------------------------------------------------------------------- run directory, devices, logging

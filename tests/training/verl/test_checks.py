@@ -189,3 +189,22 @@ def test_wandb_is_online_for_users_logged_in_through_netrc(
     cfg = verl_cfg("think2sql", "logger=[console,wandb]")
     L._set_logging_env(cfg, str(tmp_path / "run"))
     assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.WANDB_MODE == mode
+
+
+def test_prepare_checks_a_hub_model_against_the_table_when_the_hub_is_unreachable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    for key in ("VERL_FILE_LOGGER_PATH", "WANDB_MODE"):
+        monkeypatch.setenv(key, "restored-after-test")
+    sizes = ("algorithm.batch_size=2", "data.limit=2", "data.eval_limit=1", "logger=[console,jsonl]")
+    said: list[str] = []
+    verl, summary = L.prepare(project_config("dualsql", f"run_dir={tmp_path}", *sizes), say=said.append,
+                              check_devices=False)
+    assert summary["model_path"] == "Qwen/Qwen3-8B" == verl.actor_rollout_ref.model.path  # veRL downloads it
+    assert any("could not read Qwen/Qwen3-8B's config.json from the hub" in line for line in said)
+    too_long = project_config("dualsql", f"run_dir={tmp_path / 'b'}", "rollout.max_prompt_tokens=9000", *sizes)
+    with pytest.raises(ConfigError, match="exceeds the context of Qwen/Qwen3-8B, 40960 tokens"):
+        L.prepare(too_long, say=said.append, check_devices=False)

@@ -9,7 +9,7 @@ offline machine still checks a hub name it knows, and says so when it knows noth
 
 Which backbone per design (SPEC.md and the papers in seeds/):
 - ReToolSQL: Gemma 4 31B Instruct, the paper's own model (seed 000, section 4.2). 31B dense
-  needs FSDP parameter + optimizer offload on 8x80 GB (see ``NOTE`` below).
+  needs FSDP parameter + optimizer offload on 8x80 GB (``fsdp_offload``).
 - Think2SQL: Qwen2.5-Coder-7B-Instruct, the headline RL-QATCH model (seed 001, section 5).
 - TRUST-SQL: Qwen3-8B, the middle of the paper's 4B/8B/14B (seed 002, section 4.1).
 - DualSQL: Qwen3-8B, DualSQL-8B, the headline (seed 003, section 5; "Qwen3 ... supported by
@@ -39,6 +39,7 @@ class Backbone:
     chat_template: str  # the template family the checkpoint's tokenizer carries
     tensor_parallel_size: int  # vLLM rollout TP the engine uses on 80 GB GPUs
     source: str  # where the numbers come from
+    fsdp_offload: bool = False  # FSDP parameter + optimizer offload to CPU (too big for 8x80 GB otherwise)
 
 
 BACKBONES: dict[str, Backbone] = {
@@ -49,8 +50,10 @@ BACKBONES: dict[str, Backbone] = {
         # (4 on global ones), vocab 262,144, 262,144 positions; architecture
         # Gemma4ForConditionalGeneration (text + vision). Model card:
         # https://ai.google.dev/gemma/docs/core/model_card_4
+        # 31B dense: fp32 master weights + AdamW states alone are ~46 GB per GPU on 8 GPUs,
+        # beside vLLM's share, so the actor and reference offload to CPU between passes.
         Backbone("google/gemma-4-31B-it", "gemma4_31b", 262_144, 32, 16, 262_144, "gemma4", 4,
-                 "huggingface.co/google/gemma-4-31B-it config.json (text_config)"),
+                 "huggingface.co/google/gemma-4-31B-it config.json (text_config)", fsdp_offload=True),
         # https://huggingface.co/Qwen/Qwen2.5-Coder-7B-Instruct/blob/main/config.json:
         # 28 layers, 28 heads, 4 KV heads, vocab 152,064, max_position_embeddings 32,768
         # (the card's 128K needs YaRN factor 4, which the card adds by hand).

@@ -122,6 +122,7 @@ class VerlSettings:
     nnodes: int = 1
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.6
+    fsdp_offload: bool = False  # actor + reference parameters (and the actor's optimizer) on CPU between passes
     agent_workers: int = 8
     project_name: str = "sqlagent-rl"
     experiment_name: str = "run"
@@ -264,8 +265,12 @@ def actor_values(s: VerlSettings) -> dict[str, Any]:
         "ppo_max_token_len_per_gpu": max_tokens_per_gpu(s),
         "checkpoint.save_contents": contents,
         "checkpoint.load_contents": ["model", "optimizer", "extra"],
+        "fsdp_config.param_offload": s.fsdp_offload,
+        "fsdp_config.optimizer_offload": s.fsdp_offload,
     }
-    return {f"{prefix}.{key}": value for key, value in values.items()}
+    out = {f"{prefix}.{key}": value for key, value in values.items()}
+    out["actor_rollout_ref.ref.fsdp_config.param_offload"] = s.fsdp_offload
+    return out
 
 
 def rollout_values(s: VerlSettings) -> dict[str, Any]:
@@ -608,6 +613,7 @@ def settings_from_project(
         test_freq=cfg.trainer.val_every if cfg.trainer.val_every > 0 else -1,
         val_before_train=cfg.trainer.eval_before_after,
         tensor_parallel_size=backbone.tensor_parallel_size if backbone else 1,
+        fsdp_offload=backbone.fsdp_offload if backbone else False,
         project_name=cfg.trainer.project,
         experiment_name=cfg.recipe_name or "run",
         output_dir=cfg.run_dir,

@@ -51,6 +51,9 @@ def test_each_recipe_trains_its_papers_backbone_within_its_context(recipe: str) 
     assert verl.actor_rollout_ref.model.path == backbone.hub_name
     assert verl.actor_rollout_ref.rollout.tensor_model_parallel_size == backbone.tensor_parallel_size
     assert verl.actor_rollout_ref.rollout.max_model_len <= backbone.max_position_embeddings
+    offload = verl.actor_rollout_ref.actor.fsdp_config
+    assert offload.param_offload == offload.optimizer_offload == (recipe == "retoolsql")  # 31B on 8x80 GB
+    assert verl.actor_rollout_ref.ref.fsdp_config.param_offload == (recipe == "retoolsql")
     report = check_run(verl, card_of(recipe))
     assert report.failures == () and report.unchecked == ()
 

@@ -221,8 +221,9 @@ def max_tokens_per_gpu(s: VerlSettings) -> int:
 
     With flash-attn the varlen kernel needs no mask: two full-length sequences per GPU.
     With sdpa, transformers builds a block-diagonal boolean mask over the packed row,
-    ``budget**2`` bytes (and sdpa's kernels take it as a float copy): one full-length
-    sequence per GPU keeps that at ``max_model_len**2`` - 1.7 GB for DualSQL's 40,960.
+    ``budget**2`` bytes (more where a kernel converts it to the compute dtype): one
+    full-length sequence per GPU keeps it at ``max_model_len**2`` - 1.7 GB for DualSQL's
+    40,960 (tests/training/verl/test_packed_sdpa.py shows the packed mask is exact).
     """
     per_sequence = s.max_model_len
     return per_sequence if s.attn_implementation == "sdpa" else 2 * per_sequence

@@ -451,9 +451,11 @@ class SqlAgentTrainer(PPOTrainerSync):
         if last is not None:
             self.global_steps = last  # veRL leaves it one past the last step
             if self.settings.eval_after and int(self.config.trainer.test_freq) <= 0:
+                self._init_dump_executor()  # veRL shut it down at the last step; validation dumps use it
                 self.on_validate_begin()
                 metrics = self._validate()
                 self.on_validate_end()
+                self._shutdown_dump_executor()
                 self.logger.log(data=metrics, step=last)
             self._export_final(last)
         logger = getattr(self, "_metrics_logger", None)

@@ -548,81 +548,111 @@ def settings_from_project(
     it. ``num_train_examples`` sizes the epochs (veRL stops at ``trainer.total_epochs``
     even when steps remain); without it the training split is counted.
     """
-    from training.backbones import BACKBONES
-    from training.engines.verl_data import data_files, epochs_for, count_examples
+    from training.engines.verl_data import count_examples, data_files
 
-    alg, roll, opt = cfg.algorithm, cfg.rollout, cfg.optim
     _refuse_local_only(cfg)
-    if model_path is None:
-        model_path = policy_path(cfg)
     if num_train_examples is None:
         num_train_examples = count_examples(cfg.data, cfg.data.split, cfg.data.limit)
-    epochs, steps = epochs_for(cfg.trainer.total_steps, num_train_examples, alg.batch_size)
-    backbone = BACKBONES.get(cfg.model.path or cfg.model.backbone or "")
     train_file, val_file = data_files(cfg.run_dir)
-    loggers = ["file"] + [VERL_LOGGERS[name] for name in cfg.logger if VERL_LOGGERS[name] != "file"]
-    ds = alg.dynamic_sampling
     return VerlSettings(
-        model_path=str(model_path),
+        model_path=str(model_path or policy_path(cfg)),
         train_files=str(train_file),
         val_files=str(val_file),
-        agent=cfg.agent.name,
-        agent_options=dict(cfg.agent.options),
-        reward=cfg.reward.name,
-        reward_options={"exec_metric": cfg.reward.exec_metric, **cfg.reward.options},
-        attn_implementation=cfg.model.attn_implementation,
-        group_size=alg.group_size,
-        train_batch_size=alg.batch_size,
-        ppo_mini_batch_size=alg.batch_size // alg.mini_batches,
-        lr=opt.lr,
-        betas=(float(opt.betas[0]), float(opt.betas[1])),
-        warmup_ratio=opt.warmup_ratio,
-        weight_decay=opt.weight_decay,
-        grad_clip=opt.grad_clip,
-        clip_ratio_low=alg.clip_ratio_low,
-        clip_ratio_high=alg.clip_ratio_high,
-        clip_ratio_c=alg.clip_ratio_c,
-        entropy_coeff=alg.entropy_coeff,
-        loss_agg_mode=alg.loss_agg_mode,
-        kl_schedule=tuple((int(a), float(b)) for a, b in alg.kl_schedule),
-        kl_loss_type=alg.kl_type,
-        temperature=roll.temperature,
-        top_p=roll.top_p,
-        top_k=roll.top_k if roll.top_k > 0 else -1,
-        val_temperature=roll.eval_temperature,
-        prompt_length=roll.max_prompt_tokens,
-        response_length=roll.max_response_tokens,
-        max_new_tokens_per_turn=roll.max_new_tokens,
-        observation_max_tokens=roll.observation_max_tokens,
-        dynamic_sampling=ds.enable,
-        refill=ds.refill,
-        filter_metric=ds.metric,
-        filter_min_std=ds.min_std,
-        oversample=ds.oversample,
-        advantage=cfg.advantage.estimator,
-        schema_weight=cfg.advantage.schema_weight,
-        schema_track=cfg.advantage.schema_track,
-        advantage_clip=cfg.advantage.clamp,
-        advantage_epsilon=cfg.advantage.epsilon,
-        norm_by_std=cfg.advantage.norm_by_std,
-        group_by=cfg.advantage.group_by,
-        total_epochs=epochs,
-        total_training_steps=steps,
-        save_freq=cfg.trainer.save_every,
-        keep_checkpoints=cfg.trainer.keep_checkpoints,
-        save_weights=cfg.trainer.save_weights,
-        test_freq=cfg.trainer.val_every if cfg.trainer.val_every > 0 else -1,
-        val_before_train=cfg.trainer.eval_before_after,
-        tensor_parallel_size=backbone.tensor_parallel_size if backbone else 1,
-        fsdp_offload=backbone.fsdp_offload if backbone else False,
-        project_name=cfg.trainer.project,
-        experiment_name=cfg.recipe_name or "run",
-        output_dir=cfg.run_dir,
-        resume=cfg.resume,
-        loggers=tuple(loggers),
-        seed=cfg.seed,
-        trust_remote_code=cfg.model.trust_remote_code,
+        **_model_fields(cfg),
+        **_algorithm_fields(cfg),
+        **_rollout_fields(cfg),
+        **_run_fields(cfg, num_train_examples),
     )
+
+
+def _model_fields(cfg: TrainConfig) -> dict[str, Any]:
+    """Agent, reward and the model's parallelism (from the backbone table when it is one)."""
+    from training.backbones import BACKBONES
+
+    backbone = BACKBONES.get(cfg.model.path or cfg.model.backbone or "")
+    return {
+        "agent": cfg.agent.name,
+        "agent_options": dict(cfg.agent.options),
+        "reward": cfg.reward.name,
+        "reward_options": {"exec_metric": cfg.reward.exec_metric, **cfg.reward.options},
+        "attn_implementation": cfg.model.attn_implementation,
+        "tensor_parallel_size": backbone.tensor_parallel_size if backbone else 1,
+        "fsdp_offload": backbone.fsdp_offload if backbone else False,
+        "trust_remote_code": cfg.model.trust_remote_code,
+    }
+
+
+def _algorithm_fields(cfg: TrainConfig) -> dict[str, Any]:
+    """GRPO, the optimizer, dynamic sampling and the advantage estimator."""
+    alg, opt, adv, ds = cfg.algorithm, cfg.optim, cfg.advantage, cfg.algorithm.dynamic_sampling
+    return {
+        "group_size": alg.group_size,
+        "train_batch_size": alg.batch_size,
+        "ppo_mini_batch_size": alg.batch_size // alg.mini_batches,
+        "lr": opt.lr,
+        "betas": (float(opt.betas[0]), float(opt.betas[1])),
+        "warmup_ratio": opt.warmup_ratio,
+        "weight_decay": opt.weight_decay,
+        "grad_clip": opt.grad_clip,
+        "clip_ratio_low": alg.clip_ratio_low,
+        "clip_ratio_high": alg.clip_ratio_high,
+        "clip_ratio_c": alg.clip_ratio_c,
+        "entropy_coeff": alg.entropy_coeff,
+        "loss_agg_mode": alg.loss_agg_mode,
+        "kl_schedule": tuple((int(a), float(b)) for a, b in alg.kl_schedule),
+        "kl_loss_type": alg.kl_type,
+        "dynamic_sampling": ds.enable,
+        "refill": ds.refill,
+        "filter_metric": ds.metric,
+        "filter_min_std": ds.min_std,
+        "oversample": ds.oversample,
+        "advantage": adv.estimator,
+        "schema_weight": adv.schema_weight,
+        "schema_track": adv.schema_track,
+        "advantage_clip": adv.clamp,
+        "advantage_epsilon": adv.epsilon,
+        "norm_by_std": adv.norm_by_std,
+        "group_by": adv.group_by,
+    }
+
+
+def _rollout_fields(cfg: TrainConfig) -> dict[str, Any]:
+    """Sampling and lengths (the prompt budget is the design's drop rule)."""
+    roll = cfg.rollout
+    return {
+        "temperature": roll.temperature,
+        "top_p": roll.top_p,
+        "top_k": roll.top_k if roll.top_k > 0 else -1,
+        "val_temperature": roll.eval_temperature,
+        "prompt_length": roll.max_prompt_tokens,
+        "response_length": roll.max_response_tokens,
+        "max_new_tokens_per_turn": roll.max_new_tokens,
+        "observation_max_tokens": roll.observation_max_tokens,
+    }
+
+
+def _run_fields(cfg: TrainConfig, num_train_examples: int) -> dict[str, Any]:
+    """Steps and epochs, checkpoints, validation, logging, the run directory."""
+    from training.engines.verl_data import epochs_for
+
+    tr = cfg.trainer
+    epochs, steps = epochs_for(tr.total_steps, num_train_examples, cfg.algorithm.batch_size)
+    loggers = ["file"] + [VERL_LOGGERS[name] for name in cfg.logger if VERL_LOGGERS[name] != "file"]
+    return {
+        "total_epochs": epochs,
+        "total_training_steps": steps,
+        "save_freq": tr.save_every,
+        "keep_checkpoints": tr.keep_checkpoints,
+        "save_weights": tr.save_weights,
+        "test_freq": tr.val_every if tr.val_every > 0 else -1,
+        "val_before_train": tr.eval_before_after,
+        "project_name": tr.project,
+        "experiment_name": cfg.recipe_name or "run",
+        "output_dir": cfg.run_dir,
+        "resume": cfg.resume,
+        "loggers": tuple(loggers),
+        "seed": cfg.seed,
+    }
 
 
 def _refuse_local_only(cfg: TrainConfig) -> None:

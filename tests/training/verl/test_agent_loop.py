@@ -322,3 +322,40 @@ def test_generate_adapter_maps_sampling_and_finish_reason() -> None:
     assert request_id == "uid9-3" and prompt_ids == [1, 2, 3]
     assert sent == {"temperature": 0.7, "top_p": 0.9, "top_k": -1, "logprobs": True, "repetition_penalty": 1.0,
                     "max_tokens": 5, "stop": ["</tool_call>"]}
+
+
+def test_weight_versions_reach_every_output() -> None:
+    """veRL's LLMServerClient returns ``min_global_steps`` / ``max_global_steps`` in
+    ``extra_fields``; the outputs must carry them (``_compute_metrics`` casts them to int)."""
+    from verl.workers.rollout.replica import TokenOutput
+
+    class Server:
+        def __init__(self) -> None:
+            self.version = 3
+
+        async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+            self.version += 1
+            return TokenOutput(token_ids=[5, 6], log_probs=[-0.1, -0.2], stop_reason="completed",
+                               extra_fields={"global_steps": self.version, "min_global_steps": self.version,
+                                             "max_global_steps": self.version})
+
+    versions = L.WeightVersions()
+    agenerate = L.make_agenerate(Server(), "u-0", versions)
+    for _ in range(2):
+        asyncio.run(agenerate([1, 2], SamplingParams(max_new_tokens=4)))
+    assert versions.fields(fallback=0) == {"min_global_steps": 4, "max_global_steps": 5}
+    assert L.WeightVersions().fields(fallback=2) == {"min_global_steps": 2, "max_global_steps": 2}
+
+
+def test_a_dropped_episode_becomes_a_row_that_trains_nothing(db_file: Path) -> None:
+    from tools import get_database
+
+    example = example_for(db_file, COUNT_SQL)
+    limits = RolloutLimits(max_response_tokens=64, max_context_tokens=4096, max_prompt_tokens=16)
+    (traj,) = run_episodes(make_agent("think2sql"), [(example, get_database(example.db_path), 0)], TOK,
+                           lambda prompts, params: [], SamplingParams(max_new_tokens=8), limits)
+    assert "prompt_too_long" in traj.result.flags
+    out = L.dropped_output(traj, ["score", "exec", "reward_error"], 16, EOS)
+    assert out.response_mask == [0] and out.response_ids == [EOS] and len(out.prompt_ids) == 16
+    assert out.extra_fields[L.EPISODE_KEY]["dropped"] is True
+    assert out.extra_fields["reward_extra_info"] == {"score": 0.0, "exec": 0.0, "reward_error": 0.0}

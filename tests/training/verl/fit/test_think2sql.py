@@ -120,3 +120,24 @@ def test_zero_variance_batches_leave_the_weights_unchanged(session: H.FitSession
     assert len(trainer.actor_rollout_wg.updates) == 2  # the updates ran ...
     assert weights_changed(seen["w"], trainer.actor_rollout_wg.state_dict()) == 0.0  # ... and moved nothing
     assert torch.is_tensor(next(iter(seen["w"].values())))
+
+
+def test_refill_mode_evicts_groups_without_spread(session: H.FitSession) -> None:
+    """``dynamic_sampling.refill=true``: veRL's filter_groups loop with the project's
+    classification. The over-long question's group (its rows are dropped, so it has no
+    spread) is evicted and replaced until B = 2 groups with spread are finished."""
+    run_dir = H.fresh(session.root / "refill")
+    config = H.with_changes(session.base, {
+        "sqlagent.run_dir": str(run_dir), "sqlagent.final_dir": None,
+        "trainer.default_local_dir": str(run_dir / "checkpoints"), "trainer.total_training_steps": 1,
+        "trainer.save_freq": -1, "trainer.val_before_train": False, "sqlagent.eval_after": False,
+        "sqlagent.dynamic_sampling": {"enable": True, "refill": True, "metric": "exec", "min_std": 0.1,
+                                      "oversample": 2},
+        "algorithm.filter_groups.enable": True, "algorithm.filter_groups.metric": "exec",
+        "algorithm.filter_groups.max_inflight_gen_batches": 2,
+    })
+    H.run_fit(session, config)
+    (data,) = H.step_metrics(run_dir).values()
+    assert data["training/filter_groups/evicted_samples"] >= 1
+    assert data["sqlagent/dropped_rows"] == 0.0  # the kept groups are the informative ones
+    assert data["critic/advantages/max"] > 0.0

@@ -18,7 +18,18 @@ always (the reward is computed here, see ``verl_reward``), and the same
   prefix mask for the schema track, end reason, flags;
 - ``sqlagent_reward``: the full reward breakdown of this output;
 - ``reward_extra_info``: flat floats veRL logs and dynamic sampling reads (``exec``);
-- ``turn_scores`` / ``tool_rewards``: empty, as veRL's own loops keep them.
+- ``turn_scores`` / ``tool_rewards``: empty, as veRL's own loops keep them;
+- ``min_global_steps`` / ``max_global_steps``: the weight versions the session's
+  generation calls ran under (the server returns them; veRL's TransferQueue worker makes
+  them tags and ``_compute_metrics`` reads them as ints).
+
+An episode whose prompt is over ``prompt_length`` is never truncated: it becomes a row
+with loss mask 0 and ``dropped`` in its record (:func:`dropped_output`), so every session
+of a group finishes with rows and the trainer leaves it out of group statistics.
+
+Validation rows carry ``extra_info["sqlagent_validate"]`` (set by the trainer): the agent
+then runs in inference mode where it has one (TRUST-SQL's 15-turn budget). An agent that
+takes a ``few_shot_pool`` (ReToolSQL) gets the examples of veRL's training files.
 
 ``response_mask`` is the loss mask: 1 on policy tokens that train, 0 on observation
 tokens and on policy tokens a guardrail masks (DualSQL's error-turn rule). veRL copies

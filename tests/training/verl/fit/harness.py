@@ -63,7 +63,7 @@ class CpuTrainer(SqlAgentTrainer):
         self._init_dataloader()
         self._init_dump_executor()
         self.ref_in_actor = False
-        self.actor_rollout_wg = TinyActorWorkerGroup(self.config, dp_size=DP)
+        self.actor_rollout_wg = TinyActorWorkerGroup(self.config, dp_size=self.dp_size)
         if self.use_reference_policy:  # Role.ActorRolloutRef: the reference lives in the actor workers
             self.ref_policy_wg = self.actor_rollout_wg
         self.reward_loop_manager = self.session.rewards
@@ -74,8 +74,13 @@ class CpuTrainer(SqlAgentTrainer):
         self.checkpoint_manager.sleep_replicas()
         self._load_checkpoint()
 
+    @property
+    def dp_size(self) -> int:
+        """One simulated rank per GPU the config asks for (one node)."""
+        return int(self.config.trainer.n_gpus_per_node) * int(self.config.trainer.nnodes)
+
     def _get_n_gpus_for_throughput(self) -> int:
-        return DP
+        return self.dp_size
 
 
 @dataclass

@@ -141,3 +141,35 @@ def test_refill_mode_evicts_groups_without_spread(session: H.FitSession) -> None
     assert data["training/filter_groups/evicted_samples"] >= 1
     assert data["sqlagent/dropped_rows"] == 0.0  # the kept groups are the informative ones
     assert data["critic/advantages/max"] > 0.0
+
+
+def test_eight_ranks_with_a_batch_smaller_than_the_ranks(session: H.FitSession) -> None:
+    """B = 2, G = 2 on 8 data-parallel ranks (the GPU smoke test's sizes): veRL's own sizing
+    (``ppo_mini_batch_size x n`` = 4 rows) trips the worker's ``mini_batch_size % dp``
+    assertion; rows padded to ``mini_batches x dp`` make one update of 8 rows."""
+    run_dir = H.fresh(session.root / "eight")
+    config = H.with_changes(session.base, {
+        "sqlagent.run_dir": str(run_dir), "sqlagent.final_dir": None, "trainer.n_gpus_per_node": 8,
+        "trainer.default_local_dir": str(run_dir / "checkpoints"), "trainer.total_training_steps": 1,
+        "trainer.save_freq": -1, "trainer.val_before_train": False, "sqlagent.eval_after": False,
+    })
+    trainer = H.run_fit(session, config)
+    assert trainer.actor_rollout_wg.updates == [{"rows": 8, "mini_batch_size": 8, "optimizer_steps": 1}]
+
+
+def test_a_validation_batch_of_dropped_prompts(session: H.FitSession) -> None:
+    """Every validation question over the prompt limit: validation still finishes (each
+    counts as a wrong answer) instead of raising on a batch without rows."""
+    from training.engines.verl_data import write_prompt_file
+
+    run_dir = H.fresh(session.root / "all_dropped")
+    _, val = H.examples(session.root, RECIPE, n_train=0, n_val=2, long_val=2, long_words=400)
+    val_file = write_prompt_file(val, run_dir / "val.parquet")
+    config = H.with_changes(session.base, {
+        "sqlagent.run_dir": str(run_dir), "sqlagent.final_dir": None, "data.val_files": str(val_file),
+        "trainer.default_local_dir": str(run_dir / "checkpoints"), "trainer.val_before_train": True,
+        "trainer.val_only": True,
+    })
+    H.run_fit(session, config)
+    (record,) = [r["data"] for r in H.verl_records(run_dir)]
+    assert [v for k, v in record.items() if k.endswith("/exec/mean@1")] == [0.0]

@@ -7,6 +7,9 @@ it in rows of the batch. Session 0 writes the correct join, session 1 the same l
 a generator whose final SQL is wrong (MIN for MAX), so the generator groups have spread
 and the linker groups none. The recipe's rollout correction (sequence-level IS and
 rejection sampling) runs on every step.
+
+The trainer runs veRL's own loop with only the GPU pieces replaced; the seam (a
+``_setup`` override) and the doubles are described in ``harness.py`` and ``doubles.py``.
 """
 
 from __future__ import annotations

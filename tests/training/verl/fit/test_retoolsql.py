@@ -8,6 +8,9 @@ SPEC's rule: B x K = 2 x 2 questions drawn once per step, one of the four has sp
 one slot is kept and one is zero-masked every step. ReToolSQL's BM25 demonstrations come
 from the training file: questions live on two databases, so each prompt shows a question
 of the other one.
+
+The trainer runs veRL's own loop with only the GPU pieces replaced; the seam (a
+``_setup`` override) and the doubles are described in ``harness.py`` and ``doubles.py``.
 """
 
 from __future__ import annotations

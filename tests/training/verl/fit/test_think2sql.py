@@ -9,6 +9,9 @@ limit too). Session 0 of each question writes the correct script, session 1 samp
 the current weights. The control: every session writes the same answer, so every group
 has zero variance and zero advantages; with no KL and no weight decay, the weights must
 not move.
+
+The trainer runs veRL's own loop with only the GPU pieces replaced; the seam (a
+``_setup`` override) and the doubles are described in ``harness.py`` and ``doubles.py``.
 """
 
 from __future__ import annotations

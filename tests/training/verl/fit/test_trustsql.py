@@ -6,6 +6,9 @@ agent's inference budget of 15 turns; veRL's own rollout and validation dumps
 (``trainer.rollout_data_dir``, ``trainer.validation_data_dir``) hold the prompts each
 used. Session 0 writes the scripted five-turn episode, session 1 samples from the
 current weights: the schema track and the full track both have spread.
+
+The trainer runs veRL's own loop with only the GPU pieces replaced; the seam (a
+``_setup`` override) and the doubles are described in ``harness.py`` and ``doubles.py``.
 """
 
 from __future__ import annotations

@@ -61,6 +61,21 @@ def test_one_on_policy_update_per_step(run: dict[str, Any]) -> None:
     assert weights_changed(run["w"], trainer.actor_rollout_wg.state_dict()) > 0
 
 
+def test_the_last_step_is_checkpointed_and_exported(run: dict[str, Any]) -> None:
+    """``save_every`` (100) is never hit in 3 steps: the last step is saved all the same, and
+    its HF weights become ``run_dir/final``, equal to the trained weights."""
+    from transformers import AutoModelForCausalLM
+
+    ckpt = Path(run["config"].trainer.default_local_dir)
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == "3"
+    assert [p.parent.name for p in ckpt.glob("global_step_*/actor")] == ["global_step_3"]
+    final = AutoModelForCausalLM.from_pretrained(Path(run["config"].sqlagent.run_dir) / "final")
+    trained, exported = run["trainer"].actor_rollout_wg.state_dict(), final.state_dict()
+    common = sorted(trained.keys() & exported.keys())
+    assert len(common) >= len(trained) - 1  # (a tied lm_head may be saved once)
+    assert weights_changed({k: trained[k] for k in common}, {k: exported[k] for k in common}) == 0.0
+
+
 def test_rows_train_on_their_own_role_groups(run: dict[str, Any]) -> None:
     steps = H.step_metrics(Path(run["config"].sqlagent.run_dir))
     assert sorted(steps) == [1, 2, 3]

@@ -140,8 +140,18 @@ class ModelConfig:
                                ("auto", "off"))
     gradient_checkpointing: bool = _f(False, "trade compute for memory in the update")
     trust_remote_code: bool = _f(False, "passed to transformers from_pretrained")
+    backbone: str | None = _f(None, "hub name engine=verl trains when path is null: the recipe's paper backbone "
+                                    "(training/backbones.py); the local engine keeps the embedded model")
+    attn_implementation: str = _f("sdpa", "engine=verl actor attention: sdpa (packed-sequence mask) | "
+                                          "flash_attention_2 (opt-in: needs the flash-attn wheel) | eager")
+    context_factor: float | None = _f(None, "engine=verl: > 1 trains on a derived model directory with YaRN rope "
+                                            "scaling and max_position_embeddings x factor; null = native context")
 
     def __post_init__(self) -> None:
+        _need(self.attn_implementation in ("sdpa", "flash_attention_2", "eager"),
+              f"model.attn_implementation={self.attn_implementation!r}; sdpa, flash_attention_2 or eager")
+        _need(self.context_factor is None or self.context_factor > 1,
+              f"model.context_factor={self.context_factor}: null (native context) or a factor > 1")
         _need(self.autocast in ("auto", "bf16", "off"), f"model.autocast={self.autocast!r}; auto, bf16 or off")
         _need(self.generation_dtype in ("auto", "bf16", "fp32"),
               f"model.generation_dtype={self.generation_dtype!r}; auto, bf16 or fp32")
@@ -210,6 +220,8 @@ class DynamicSamplingConfig:
     oversample: int = _f(12, "K: draw B*K candidate questions per step")
     metric: str = _f("exec", "reward component (or 'total') whose group std decides")
     min_std: float = _f(1e-6, "keep a group only if std(metric) >= min_std")
+    refill: bool = _f(False, "false: draw B*K once, keep up to B groups, zero-mask the rest (SPEC, the papers); "
+                             "true: veRL's filter_groups, which draws new batches until B groups are kept")
 
     def __post_init__(self) -> None:
         _need(self.oversample >= 1, f"algorithm.dynamic_sampling.oversample={self.oversample}: must be >= 1")
@@ -258,7 +270,7 @@ class RolloutConfig:
     top_k: int = _f(0, "top-k sampling; 0 = off")
     max_new_tokens: int = _f(2048, "tokens per generation call (one turn)")
     max_response_tokens: int = _f(8000, "policy + observation tokens per episode")
-    max_prompt_tokens: int = _f(15500, "longer prompts are dropped, never truncated")
+    max_prompt_tokens: int = _f(8192, "longer prompts are dropped, never truncated (per design: ReToolSQL 15,500)")
     observation_max_tokens: int = _f(1024, "tool observations are cut to this many tokens")
     eval_temperature: float = _f(0.0, "validation / before-after decoding; 0 = greedy")
 

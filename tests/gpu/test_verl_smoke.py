@@ -1,15 +1,24 @@
-"""veRL + vLLM smoke run on a real GPU node: one GRPO step of every recipe's agent.
+"""veRL + vLLM smoke run on a real GPU node: two GRPO steps of every recipe, then a resume.
 
-Skipped unless CUDA GPUs, vLLM and Ray are present (the CPU tier covers config,
-plugin, agent loop and advantage step; see tests/training/verl). What only this test
-shows: the vLLM server answers our agent loop's token requests (stop strings,
-per-turn ``max_tokens``, log-probs), the reward runs in the Ray worker, the
-``sqlagent_sync`` trainer's advantage step and the FSDP update complete, and metrics are
-written to ``run_dir/metrics.jsonl``.
+Skipped unless CUDA GPUs, vLLM and Ray are present. The CPU tier (tests/training/verl)
+runs veRL's real ``fit()`` with doubles for the FSDP workers and the vLLM server; what
+only this test shows is the real parts: Ray placement groups, the FSDP actor loading the
+model with the configured attention (sdpa by default), the checkpoint engine syncing
+weights into vLLM, the vLLM server answering our agent loop's token requests (stop
+strings, per-turn ``max_tokens``, log-probs), and veRL's checkpoints on disk.
 
-The policy is the tiny random Qwen2 with the locally trained tokenizer (no downloads);
-it writes garbage, so episodes end on format errors or budgets - which still exercises
-every stage. Run: ``pytest tests/gpu/test_verl_smoke.py -x -q`` on a node with GPUs.
+Per recipe it checks: the run exits 0; the project-format ``metrics.jsonl`` (records
+``{"step", "kind", "time", ...}`` written by the trainer subclass) has a train record per
+step; veRL's own ``verl_metrics.jsonl`` (its ``{"step", "data"}`` records) has the actor
+loss and the per-role rewards; the HF weights in ``run_dir/final`` differ from the
+starting weights; and ``resume=true`` with one more step continues from the last
+checkpoint and keeps the earlier records.
+
+The policy is a tiny random Qwen2 with the locally trained tokenizer (no downloads); it
+writes garbage, so episodes end on format errors or budgets - which still exercises every
+stage. The sizes (2 questions x G=4 = 8 rows per mini-batch) divide over 1, 2, 4 and 8
+GPUs; ``tests/training/verl/test_checks.py`` checks them with the engine's start-up rules
+on CPU. Run on a GPU node: ``pytest tests/gpu/test_verl_smoke.py -x -q``.
 """
 
 from __future__ import annotations
@@ -28,56 +37,101 @@ if not torch.cuda.is_available():
 pytest.importorskip("vllm")
 pytest.importorskip("ray")
 
+from tests.gpu.smoke_setup import SIZES, save_tiny_policy  # noqa: E402  (after the skips)
+from training.backbones import BACKBONES  # noqa: E402
+from training.config import list_recipes  # noqa: E402
+
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
+ROLES = {"dualsql": ["linker", "generator"]}
+
+
+def gpus_to_use() -> int:
+    """The largest of 8, 4, 2, 1 that is visible (the sizes divide each)."""
+    visible = torch.cuda.device_count()
+    return max(n for n in (8, 4, 2, 1) if n <= visible)
 
 
 @pytest.fixture(scope="module")
 def tiny_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A random 2-layer Qwen2 with head_dim 64 (a size every vLLM attention backend takes)
-    and a 16K context (the tiny tokenizer spends ~1 token per 2-3 characters of prompt)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from tests.helpers.tiny_model import tiny_tokenizer
-
-    tokenizer = tiny_tokenizer()
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=16384,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
-    )
-    path = tmp_path_factory.mktemp("tiny_policy")
-    tokenizer.save_pretrained(path)
-    Qwen2ForCausalLM(config).save_pretrained(path)
-    return path
+    return save_tiny_policy(tmp_path_factory.mktemp("tiny_policy"))
 
 
-@pytest.mark.parametrize("recipe", ["trustsql", "dualsql"])
-def test_one_verl_step(recipe: str, tiny_policy: Path, tmp_path: Path) -> None:
-    gpus = torch.cuda.device_count()
-    run_dir = tmp_path / "run"
+def run(recipe: str, policy: Path, run_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     cmd = [
-        sys.executable, "-m", "training.run", f"recipe={recipe}", "engine=verl",
-        f"model.path={tiny_policy}", f"run_dir={run_dir}", "logger=[console,jsonl]",
-        "algorithm.group_size=2", "algorithm.batch_size=2", "trainer.total_steps=1",
-        "trainer.eval_before_after=false", "data.limit=4", "data.eval_limit=2",
-        "rollout.max_new_tokens=64", "rollout.max_response_tokens=1024", "rollout.max_prompt_tokens=12288",
-        f"+verl.trainer.n_gpus_per_node={gpus}",
+        sys.executable, "-m", "training.run", f"recipe={recipe}", "engine=verl", f"model.path={policy}",
+        f"run_dir={run_dir}", "logger=[console,jsonl]", *SIZES, *extra,
+        f"+verl.trainer.n_gpus_per_node={gpus_to_use()}",
         "+verl.actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
         "+verl.actor_rollout_ref.rollout.agent.num_workers=1",
         "+verl.reward.num_workers=1",
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "offline"}
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, check=False, timeout=1800)
+    proc = subprocess.run(cmd, cwd=run_dir.parent, env=env, capture_output=True, text=True, check=False, timeout=2400)
     assert proc.returncode == 0, (proc.stdout[-4000:], proc.stderr[-4000:])
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    steps = [x["data"] for x in lines if x.get("step") == 1]
-    assert steps, lines[-3:]
-    step = steps[-1]
-    assert "actor/pg_loss" in step
-    roles = ["agent"] if recipe == "trustsql" else ["linker", "generator"]
-    for role in roles:
-        assert f"sqlagent/{role}/reward/mean" in step
+    return proc
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def safetensors_weights(directory: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    out: dict[str, torch.Tensor] = {}
+    for file in sorted(directory.glob("*.safetensors")):
+        out.update(load_file(str(file)))
+    assert out, f"no safetensors in {directory}"
+    return out
+
+
+@pytest.mark.parametrize("recipe", list_recipes())
+def test_two_steps_then_resume(recipe: str, tiny_policy: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run(recipe, tiny_policy, run_dir, "trainer.total_steps=2")
+
+    project = records(run_dir / "metrics.jsonl")  # the project's format
+    train = {r["step"]: r for r in project if r.get("kind") == "train"}
+    assert sorted(train) == [1, 2], project[-3:]
+    assert all("reward/total" in r and "ex/batch" in r for r in train.values())
+    verl = [r for r in records(run_dir / "verl_metrics.jsonl") if r.get("step") == 2]  # veRL's own format
+    assert verl, "veRL's file logger wrote no step-2 record"
+    data = verl[-1]["data"]
+    assert "actor/pg_loss" in data
+    for role in ROLES.get(recipe, ["agent"]):
+        assert f"sqlagent/{role}/reward/mean" in data
     if recipe == "trustsql":
-        assert "sqlagent/schema_track/token_fraction" in step
+        assert "sqlagent/schema_track/token_fraction" in data
+
+    final = run_dir / "final"  # trainer.save_weights: the HF weights of the last step
+    before, after = safetensors_weights(tiny_policy), safetensors_weights(final)
+    assert before.keys() == after.keys()
+    assert any(not torch.equal(before[k], after[k].to(before[k].dtype)) for k in before), "weights did not change"
+
+    ckpt = run_dir / "checkpoints"
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    proc = run(recipe, tiny_policy, run_dir, "trainer.total_steps=3", "resume=true")
+    assert "global_step_2" in proc.stdout + proc.stderr  # "[resume] continuing from .../global_step_2"
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+    train = [r["step"] for r in records(run_dir / "metrics.jsonl") if r.get("kind") == "train"]
+    assert train == [1, 2, 3]  # the resumed run continued at step 3 and kept the earlier records
+
+
+@pytest.mark.parametrize("hub_name", sorted(BACKBONES))
+def test_backbone_table_matches_the_hub(hub_name: str) -> None:
+    """The cited table the checks use, compared with the real config.json (needs the hub)."""
+    from transformers import AutoConfig
+
+    if os.environ.get("HF_HUB_OFFLINE"):
+        pytest.skip("HF_HUB_OFFLINE is set")
+    try:
+        config = AutoConfig.from_pretrained(hub_name)
+    except OSError as err:
+        pytest.skip(f"hub unreachable: {err}")
+    text = getattr(config, "text_config", None) or config
+    row = BACKBONES[hub_name]
+    assert text.max_position_embeddings == row.max_position_embeddings
+    assert text.num_attention_heads == row.num_attention_heads
+    assert text.num_key_value_heads == row.num_key_value_heads
+    assert text.vocab_size == row.vocab_size

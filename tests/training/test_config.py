@@ -167,7 +167,7 @@ def test_warm_start_settings_are_validated() -> None:
 
 
 def test_verl_engine_refuses_the_warm_start_and_says_what_to_do() -> None:
-    from training.engines.verl_engine import settings_from_project
+    from training.engines.verl_config import settings_from_project
 
     with pytest.raises(ConfigError, match="local engine only.*stage.init_from"):
         settings_from_project(build("recipe=think2sql", "stage.warm_start.enable=true"), model_path="/tmp/m")

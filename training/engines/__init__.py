@@ -35,7 +35,7 @@ def register_engine(name: str, module_path: str) -> None:
 
 
 register_engine("local", "training.engines.local")
-register_engine("verl", "training.engines.verl_engine")
+register_engine("verl", "training.engines.verl_launch")
 
 
 def list_engines() -> list[str]:

@@ -18,7 +18,18 @@ always (the reward is computed here, see ``verl_reward``), and the same
   prefix mask for the schema track, end reason, flags;
 - ``sqlagent_reward``: the full reward breakdown of this output;
 - ``reward_extra_info``: flat floats veRL logs and dynamic sampling reads (``exec``);
-- ``turn_scores`` / ``tool_rewards``: empty, as veRL's own loops keep them.
+- ``turn_scores`` / ``tool_rewards``: empty, as veRL's own loops keep them;
+- ``min_global_steps`` / ``max_global_steps``: the weight versions the session's
+  generation calls ran under (the server returns them; veRL's TransferQueue worker makes
+  them tags and ``_compute_metrics`` reads them as ints).
+
+An episode whose prompt is over ``prompt_length`` is never truncated: it becomes a row
+with loss mask 0 and ``dropped`` in its record (:func:`dropped_output`), so every session
+of a group finishes with rows and the trainer leaves it out of group statistics.
+
+Validation rows carry ``extra_info["sqlagent_validate"]`` (set by the trainer): the agent
+then runs in inference mode where it has one (TRUST-SQL's 15-turn budget). An agent that
+takes a ``few_shot_pool`` (ReToolSQL) gets the examples of veRL's training files.
 
 ``response_mask`` is the loss mask: 1 on policy tokens that train, 0 on observation
 tokens and on policy tokens a guardrail masks (DualSQL's error-turn rule). veRL copies
@@ -43,14 +54,15 @@ from verl.experimental.agent_loop.agent_loop import (
     register,
 )
 
-from training.engines.verl_engine import (
+from training.engines.verl_common import (
     AGENT_LOOP_NAME,
-    PROJECT_NAMESPACE,
-    example_from_json,
-    plain,
+    EPISODE_KEY,
+    REWARD_KEY,
+    VALIDATION_MARK,
+    WorkerSettings,
+    example_from_row,
 )
 from training.engines.verl_reward import (
-    REWARD_KEY,
     breakdown_to_json,
     extra_info_keys,
     flat_extra_info,
@@ -63,86 +75,83 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-EPISODE_KEY = "sqlagent"
-"""Key of the per-output episode record in ``AgentLoopOutput.extra_fields``."""
-
-
-@dataclass(frozen=True)
-class WorkerSettings:
-    """What a Ray worker needs from the ``sqlagent`` namespace of the veRL config."""
-
-    agent: str
-    agent_options: Mapping[str, Any]
-    reward: str
-    reward_options: Mapping[str, Any]
-    max_new_tokens_per_turn: int | None
-    observation_max_tokens: int | None
-    schema_track: str
-    filter_metric: str | None = None
-
-    @property
-    def guardrails(self) -> bool:
-        """DualSQL's error-turn loss mask applies when the agent runs with guardrails."""
-        return bool(self.agent_options.get("guardrails", False))
-
-    @classmethod
-    def from_config(cls, config: Any) -> WorkerSettings:
-        ns = config.get(PROJECT_NAMESPACE) if hasattr(config, "get") else None
-        if ns is None:
-            raise ValueError(
-                f"the veRL config has no '{PROJECT_NAMESPACE}' block: launch through "
-                "`python -m training.run engine=verl ...`, which builds it"
-            )
-        settings = plain(ns)
-        rollout = settings.get("rollout") or {}
-        return cls(
-            agent=settings["agent"]["name"],
-            agent_options=settings["agent"].get("options") or {},
-            reward=settings["reward"]["name"],
-            reward_options=settings["reward"].get("options") or {},
-            max_new_tokens_per_turn=rollout.get("max_new_tokens_per_turn"),
-            observation_max_tokens=rollout.get("observation_max_tokens"),
-            schema_track=(settings.get("advantage") or {}).get("schema_track", "schema"),
-            filter_metric=settings.get("filter_metric"),
-        )
+__all__ = ["EPISODE_KEY", "SqlAgentLoop", "WorkerSettings", "build_agent", "example_from_row", "make_agenerate"]
 
 
 @functools.lru_cache(maxsize=8)
-def _cached_agent(name: str, options_json: str) -> Agent:
+def _cached_agent(name: str, options_json: str, pool_files: tuple[str, ...] | None) -> Agent:
     from agents import make_agent
+    from training.engines.verl_common import examples_from_parquet
 
-    return make_agent(name, **json.loads(options_json))
+    options = json.loads(options_json)
+    if pool_files:
+        options["few_shot_pool"] = tuple(ex for path in pool_files for ex in examples_from_parquet(path))
+    return make_agent(name, **options)
 
 
-def build_agent(settings: WorkerSettings) -> Agent:
-    """The configured agent, built once per worker process (agents keep no episode state)."""
-    return _cached_agent(settings.agent, json.dumps(dict(settings.agent_options), sort_keys=True))
+def build_agent(settings: WorkerSettings, validate: bool = False, pool_file: tuple[str, ...] | None = None) -> Agent:
+    """The configured agent, built once per worker process (agents keep no episode state).
 
+    As the local engine and ``eval.run`` do: validation uses the agent's inference mode
+    where it has one (TRUST-SQL's 15-turn budget), and an agent that accepts a
+    ``few_shot_pool`` (ReToolSQL) retrieves demonstrations from ``pool_file``'s examples.
+    """
+    from agents import agent_options
 
-def example_from_row(extra_info: Mapping[str, Any] | None) -> Example:
-    """The example a prompt row stands for (written by ``verl_engine.example_to_row``)."""
-    if not extra_info or "example" not in extra_info:
-        raise ValueError(
-            "prompt row has no extra_info.example: write the data with "
-            "training.engines.verl_engine.write_prompt_file (rows for agent_name=sqlagent)"
-        )
-    return example_from_json(str(extra_info["example"]))
+    accepted = agent_options(settings.agent)
+    options = dict(settings.agent_options)
+    if validate and "inference" in accepted:
+        options["inference"] = True
+    pool = pool_file if "few_shot_pool" in accepted else None
+    return _cached_agent(settings.agent, json.dumps(options, sort_keys=True), pool)
 
 
 AGenerate = Callable[[list[int], Any], Awaitable[Any]]
 
 
-def make_agenerate(server_manager: Any, request_id: str) -> AGenerate:
+@dataclass
+class WeightVersions:
+    """The model-weight versions (veRL's ``global_steps`` of the server that answered) an
+    episode's generation calls ran under. veRL's own loops copy the server's
+    ``min_global_steps`` / ``max_global_steps`` onto the output; its TransferQueue worker
+    turns them into tags, and ``_compute_metrics`` reads them as ints."""
+
+    low: int | None = None
+    high: int | None = None
+
+    def add(self, extra_fields: Mapping[str, Any]) -> None:
+        for key, pick in (("min_global_steps", min), ("max_global_steps", max)):
+            value = extra_fields.get(key, extra_fields.get("global_steps"))
+            if value is None:
+                continue
+            current = self.low if key == "min_global_steps" else self.high
+            value = int(value) if current is None else pick(current, int(value))
+            if key == "min_global_steps":
+                self.low = value
+            else:
+                self.high = value
+
+    def fields(self, fallback: int) -> dict[str, int]:
+        """The two fields; ``fallback`` when no call was made (a prompt dropped for length)."""
+        low = self.low if self.low is not None else fallback
+        high = self.high if self.high is not None else fallback
+        return {"min_global_steps": int(low), "max_global_steps": int(high)}
+
+
+def make_agenerate(server_manager: Any, request_id: str, versions: WeightVersions | None = None) -> AGenerate:
     """The rollout driver's async generate function over veRL's LLM server client.
 
     One sticky ``request_id`` per episode keeps its turns on one server (prefix cache);
-    veRL gives each call its own vLLM request id.
+    veRL gives each call its own vLLM request id. ``versions`` collects the weight
+    versions of the calls (the server's ``extra_fields``).
     """
     from training.rollout import GenerationOutput
 
     async def agenerate(prompt_ids: list[int], sampling: Any) -> GenerationOutput:
         params = vllm_sampling_params(sampling)
         output = await server_manager.generate(request_id=request_id, prompt_ids=list(prompt_ids), sampling_params=params)
+        if versions is not None:
+            versions.add(output.extra_fields or {})
         token_ids = list(output.token_ids)
         max_tokens = params.get("max_tokens")
         finish = "length" if max_tokens is not None and len(token_ids) >= max_tokens else "stop"
@@ -240,20 +249,37 @@ class SqlAgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
         from tools import get_database
 
-        example = example_from_row(kwargs.get("extra_info"))
+        extra_info = kwargs.get("extra_info")
+        example = example_from_row(extra_info)
         db = get_database(example.db_path)
-        agent = build_agent(self.settings)
+        validate = bool((extra_info or {}).get(VALIDATION_MARK, False))
+        agent = build_agent(self.settings, validate=validate, pool_file=self._pool_file())
         request_id = f"{kwargs.get('uid', uuid4().hex)}-{kwargs.get('session_id', 0)}"
-        trajectories, seconds = await self._rollout(agent, example, db, sampling_params, request_id)
+        versions = WeightVersions()
+        trajectories, seconds = await self._rollout(agent, example, db, sampling_params, request_id, versions)
         if not trajectories:
             raise RuntimeError(f"agent {self.settings.agent!r} produced no episode for example {example.id!r}")
-        outputs = await self._outputs(trajectories, example, db, seconds)
+        # a session that made no call at all ran under the weights the sync trainer serves
+        # during this step: the previous step's version
+        fallback = max(0, int(kwargs.get("global_steps", 1)) - (0 if validate else 1))
+        outputs = await self._outputs(trajectories, example, db, seconds, versions.fields(fallback))
         # One episode -> one output (works with every veRL agent-loop worker); several ->
         # a list, which veRL's v1 (TransferQueue) worker stores as {uid}_{session}_{index}.
         return outputs[0] if len(outputs) == 1 else outputs
 
+    def _pool_file(self) -> tuple[str, ...] | None:
+        """The prompt parquet file(s) the few-shot pool comes from: the settings' file, else
+        veRL's training files (the driver writes one example per row there)."""
+        if self.settings.few_shot_pool:
+            return (self.settings.few_shot_pool,)
+        files = self.config.data.get("train_files")
+        if not files:
+            return None
+        return (str(files),) if isinstance(files, str) else tuple(str(f) for f in files)
+
     async def _rollout(
-        self, agent: Agent, example: Example, db: Any, sampling_params: Mapping[str, Any], request_id: str
+        self, agent: Agent, example: Example, db: Any, sampling_params: Mapping[str, Any], request_id: str,
+        versions: WeightVersions,
     ) -> tuple[list[Trajectory], float]:
         from training.rollout import run_episode_async
 
@@ -264,7 +290,7 @@ class SqlAgentLoop(AgentLoopBase):
             example,
             db,
             self.tokenizer,
-            make_agenerate(self.server_manager, request_id),
+            make_agenerate(self.server_manager, request_id, versions),
             self.sampling(sampling_params),
             self.limits(),
         )
@@ -296,12 +322,15 @@ class SqlAgentLoop(AgentLoopBase):
         )
 
     async def _outputs(
-        self, trajectories: Sequence[Trajectory], example: Example, db: Any, seconds: float
+        self, trajectories: Sequence[Trajectory], example: Example, db: Any, seconds: float,
+        versions: Mapping[str, int],
     ) -> list[AgentLoopOutput]:
         """Score each episode, build its masks, and make one output per episode.
 
-        Episodes whose prompt exceeded ``prompt_length`` were ended before generating
-        (flag ``prompt_too_long``); they are dropped, never truncated.
+        An episode whose prompt exceeded ``prompt_length`` was ended before generating (flag
+        ``prompt_too_long``): it is never truncated, and it becomes a placeholder row that
+        trains nothing (see :func:`dropped_output`), so its group keeps its rows and veRL's
+        replay buffer and validation see every session finish.
         """
         from training.engines.local_batch import track_masks
 
@@ -309,21 +338,51 @@ class SqlAgentLoop(AgentLoopBase):
         if len(kept) < len(trajectories):
             log.warning("example %s: %d episode(s) dropped, prompt longer than %d tokens",
                         example.id, len(trajectories) - len(kept), self.prompt_length)
-        if not kept:
-            return []
-        reward_fn = reward_function(self.settings.reward, self.settings.reward_options)
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        breakdowns = []
-        for traj in kept:  # rewards execute SQL: off the event loop
-            breakdown = await loop.run_in_executor(None, score_episode, reward_fn, traj, example, db)
-            breakdowns.append(breakdown_to_json(breakdown))
-        score_seconds = loop.time() - start
-        schema = self.settings.schema_track
-        masks, _ = track_masks(kept, ["full", schema], schema, self.settings.guardrails)
         keys = extra_info_keys(self.settings.filter_metric)
-        metrics = {"generate_sequences": seconds / len(kept), "compute_score": score_seconds / len(kept)}
-        return [
-            to_output(traj, breakdown, keys, masks["full"][i], masks[schema][i], metrics, self.response_length)
-            for i, (traj, breakdown) in enumerate(zip(kept, breakdowns))
-        ]
+        outputs: dict[int, AgentLoopOutput] = {}
+        if kept:
+            reward_fn = reward_function(self.settings.reward, self.settings.reward_options)
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            breakdowns = []
+            for traj in kept:  # rewards execute SQL: off the event loop
+                breakdown = await loop.run_in_executor(None, score_episode, reward_fn, traj, example, db)
+                breakdowns.append(breakdown_to_json(breakdown))
+            score_seconds = loop.time() - start
+            schema = self.settings.schema_track
+            masks, _ = track_masks(kept, ["full", schema], schema, self.settings.guardrails)
+            metrics = {"generate_sequences": seconds / len(kept), "compute_score": score_seconds / len(kept)}
+            for i, (traj, breakdown) in enumerate(zip(kept, breakdowns)):
+                out = to_output(traj, breakdown, keys, masks["full"][i], masks[schema][i], metrics, self.response_length)
+                outputs[id(traj)] = out
+        result = []
+        for traj in trajectories:
+            out = outputs.get(id(traj)) or dropped_output(traj, keys, self.prompt_length, self.tokenizer.eos_token_id)
+            out.extra_fields.update(versions)
+            result.append(out)
+        return result
+
+
+def dropped_output(traj: Trajectory, info_keys: Sequence[str], prompt_length: int, eos_id: int) -> AgentLoopOutput:
+    """The row of an episode dropped for its prompt length: the prompt cut to
+    ``prompt_length`` (it is never trained on), one end-of-sequence token with loss mask 0,
+    reward 0, and ``dropped`` set in its episode record, which the trainer reads to keep the
+    row out of group statistics and dynamic sampling."""
+    record = episode_record(traj, [0], [0])
+    record["dropped"] = True
+    return AgentLoopOutput(
+        prompt_ids=list(traj.prompt_ids[:prompt_length]),
+        response_ids=[int(eos_id)],
+        response_mask=[0],
+        response_logprobs=[0.0],
+        reward_score=0.0,
+        num_turns=1,
+        metrics=AgentLoopMetrics(),
+        extra_fields={
+            EPISODE_KEY: record,
+            REWARD_KEY: {"total": 0.0, "components": {}, "tracks": {}, "error": None},
+            "reward_extra_info": {key: 0.0 for key in info_keys},
+            "turn_scores": [],
+            "tool_rewards": [],
+        },
+    )

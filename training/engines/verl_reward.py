@@ -21,12 +21,13 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from training.engines.verl_common import REWARD_KEY
+
 if TYPE_CHECKING:
     from agents.types import Example, RewardBreakdown, RewardFn, Trajectory
     from tools import Database
 
-REWARD_KEY = "sqlagent_reward"
-"""Key of the full per-output breakdown in ``AgentLoopOutput.extra_fields``."""
+__all__ = ["REWARD_KEY", "breakdown_to_json", "compute_score", "extra_info_keys", "flat_extra_info"]
 
 
 @functools.lru_cache(maxsize=16)

@@ -1,19 +1,12 @@
-"""veRL trainer subclass: per-role GRPO groups, TRUST-SQL's two-track advantage, KL schedule.
+"""veRL trainer subclass (``trainer.v1.trainer_mode=sqlagent_sync``): veRL's sync loop with
+the project's advantages, KL schedule and dynamic sampling.
 
-veRL's v1 ``_compute_advantage`` fetches only uid, masks, ``rm_scores`` and log-probs, and
-its multi-output GRPO uses only the last output of each session and broadcasts it, so
-DualSQL's linker rows would inherit the generator's advantage. This trainer replaces
-that step: it reads each row's own reward breakdown and episode record (written by the
-agent loop into ``extra_fields``), groups rows by (prompt uid, role) or by prompt, and
-computes advantages with the project's estimators (``training.advantages``: ``grpo`` or
-``two_track``), so the local and verl engines share one piece of advantage math.
-
-Two-track (TRUST-SQL): loss = lambda * PG_schema + PG_full. veRL's loss is one clipped
-surrogate, token-mean over ``response_mask``; the two tracks are folded into one
-per-token advantage ``A_full * mask + lambda * (N_mask / N_schema) * A_schema *
-schema_mask``, where the ratio of the batch's token counts makes the schema term a mean
-over the schema mask's own tokens, as the paper normalises it. (This equals the sum of
-the two surrogates exactly where the ratio is not clipped.)
+- Advantages: :mod:`training.engines.verl_advantages` (per-role groups, two tracks).
+- Dynamic sampling: :mod:`training.engines.verl_sampling` (SPEC's one draw or veRL's refill).
+- One optimizer step per mini-batch of questions, whatever the rows per question (DualSQL).
+- Every requested step (veRL's loop also stops at ``trainer.total_epochs``), the final
+  weights exported, the post-training evaluation logged to veRL's loggers, and veRL's
+  metrics file kept across a resume.
 
 KL schedule: veRL's ``kl_loss_coef`` is fixed, and ``ActorConfig`` is frozen. At each
 ``on_step_begin`` the trainer reads the project's ``KLSchedule`` and, when beta changes,
@@ -21,215 +14,171 @@ sends the actor workers a new loss function (``set_loss_fn``) built from a
 ``dataclasses.replace``-d config; once beta is 0 for good, the KL term and the reference
 log-prob pass are switched off.
 
-The registered name (``trainer.v1.trainer_mode=sqlagent_sync``) is ours, but veRL also
-branches on ``trainer_mode == "sync"``; this trainer behaves as veRL's sync trainer.
+The registered name is ours, but veRL also branches on ``trainer_mode == "sync"``; this
+trainer behaves as veRL's sync trainer.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import math
+import os
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
+from omegaconf import open_dict
 from verl.protocol import DataProto
+from verl.trainer.distillation import is_distillation_enabled
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils.metric import reduce_metrics
+from verl.utils.py_functional import rename_dict
+from verl.utils.skip import SkipManager
 
-from training.engines.verl_engine import PROJECT_NAMESPACE, TRAINER_MODE
-from training.engines.verl_reward import REWARD_KEY
+from tools.errors import ConfigError
+
+from training.engines.verl_advantages import (
+    _field,
+    _like,
+    eval_record,
+    phase_aware_advantages,
+    step_record,
+)
+from training.engines.verl_common import (
+    EPISODE_KEY,
+    REWARD_KEY,
+    TRAINER_MODE,
+    VALIDATION_MARK,
+    AdvantageSettings,
+    WorkerSettings,
+)
+from training.engines.verl_sampling import ZERO_MASK_TAG, SqlAgentReplayBuffer
 
 log = logging.getLogger(__name__)
 
-EPISODE_KEY = "sqlagent"  # same key as verl_agent_loop.EPISODE_KEY (kept import-light here)
+__all__ = ["EPISODE_KEY", "AdvantageSettings", "SqlAgentTrainer", "eval_record", "phase_aware_advantages", "step_record"]
 
+class ValidationRows:
+    """veRL's validation dataloader with each row's ``extra_info`` marked as validation, so
+    the agent loop runs the agent in inference mode (veRL does not tell agent loops)."""
 
-@dataclass(frozen=True)
-class AdvantageSettings:
-    """The ``sqlagent.advantage`` block of the veRL config."""
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
 
-    estimator: str = "grpo"
-    group_by: str = "role"
-    epsilon: float = 1e-6
-    norm_by_std: bool = True
-    clamp: float | None = None
-    schema_weight: float = 0.25
-    schema_track: str = "schema"
+    def __len__(self) -> int:
+        return len(self.loader)
 
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any] | None) -> AdvantageSettings:
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in dict(data or {}).items() if k in known})
-
-
-def _padded(rows: Sequence[Sequence[int]], width: int) -> torch.Tensor:
-    """Right-pad 0/1 lists to ``[n, width]`` (longer rows are cut)."""
-    out = torch.zeros(len(rows), width, dtype=torch.float32)  # [n, width]
-    for i, row in enumerate(rows):
-        values = list(row)[:width]
-        if values:
-            out[i, : len(values)] = torch.tensor(values, dtype=torch.float32)
-    return out
-
-
-def phase_aware_advantages(
-    data: DataProto, settings: AdvantageSettings, is_padding: Sequence[bool] | None = None
-) -> tuple[DataProto, dict[str, float]]:
-    """Per-row advantages from each row's own reward tracks; writes ``advantages`` and ``returns``.
-
-    ``data.batch["response_mask"]`` is ``[n, resp_len]``; ``data.non_tensor_batch`` holds
-    ``uid`` (the prompt id shared by its ``rollout.n`` sessions) and ``extra_fields`` (a
-    dict per row, as the agent loop wrote it). Padding rows (veRL's synthetic rows that
-    make the batch divisible) get zero advantage and stay out of the group statistics.
-    """
-    from training.advantages import AdvantageOptions, get_estimator, group_keys
-
-    mask = data.batch["response_mask"].float()  # [n, resp_len]
-    n, width = mask.shape
-    padding = list(is_padding) if is_padding is not None else [False] * n
-    real = [i for i in range(n) if not padding[i]]
-    advantages = torch.zeros(n, width, dtype=torch.float32)  # [n, resp_len]
-    metrics: dict[str, float] = {}
-    if real:
-        extra = data.non_tensor_batch["extra_fields"]
-        records = [_field(extra[i], EPISODE_KEY, i) for i in real]
-        rewards = [_field(extra[i], REWARD_KEY, i) for i in real]
-        uids = [str(data.non_tensor_batch["uid"][i]) for i in real]
-        groups = group_keys(uids, [r["role"] for r in records], settings.group_by)
-        options = AdvantageOptions(
-            epsilon=settings.epsilon, norm_by_std=settings.norm_by_std, clamp=settings.clamp,
-            schema_track=settings.schema_track,
-        )
-        seq_adv = get_estimator(settings.estimator)(_track_scores(rewards), groups, options)
-        schema_masks = [r["schema_mask"] for r in records]
-        advantages[real], metrics = _token_level(seq_adv, mask[real], schema_masks, settings)
-        metrics.update(_reward_metrics(records, rewards, seq_adv))
-    data.batch["advantages"] = advantages
-    data.batch["returns"] = advantages.clone()
-    return data, metrics
-
-
-def _track_scores(rewards: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
-    """track -> ``[n]`` rewards, for the tracks every row has (``full`` always)."""
-    names = set.intersection(*(set(r["tracks"]) for r in rewards)) | {"full"}
-    return {
-        name: torch.tensor([float(r["tracks"].get(name, r["total"])) for r in rewards])  # [n]
-        for name in sorted(names)
-    }
-
-
-def _token_level(
-    seq_adv: Mapping[str, torch.Tensor],  # track -> [n]
-    mask: torch.Tensor,  # [n, resp_len] loss mask
-    schema_masks: Sequence[Sequence[int]],
-    settings: AdvantageSettings,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """``A_full * mask (+ lambda * N_mask / N_schema * A_schema * schema_mask)``."""
-    from training.advantages import token_advantages
-
-    adv = token_advantages(seq_adv["full"], mask)  # [n, resp_len]
-    metrics: dict[str, float] = {}
-    if settings.schema_track in seq_adv:
-        schema_mask = _padded(schema_masks, mask.shape[1]) * mask  # [n, resp_len]
-        n_mask, n_schema = float(mask.sum()), float(schema_mask.sum())
-        weight = settings.schema_weight * n_mask / max(n_schema, 1.0)
-        adv = adv + weight * token_advantages(seq_adv[settings.schema_track], schema_mask)  # [n, resp_len]
-        metrics["sqlagent/schema_track/token_fraction"] = n_schema / max(n_mask, 1.0)
-        metrics["sqlagent/schema_track/empty_masks"] = float((schema_mask.sum(-1) == 0).sum())
-    return adv, metrics
-
-
-def _like(padded: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``padded`` ``[n, resp_len]`` in the layout TransferQueue gave ``mask`` in: jagged rows
-    (the usual case) or one dense tensor (when every row had the same length)."""
-    from verl.workers.utils.padding import response_to_nested
-
-    if mask.is_nested:
-        return response_to_nested(padded, mask)
-    return padded[:, : mask.shape[-1]]  # [n, resp_len]
-
-
-def _field(extra: Any, key: str, row: int) -> dict[str, Any]:
-    extra = getattr(extra, "data", extra)
-    if not isinstance(extra, Mapping) or key not in extra:
-        raise ValueError(
-            f"row {row} has no extra_fields[{key!r}]: the {TRAINER_MODE!r} trainer needs rows made by the "
-            "project's 'sqlagent' agent loop (set actor_rollout_ref.rollout.agent.default_agent_loop=sqlagent)"
-        )
-    return dict(extra[key])
-
-
-def _reward_metrics(
-    records: Sequence[Mapping[str, Any]], rewards: Sequence[Mapping[str, Any]], seq_adv: Mapping[str, torch.Tensor]
-) -> dict[str, float]:
-    """Per-role reward, component and advantage means, plus reward errors (logged, counted)."""
-    metrics: dict[str, float] = {}
-    roles = sorted({r["role"] for r in records})
-    for role in roles:
-        idx = [i for i, r in enumerate(records) if r["role"] == role]
-        prefix = f"sqlagent/{role}"
-        metrics[f"{prefix}/reward/mean"] = float(np.mean([rewards[i]["total"] for i in idx]))
-        for name in sorted({k for i in idx for k in rewards[i]["components"]}):
-            metrics[f"{prefix}/component/{name}"] = float(
-                np.mean([rewards[i]["components"].get(name, 0.0) for i in idx])
-            )
-        metrics[f"{prefix}/turns/mean"] = float(np.mean([records[i]["num_turns"] for i in idx]))
-        for track, adv in seq_adv.items():
-            metrics[f"{prefix}/advantage/{track}/abs_mean"] = float(adv[idx].abs().mean())
-    metrics["sqlagent/reward_errors"] = float(sum(1 for r in rewards if r.get("error")))
-    return metrics
-
-
-def step_record(records: Sequence[Mapping[str, Any]], rewards: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """The headline numbers of one step in the project's ``metrics.jsonl`` terms (the keys
-    the local engine writes and ``eval.compare`` plots): mean total reward, per-component
-    means, EX on the batch (final answers only: DualSQL's linker rows have no SQL)."""
-    if not rewards:
-        return {}
-    out = {"reward/total": float(np.mean([r["total"] for r in rewards]))}
-    for name in sorted({c for r in rewards for c in r["components"]}):
-        out[f"reward/{name}"] = float(np.mean([r["components"].get(name, 0.0) for r in rewards]))
-    out["reward/errors"] = float(sum(1 for r in rewards if r.get("error")))
-    roles = {rec["role"] for rec in records}
-    finals = [r for rec, r in zip(records, rewards) if rec.get("final_sql") is not None or len(roles) == 1]
-    out["ex/batch"] = float(np.mean([r["components"].get("exec", 0.0) >= 1.0 - 1e-9 for r in finals])) if finals else 0.0
-    out["episode/turns"] = float(np.mean([rec["num_turns"] for rec in records]))
-    return out
-
-
-def eval_record(val_metrics: Mapping[str, Any], exec_metric: str) -> dict[str, float]:
-    """veRL's validation metrics as a project ``eval_*`` record: ``ex`` is the mean of the
-    ``exec`` column (greedy, final outputs) when the run's execution metric is EX; other
-    metrics are written under ``exec/<metric>`` so no number is mislabelled as EX."""
-    names = {"exec": "ex" if exec_metric == "ex" else f"exec/{exec_metric}", "reward": "reward/total"}
-    out: dict[str, float] = {}
-    for key, value in val_metrics.items():
-        parts = key.split("/")  # val-core|val-aux / data source / variable / mean@N
-        if len(parts) == 4 and parts[2] in names and parts[3].startswith("mean@"):
-            out[names[parts[2]]] = float(value)
-    return out
+    def __iter__(self) -> Any:
+        for batch in self.loader:
+            if "extra_info" in batch:
+                marked = np.empty(len(batch["extra_info"]), dtype=object)
+                marked[:] = [{**dict(info or {}), VALIDATION_MARK: True} for info in batch["extra_info"]]
+                batch["extra_info"] = marked
+            yield batch
 
 
 @register_trainer(TRAINER_MODE)
 class SqlAgentTrainer(PPOTrainerSync):
-    """veRL's sync trainer with the project's advantages and KL schedule."""
+    """veRL's sync trainer with the project's advantages, KL schedule and dynamic sampling,
+    one optimizer step per mini-batch of questions, every requested step, and logs that
+    survive a resume."""
+
+    @property
+    def settings(self) -> WorkerSettings:
+        cached = getattr(self, "_settings", None)
+        if cached is None:
+            cached = self._settings = WorkerSettings.from_config(self.config)
+        return cached
+
+    def _advantage_settings(self) -> AdvantageSettings:
+        return self.settings.advantage
+
+    # ------------------------------------------------------------------ run length
+
+    def _init_dataloader(self) -> None:
+        """veRL's dataloaders, then enough epochs for every requested step: veRL's loop also
+        stops at ``trainer.total_epochs`` when ``total_training_steps`` is larger (its
+        dataloader starts a new pass by itself, so more epochs are all it needs)."""
+        super()._init_dataloader()
+        needed = math.ceil(int(self.total_training_steps) / max(1, int(self.steps_per_epoch)))
+        if needed > int(self.config.trainer.total_epochs):
+            log.info("trainer.total_epochs %s -> %d to run all %d steps (%d per epoch)",
+                     self.config.trainer.total_epochs, needed, self.total_training_steps, self.steps_per_epoch)
+            with open_dict(self.config):
+                self.config.trainer.total_epochs = needed
+
+    # ------------------------------------------------------------------ dynamic sampling
 
     def _build_replay_buffer(self) -> Any:
         # veRL branches on trainer_mode == "sync" (replay buffer, refills, checkpoints).
         self.trainer_mode = "sync"
-        return super()._build_replay_buffer()
+        dynamic = self.settings.dynamic_sampling
+        buffer = super()._build_replay_buffer()
+        if dynamic.enable and dynamic.refill and buffer.filter_groups_metric is None:
+            raise ConfigError(
+                "dynamic_sampling.refill=true runs veRL's filter_groups: set algorithm.filter_groups.enable=true "
+                "(the verl engine does when algorithm.dynamic_sampling.enable=true)"
+            )
+        return SqlAgentReplayBuffer.from_buffer(buffer, dynamic)
+
+    @SkipManager.annotate_tq(role="rollout_tq", phase="submit")
+    def _add_batch_to_generate(self) -> None:
+        """SPEC's dynamic sampling draws ``B x K`` prompts once per step (K = oversample)."""
+        dynamic = self.settings.dynamic_sampling
+        if dynamic.enable and not dynamic.refill:
+            self._add_prompts_to_generate(int(self.config.data.train_batch_size) * int(dynamic.oversample))
+        else:
+            self._submit_batch_to_rollout(self._next_train_batch())
+
+    # ------------------------------------------------------------------ one update per mini-batch
+
+    def _mini_batches(self) -> int:
+        """Optimizer steps per epoch over the batch: questions per step / questions per update."""
+        actor = self.config.actor_rollout_ref.actor
+        return max(1, int(self.config.data.train_batch_size) // int(actor.ppo_mini_batch_size))
+
+    def _get_required_batch_multiple(self, dp_size: int) -> int:
+        """Rows are padded to a multiple of ``mini_batches x dp``, so each optimizer step
+        takes an equal share that splits evenly over the data-parallel ranks, however many
+        rows a question has (DualSQL: two per session; veRL asks for ``mini x n``)."""
+        return self._mini_batches() * int(dp_size)
+
+    def _update_actor(self, batch: Any, metrics: dict) -> Any:
+        """veRL's actor update with the mini-batch sized in rows of this batch.
+
+        veRL sizes a mini-batch as ``ppo_mini_batch_size x rollout.n`` rows, so DualSQL's two
+        rows per session made two optimizer steps where ``algorithm.mini_batches: 1``
+        promises one on-policy pass (the second was off-policy). The extra_info keys are
+        veRL's own (``PPOTrainer._update_actor``); distillation is not used here.
+        """
+        if is_distillation_enabled(self.config.get("distillation")):
+            raise ConfigError("the sqlagent trainer does not run veRL's distillation; unset distillation.enable")
+        actor = self.config.actor_rollout_ref.actor
+        rows = len(batch) // self._mini_batches()
+        batch.extra_info.update({
+            "calculate_entropy": bool(actor.calculate_entropy or actor.entropy_coeff != 0.0),
+            "distillation_use_topk": False,
+            "distillation_only": False,
+            "global_batch_size": rows,
+            "mini_batch_size": rows,
+            "epochs": actor.ppo_epochs,
+            "seed": actor.data_loader_seed,
+            "dataloader_kwargs": {"shuffle": actor.shuffle},
+            "temperature": self.config.actor_rollout_ref.rollout.temperature,
+        })
+        output = self.actor_rollout_wg.update_actor(batch)
+        output = rename_dict(output["metrics"], "actor/")
+        output["perf/mfu/actor"] = output.pop("actor/mfu")
+        metrics.update(reduce_metrics(output))
+        metrics["actor/rows_per_update"] = rows
+        return batch
 
     # ------------------------------------------------------------------ advantages
-
-    def _advantage_settings(self) -> AdvantageSettings:
-        from omegaconf import OmegaConf
-
-        block = self.config.get(PROJECT_NAMESPACE, {}).get("advantage")
-        return AdvantageSettings.from_mapping(OmegaConf.to_container(block, resolve=True) if block else None)
 
     def _rollout_correction(self) -> Any:
         """veRL's rollout-correction block when it does something (decoupled mode with
@@ -248,7 +197,8 @@ class SqlAgentTrainer(PPOTrainerSync):
         As veRL's own step does, rollout correction (importance weights, rejection
         sampling; e.g. DualSQL's sequence-level masked IS) runs first; a rejected sequence's
         ``response_mask`` is zeroed and, unlike veRL's step, ``loss_mask`` is written with
-        it, since the loss normalises by ``loss_mask``.
+        it, since the loss normalises by ``loss_mask``. Rows dynamic sampling kept only to
+        fill a slot (tag ``zero_mask``) get the same treatment: no token of theirs trains.
         """
         import transfer_queue as tq
         from tensordict import TensorDict
@@ -275,12 +225,16 @@ class SqlAgentTrainer(PPOTrainerSync):
             proto, corr_metrics = compute_rollout_correction_and_add_to_batch(proto, corr)
             metrics.update(corr_metrics)
         is_padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
-        proto, adv_metrics = phase_aware_advantages(proto, self._advantage_settings(), is_padding)
+        zero = [bool(tag.get(ZERO_MASK_TAG, False)) and not pad for tag, pad in zip(batch.tags, is_padding)]
+        excluded = [pad or z for pad, z in zip(is_padding, zero)]
+        proto, adv_metrics = phase_aware_advantages(proto, self._advantage_settings(), excluded)
         metrics.update(adv_metrics)
         self._remember_step(proto, is_padding)
         output = {key: _like(proto.batch[key], nested_mask) for key in ("advantages", "returns")}
-        if corr is not None:
-            mask = _like(proto.batch["response_mask"].to(nested_mask.dtype), nested_mask)
+        if corr is not None or any(zero):
+            mask = proto.batch["response_mask"].clone()
+            mask[torch.tensor(zero, dtype=torch.bool)] = 0
+            mask = _like(mask.to(nested_mask.dtype), nested_mask)
             output["response_mask"] = mask
             output["loss_mask"] = mask.clone()
             if "rollout_is_weights" in proto.batch:
@@ -295,7 +249,7 @@ class SqlAgentTrainer(PPOTrainerSync):
         """A JSONL-only ``RunLogger`` on ``run_dir/metrics.jsonl`` (the project's format),
         or None when the config names no run directory."""
         logger = getattr(self, "_metrics_logger", None)
-        run_dir = self.config.get(PROJECT_NAMESPACE, {}).get("run_dir")
+        run_dir = self.settings.run_dir
         if logger is None and run_dir:
             from training.logging_utils import RunLogger
 
@@ -305,13 +259,14 @@ class SqlAgentTrainer(PPOTrainerSync):
 
     def _remember_step(self, proto: DataProto, is_padding: Sequence[bool]) -> None:
         extra = proto.non_tensor_batch["extra_fields"]
-        real = [i for i, pad in enumerate(is_padding) if not pad]
+        real = [i for i, pad in enumerate(is_padding) if not pad and not _field(extra[i], EPISODE_KEY, i).get("dropped")]
         records = [_field(extra[i], EPISODE_KEY, i) for i in real]
         rewards = [_field(extra[i], REWARD_KEY, i) for i in real]
         self._step_values = step_record(records, rewards)
 
     def on_step_end(self) -> None:
         super().on_step_end()
+        self._last_step = int(self.global_steps)
         values = getattr(self, "_step_values", None)
         logger = self._project_logger()
         if values and logger is not None:
@@ -319,26 +274,98 @@ class SqlAgentTrainer(PPOTrainerSync):
         self._step_values = None
 
     def _validate(self) -> dict[str, float]:
-        """veRL's validation, also written as an ``eval_before`` / ``eval`` / ``eval_after`` record."""
-        metrics = super()._validate()
+        """veRL's validation with rows marked as validation (the agent's inference mode),
+        also written as an ``eval_before`` / ``eval`` / ``eval_after`` record."""
+        self._restore_metrics_file()
+        loader = self.val_dataloader
+        self.val_dataloader = ValidationRows(loader)
+        try:
+            metrics = super()._validate()
+        finally:
+            self.val_dataloader = loader
         total = int(getattr(self, "total_training_steps", 0) or 0)
         kind = "eval_before" if self.global_steps == 0 else "eval_after" if self.global_steps >= total else "eval"
-        exec_metric = self.config.get(PROJECT_NAMESPACE, {}).get("exec_metric", "ex")
         logger = self._project_logger()
         if logger is not None and metrics:
-            logger.log(int(self.global_steps), eval_record(metrics, exec_metric), kind=kind)
+            logger.log(int(self.global_steps), eval_record(metrics, self.settings.exec_metric), kind=kind)
         return metrics
 
     def fit(self, agent_loop_manager: Any) -> None:
-        """veRL's loop, then the held-out evaluation after training when the project asks
-        for one and veRL's periodic validation did not already run at the last step."""
+        """veRL's loop; then the held-out evaluation after training (when the project asks
+        for one and veRL's periodic validation did not already run at the last step),
+        logged to veRL's loggers (wandb, console, file) too, and the final weights."""
+        self._previous_file_log = self._read_metrics_file()
         super().fit(agent_loop_manager)
-        ns = self.config.get(PROJECT_NAMESPACE, {})
-        if ns.get("eval_after") and int(self.config.trainer.test_freq) <= 0:
-            self._validate()
+        last = getattr(self, "_last_step", None)
+        if last is not None:
+            self.global_steps = last  # veRL leaves it one past the last step
+            if self.settings.eval_after and int(self.config.trainer.test_freq) <= 0:
+                self._init_dump_executor()  # veRL shut it down at the last step; validation dumps use it
+                self.on_validate_begin()
+                metrics = self._validate()
+                self.on_validate_end()
+                self._shutdown_dump_executor()
+                self.logger.log(data=metrics, step=last)
+            self._export_final(last)
         logger = getattr(self, "_metrics_logger", None)
         if logger is not None:
             logger.close()
+
+    def on_train_begin(self) -> None:
+        super().on_train_begin()
+        self._restore_metrics_file()
+
+    # ------------------------------------------------------------------ resume and export
+
+    def _read_metrics_file(self) -> bytes:
+        """veRL's metrics JSONL up to the resumed step: veRL's ``FileLogger`` reopens it with
+        "wb" (truncating it), so the records of the steps this run continues from are kept
+        here and written back first (records of later steps, which this run redoes, are not)."""
+        path = os.environ.get("VERL_FILE_LOGGER_PATH")
+        if not path or "file" not in list(self.config.trainer.logger) or not os.path.exists(path):
+            return b""
+        if int(self.global_steps) <= 0:
+            return b""
+        kept = []
+        with open(path, "rb") as handle:
+            for line in handle:
+                try:
+                    step = int(json.loads(line).get("step", 0))
+                except (ValueError, AttributeError):
+                    continue  # a line cut by a crash
+                if step <= int(self.global_steps):
+                    kept.append(line if line.endswith(b"\n") else line + b"\n")
+        return b"".join(kept)
+
+    def _restore_metrics_file(self) -> None:
+        previous = getattr(self, "_previous_file_log", b"")
+        tracking = getattr(self, "logger", None)
+        file_logger = getattr(tracking, "logger", {}).get("file") if tracking is not None else None
+        if previous and file_logger is not None:
+            file_logger.fp.write(previous)
+            self._previous_file_log = b""
+
+    def _export_final(self, last: int) -> None:
+        """Copy the last step's HF weights to ``final_dir`` (saving that step's checkpoint
+        first when ``save_freq`` did not)."""
+        import shutil
+        from pathlib import Path
+
+        final = self.settings.final_dir
+        if not final:
+            return
+        step_dir = Path(self.config.trainer.default_local_dir) / f"global_step_{last}"
+        if not (step_dir / "actor").exists():
+            self._save_checkpoint()
+        hf_dir = step_dir / "actor" / "huggingface"
+        weights = [*hf_dir.glob("*.safetensors"), *hf_dir.glob("*.bin")] if hf_dir.exists() else []
+        if not weights:
+            raise ConfigError(
+                f"{hf_dir} holds no HF weights to export to {final}: add 'hf_model' to "
+                "actor_rollout_ref.actor.checkpoint.save_contents (the verl engine does with trainer.save_weights=true)"
+            )
+        shutil.copytree(hf_dir, final, dirs_exist_ok=True)
+        log.info("final weights of step %d exported to %s", last, final)
 
     # ------------------------------------------------------------------ KL schedule
 
@@ -350,8 +377,7 @@ class SqlAgentTrainer(PPOTrainerSync):
         """Read the project's schedule and the KL settings the actor workers started with."""
         from training.kl import KLSchedule
 
-        pairs = self.config.get(PROJECT_NAMESPACE, {}).get("kl_schedule") or [[0, 0.0]]
-        self.kl_schedule = KLSchedule.from_pairs([list(p) for p in pairs])
+        self.kl_schedule = KLSchedule.from_pairs([list(p) for p in self.settings.kl_schedule])
         actor = self.config.actor_rollout_ref.actor
         self._kl_state = (bool(actor.use_kl_loss), float(actor.kl_loss_coef))
 

@@ -28,7 +28,8 @@ from tests.agents.conftest import COUNT_SQL, JOIN_SQL, make_db
 from tests.agents.scripts import DUALSQL, TRUSTSQL
 from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
 from training.engines import verl_agent_loop as L
-from training.engines import verl_engine as E
+from training.engines import verl_common as C
+from training.engines import verl_config as E
 from training.engines import verl_trainer as T
 from training.engines.verl_reward import REWARD_KEY, compute_score
 from training.rewards import get_reward
@@ -110,7 +111,7 @@ def verl_config(model_dir: Path, agent: str, reward: str, options: dict | None =
 def batch_for(example: Example, n: int = 1):
     from verl.protocol import DataProto
 
-    row = E.example_to_row(example, 0)
+    row = C.example_to_row(example, 0)
     fields = {
         "raw_prompt": row["prompt"], "extra_info": row["extra_info"], "agent_name": row["agent_name"],
         "data_source": row["data_source"], "reward_model": row["reward_model"], "index": 0,
@@ -213,7 +214,7 @@ class CapturedTQ:
         self.puts.append({"keys": list(keys), "fields": fields, "tags": tags, "partition_id": partition_id})
 
 
-def test_dualsql_two_outputs_through_the_v1_worker_and_the_trainer(
+def test_dualsql_two_outputs_through_the_v1_worker(
     model_dir: Path, db_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from transfer_queue import KVBatchMeta
@@ -231,7 +232,7 @@ def test_dualsql_two_outputs_through_the_v1_worker_and_the_trainer(
     cfg = verl_config(model_dir, "dualsql", "dualsql", options={"guardrails": True})
     wrong = {**DUALSQL, "generator": [*DUALSQL["generator"][:-1], DUALSQL["generator"][-1].replace("MAX", "MIN")]}
     worker = InProcessTQWorker(cfg, llm_client=FakeServer(DUALSQL, per_session={"qid7-1": wrong}))
-    row = E.example_to_row(example, 0)
+    row = C.example_to_row(example, 0)
     prompt = {"raw_prompt": row["prompt"], "extra_info": row["extra_info"], "data_source": row["data_source"],
               "reward_model": row["reward_model"], "index": 0, "uid": "qid7", "global_steps": 1}
     sampling = {"temperature": 1.0, "top_p": 0.99, "top_k": 20, "repetition_penalty": 1.0, "logprobs": True}
@@ -262,42 +263,7 @@ def test_dualsql_two_outputs_through_the_v1_worker_and_the_trainer(
         assert r["response_mask"].tolist() == r["loss_mask"].tolist()  # veRL's loss mask follows ours
     assert rewards[0].total != pytest.approx(rewards[1].total)  # linker and generator rewards differ here
 
-    # the trainer subclass on those rows: groups per (question, role) from each row's own reward
-    store = {k: r for k, r in zip(keys, rows)}
-
-    class FakeTQ:
-        def kv_batch_get(self, keys, partition_id, select_fields):
-            from verl.utils.tensordict_utils import list_of_dict_to_tensordict
-
-            picked = []
-            for k in keys:
-                item = {f: store[k][f] for f in select_fields}
-                item["extra_fields"] = getattr(item["extra_fields"], "data", item["extra_fields"])
-                item["uid"] = getattr(item["uid"], "data", item["uid"])
-                picked.append(item)
-            return list_of_dict_to_tensordict(picked)
-
-        def kv_batch_put(self, keys, partition_id, fields):
-            self.fields = fields
-            return KVBatchMeta(partition_id=partition_id, keys=list(keys), tags=[{}] * len(keys))
-
-    fake = FakeTQ()
-    import transfer_queue
-
-    monkeypatch.setattr(transfer_queue, "kv_batch_get", fake.kv_batch_get)
-    monkeypatch.setattr(transfer_queue, "kv_batch_put", fake.kv_batch_put)
-    trainer = object.__new__(T.SqlAgentTrainer)
-    trainer.config = cfg
-    metrics: dict[str, float] = {}
-    trainer._compute_advantage(KVBatchMeta(partition_id="train", keys=keys, tags=[{}] * 4), metrics)
-    adv = list(fake.fields["advantages"].unbind())
-    linker_first = [float(adv[i][0]) for i in (0, 2)]
-    generator_first = [float(adv[i][0]) for i in (1, 3)]
-    # the linker group has no spread (identical linkers) -> 0; the generator group has
-    # one right and one wrong SQL -> +/- 1/sqrt(2) (two samples, unbiased std)
-    assert linker_first == [0.0, 0.0]
-    assert generator_first == pytest.approx([1 / np.sqrt(2), -1 / np.sqrt(2)], rel=1e-4)
-    assert metrics["sqlagent/linker/reward/mean"] == pytest.approx(rewards[0].total)
+    # their advantages through the real trainer: tests/training/verl/fit/test_dualsql.py
     # veRL's built-in step would have used the last output per session for both rows:
     rm = [float(r["rm_scores"].sum()) for r in rows]
     assert rm[0] == pytest.approx(rm[1]) and rm[2] == pytest.approx(rm[3])  # broadcast by veRL's worker
@@ -322,3 +288,40 @@ def test_generate_adapter_maps_sampling_and_finish_reason() -> None:
     assert request_id == "uid9-3" and prompt_ids == [1, 2, 3]
     assert sent == {"temperature": 0.7, "top_p": 0.9, "top_k": -1, "logprobs": True, "repetition_penalty": 1.0,
                     "max_tokens": 5, "stop": ["</tool_call>"]}
+
+
+def test_weight_versions_reach_every_output() -> None:
+    """veRL's LLMServerClient returns ``min_global_steps`` / ``max_global_steps`` in
+    ``extra_fields``; the outputs must carry them (``_compute_metrics`` casts them to int)."""
+    from verl.workers.rollout.replica import TokenOutput
+
+    class Server:
+        def __init__(self) -> None:
+            self.version = 3
+
+        async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+            self.version += 1
+            return TokenOutput(token_ids=[5, 6], log_probs=[-0.1, -0.2], stop_reason="completed",
+                               extra_fields={"global_steps": self.version, "min_global_steps": self.version,
+                                             "max_global_steps": self.version})
+
+    versions = L.WeightVersions()
+    agenerate = L.make_agenerate(Server(), "u-0", versions)
+    for _ in range(2):
+        asyncio.run(agenerate([1, 2], SamplingParams(max_new_tokens=4)))
+    assert versions.fields(fallback=0) == {"min_global_steps": 4, "max_global_steps": 5}
+    assert L.WeightVersions().fields(fallback=2) == {"min_global_steps": 2, "max_global_steps": 2}
+
+
+def test_a_dropped_episode_becomes_a_row_that_trains_nothing(db_file: Path) -> None:
+    from tools import get_database
+
+    example = example_for(db_file, COUNT_SQL)
+    limits = RolloutLimits(max_response_tokens=64, max_context_tokens=4096, max_prompt_tokens=16)
+    (traj,) = run_episodes(make_agent("think2sql"), [(example, get_database(example.db_path), 0)], TOK,
+                           lambda prompts, params: [], SamplingParams(max_new_tokens=8), limits)
+    assert "prompt_too_long" in traj.result.flags
+    out = L.dropped_output(traj, ["score", "exec", "reward_error"], 16, EOS)
+    assert out.response_mask == [0] and out.response_ids == [EOS] and len(out.prompt_ids) == 16
+    assert out.extra_fields[L.EPISODE_KEY]["dropped"] is True
+    assert out.extra_fields["reward_extra_info"] == {"score": 0.0, "exec": 0.0, "reward_error": 0.0}

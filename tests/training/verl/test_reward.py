@@ -16,7 +16,7 @@ import torch
 
 from agents.types import RewardBreakdown
 from training.engines import verl_reward as R
-from training.engines.verl_engine import VerlSettings, build_verl_config
+from training.engines.verl_config import VerlSettings, build_verl_config
 
 
 def test_doctests() -> None:

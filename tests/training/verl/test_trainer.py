@@ -1,4 +1,5 @@
-"""The trainer subclass's advantage step on veRL data, and the KL schedule.
+"""The advantage step's math on veRL rows (``verl_advantages``); the loop itself is proven
+through veRL's real ``fit()`` in ``tests/training/verl/fit/``.
 
 Rows are built the way veRL's v1 agent-loop worker stores them (one per agent-loop
 output, keyed ``{uid}_{session}_{index}``, ``extra_fields`` written by our agent loop).
@@ -140,6 +141,15 @@ def test_padding_rows_get_zero_and_stay_out_of_groups() -> None:
     assert float(data.batch["advantages"][3].abs().sum()) == 0.0
 
 
+def test_dropped_rows_stay_out_of_their_group() -> None:
+    rows = [row("u", "agent", [1, 1], r) for r in (1.0, 0.0, 0.5)]
+    dropped = row("u", "agent", [0], 0.0)
+    dropped["extra_fields"][T.EPISODE_KEY]["dropped"] = True  # an over-long prompt's placeholder row
+    data, metrics = T.phase_aware_advantages(as_proto(rows + [dropped]), T.AdvantageSettings(epsilon=EPS))
+    np.testing.assert_allclose(data.batch["advantages"][:3, 0].numpy(), normalised([1.0, 0.0, 0.5]), rtol=1e-4)
+    assert float(data.batch["advantages"][3].abs().sum()) == 0.0 and metrics["sqlagent/dropped_rows"] == 1.0
+
+
 def test_rows_from_another_agent_loop_are_rejected() -> None:
     bad = [{"uid": "u", "response_mask": torch.tensor([1]), "extra_fields": {"turn_scores": []}}] * 2
     with pytest.raises(ValueError, match="sqlagent"):
@@ -161,71 +171,11 @@ class FakeTransferQueue:
         return KVBatchMeta(partition_id=partition_id, keys=list(keys), tags=[{}] * len(keys))
 
 
-def test_compute_advantage_override_reads_and_writes_transfer_queue(monkeypatch: pytest.MonkeyPatch) -> None:
-    import transfer_queue
-    from omegaconf import OmegaConf
-
-    rows, keys = dualsql_rows()
-    fake = FakeTransferQueue(keys, rows)
-    monkeypatch.setattr(transfer_queue, "kv_batch_get", fake.kv_batch_get)
-    monkeypatch.setattr(transfer_queue, "kv_batch_put", fake.kv_batch_put)
-    trainer = object.__new__(T.SqlAgentTrainer)
-    trainer.config = OmegaConf.create({"sqlagent": {"advantage": {"estimator": "grpo", "epsilon": EPS}}})
-    batch = KVBatchMeta(partition_id="train", keys=keys, tags=[{"is_padding": False}] * len(keys))
-    metrics: dict[str, float] = {}
-    trainer._compute_advantage(batch, metrics)
-    written = fake.written["fields"]
-    assert fake.written["keys"] == keys
-    adv = written["advantages"]
-    assert adv.is_nested  # stored back per row, unpadded, as veRL's own step does
-    lengths = [int(r["response_mask"].shape[0]) for r in rows]
-    assert [int(x) for x in adv.offsets().diff()] == lengths
-    first_tokens = [float(t[0]) for t in adv.unbind()]
-    expected = [normalised([0.9, 0.2, 0.5]), normalised([1.1, 0.0, 0.0])]
-    np.testing.assert_allclose(first_tokens[0::2], expected[0], rtol=1e-4)
-    np.testing.assert_allclose(first_tokens[1::2], expected[1], rtol=1e-4)
-    assert "sqlagent/generator/reward/mean" in metrics
-
-
-class RecordingWorkerGroup:
-    def __init__(self) -> None:
-        self.loss_fns: list[Any] = []
-
-    def set_loss_fn(self, loss_fn: Any) -> None:
-        self.loss_fns.append(loss_fn)
-
-
-def test_kl_schedule_sends_new_loss_functions() -> None:
-    from training.engines.verl_engine import VerlSettings, build_verl_config
-
-    settings = VerlSettings(model_path="unused", train_files="t", val_files="v", agent="retoolsql",
-                            kl_schedule=((0, 0.005), (40, 0.001), (80, 0.0)))
-    cfg = build_verl_config(settings)
-    assert cfg.actor_rollout_ref.actor.use_kl_loss and cfg.actor_rollout_ref.actor.kl_loss_coef == 0.005
-    actor_cfg = T.actor_config_from(cfg, with_model=False)  # no model files in this test
-    trainer = object.__new__(T.SqlAgentTrainer)
-    trainer.config = cfg
-    trainer.actor_rollout_wg = RecordingWorkerGroup()
-    trainer.use_reference_policy = True
-    trainer._cached_actor_config = actor_cfg
-    trainer.init_kl_schedule()
-    seen = []
-    for step in range(100):
-        trainer.apply_kl_schedule(step)
-        seen.append((step, trainer._kl_state))
-    sent = trainer.actor_rollout_wg.loss_fns
-    assert len(sent) == 2  # 0.005 -> 0.001 at step 40, 0.001 -> 0 at step 80
-    assert sent[0].keywords["config"].kl_loss_coef == pytest.approx(0.001)
-    assert sent[0].keywords["config"].use_kl_loss is True
-    assert sent[1].keywords["config"].kl_loss_coef == 0.0
-    assert sent[1].keywords["config"].use_kl_loss is False  # beta is 0 for good: no KL term
-    assert trainer.use_reference_policy is False  # ... and no reference pass
-    assert actor_cfg.kl_loss_coef == pytest.approx(0.005)  # the original (frozen) config is untouched
-    assert dict(seen)[39] == (True, 0.005) and dict(seen)[40] == (True, 0.001)
-
-
 def test_rollout_correction_rejects_off_policy_rows_and_moves_loss_mask(monkeypatch: pytest.MonkeyPatch) -> None:
-    """DualSQL's sequence-level masked IS (veRL's Seq-MIS) inside the overridden step."""
+    """DualSQL's sequence-level masked IS (veRL's Seq-MIS) inside the overridden step.
+
+    Kept as a hand-built trainer: in the fit tier rollouts are on-policy (the server has
+    the trainer's weights), so no sequence is ever rejected there."""
     import transfer_queue
     from omegaconf import OmegaConf
 
@@ -240,7 +190,7 @@ def test_rollout_correction_rejects_off_policy_rows_and_moves_loss_mask(monkeypa
     monkeypatch.setattr(transfer_queue, "kv_batch_put", fake.kv_batch_put)
     trainer = object.__new__(T.SqlAgentTrainer)
     trainer.config = OmegaConf.create({
-        "sqlagent": {"advantage": {"estimator": "grpo", "epsilon": EPS}},
+        "sqlagent": {"agent": {"name": "dualsql"}, "advantage": {"estimator": "grpo", "epsilon": EPS}},
         "algorithm": {"rollout_correction": {"rollout_is": "sequence", "rollout_is_threshold": 2.0,
                                               "rollout_rs": "seq_sum_k1", "rollout_rs_threshold": "0.5_2.0",
                                               "bypass_mode": False, "rollout_is_batch_normalize": False}},
@@ -255,51 +205,6 @@ def test_rollout_correction_rejects_off_policy_rows_and_moves_loss_mask(monkeypa
     assert float(written["advantages"].unbind()[3].abs().sum()) == 0.0
     assert "rollout_is_weights" in written
     assert any(k.startswith("rollout_corr/") for k in metrics)
-
-
-def test_project_metrics_file_is_what_eval_compare_reads(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Step and evaluation records in the project's metrics.jsonl format, read back by eval.compare."""
-    from types import SimpleNamespace
-
-    import transfer_queue
-    from omegaconf import OmegaConf
-    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
-
-    from eval.compare import load_run
-
-    rows, keys = dualsql_rows()
-    for r, final_sql in zip(rows, [None, "SELECT 1"] * 3):  # linker rows carry no SQL
-        r["extra_fields"][T.EPISODE_KEY]["final_sql"] = final_sql
-    fake = FakeTransferQueue(keys, rows)
-    monkeypatch.setattr(transfer_queue, "kv_batch_get", fake.kv_batch_get)
-    monkeypatch.setattr(transfer_queue, "kv_batch_put", fake.kv_batch_put)
-    trainer = object.__new__(T.SqlAgentTrainer)
-    trainer.config = OmegaConf.create({
-        "sqlagent": {"advantage": {"estimator": "grpo"}, "run_dir": str(tmp_path), "exec_metric": "ex"},
-        "trainer": {"test_freq": -1},
-    })
-    trainer.total_training_steps = 3
-    trainer.checkpoint_manager = SimpleNamespace(update_weights=lambda *a, **k: None)
-    trainer.timing_raw = {}
-    val = {"val-core/sqlagent/reward/mean@1": 0.5, "val-aux/sqlagent/exec/mean@1": 0.25, "val-aux/num_turns/mean": 3}
-    monkeypatch.setattr(PPOTrainer, "_validate", lambda self: dict(val))
-
-    trainer.global_steps = 0
-    assert trainer._validate() == val  # veRL's numbers still go to veRL's loggers
-    trainer.global_steps = 1
-    trainer._compute_advantage(KVBatchMeta(partition_id="train", keys=keys, tags=[{}] * 6), {})
-    trainer.on_step_end()
-    trainer.global_steps = 3
-    val["val-aux/sqlagent/exec/mean@1"] = 0.5
-    trainer._validate()
-    trainer._metrics_logger.close()
-
-    view = load_run(tmp_path)
-    assert view.steps == [1]
-    generator_ex = 1 / 3  # generator exec components 1.1, 0.0, 0.0: one correct final answer
-    assert view.curves["ex/batch"] == [pytest.approx(generator_ex)]
-    assert view.curves["reward/total"] == [pytest.approx(np.mean([0.9, 1.1, 0.2, 0.0, 0.5, 0.0]))]
-    assert view.ex_before == 0.25 and view.ex == 0.5
 
 
 def test_eval_record_never_labels_another_metric_as_ex() -> None:

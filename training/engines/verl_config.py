@@ -1,4 +1,4 @@
-"""The ``verl`` engine: veRL 0.9.1 on Ray with vLLM rollouts (the GPU path of ``training.run``).
+"""The verl engine's configuration: project settings -> veRL's ``ppo_trainer`` tree.
 
 The project config is never merged into veRL's tree: veRL's ``ppo_trainer`` already owns
 ``data``, ``reward``, ``model`` and ``algorithm``, and extra keys there break its
@@ -6,40 +6,45 @@ dataclasses. Instead this module
 
 1. composes ``ppo_trainer`` on its own from ``pkg://verl.trainer.config``;
 2. fills it from a typed :class:`VerlSettings` (made from the project config by
-   :func:`settings_from_project`): model path, G -> ``rollout.n``, lr, clip-higher,
-   token-mean loss, KL loss, sampling, lengths, batch sizes for the node, dynamic sampling
-   (``algorithm.filter_groups``), our agent loop and our reward function;
-3. adds one top-level ``sqlagent`` namespace that the Ray workers read (agent, reward,
-   rollout limits, advantage and KL-schedule settings) - a namespace veRL does not own;
+   :func:`settings_from_project`): model path, attention, G -> ``rollout.n``, optimizer,
+   clip-higher, token-mean loss, KL loss, sampling, lengths, batch sizes, epochs sized to
+   ``trainer.total_steps``, checkpoints, dynamic sampling, our agent loop and reward;
+3. adds one top-level ``sqlagent`` namespace that the Ray workers read - a namespace
+   veRL does not own;
 4. applies the recipe's ``verl:`` block and ``verl.<path>=<value>`` overrides on top;
 5. validates with veRL's own ``validate_config`` plus the dataclass conversions veRL runs
-   at start-up, so a bad value fails here rather than minutes into a Ray launch.
-
-``dry_run=true`` prints the complete veRL config as YAML and exits; otherwise the engine
-writes the prompt parquet files and launches veRL's v1 trainer (our registered
-``sqlagent_sync`` trainer) through ``verl.trainer.main_ppo.run_ppo``.
+   at start-up, so a bad value fails here rather than minutes into a Ray launch (the
+   rules veRL only asserts later live in :mod:`training.engines.verl_checks`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
 import json
 import logging
-import math
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tools.errors import ConfigError
+from training.engines.verl_common import (
+    AGENT_LOOP_NAME,
+    PROJECT_NAMESPACE,
+    REWARD_FUNCTION_MODULE,
+    REWARD_FUNCTION_NAME,
+    TRAINER_MODE,
+    AdvantageSettings,
+    DynamicSampling,
+    WorkerSettings,
+    plain,
+)
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-    from agents.types import Example
     from training.config import TrainConfig
     from training.kl import KLSchedule
 
@@ -47,14 +52,8 @@ log = logging.getLogger(__name__)
 
 PPO_CONFIG_MODULE = "verl.trainer.config"
 PPO_CONFIG_NAME = "ppo_trainer"
-AGENT_LOOP_NAME = "sqlagent"
-TRAINER_MODE = "sqlagent_sync"
-PROJECT_NAMESPACE = "sqlagent"
-REWARD_FUNCTION_MODULE = "training.engines.verl_reward"
-REWARD_FUNCTION_NAME = "compute_score"
-DATA_SOURCE = "sqlagent"
-
-Say = Callable[[str], None]
+VERL_LOGGERS = {"console": "console", "jsonl": "file", "wandb": "wandb"}
+ATTENTION = ("sdpa", "flash_attention_2", "eager")
 
 
 @dataclass(frozen=True)
@@ -73,11 +72,13 @@ class VerlSettings:
     agent_options: Mapping[str, Any] = field(default_factory=dict)
     reward: str = "composite"
     reward_options: Mapping[str, Any] = field(default_factory=dict)
+    attn_implementation: str = "sdpa"  # flash_attention_2 is an opt-in (needs the flash-attn wheel)
     group_size: int = 16  # G -> actor_rollout_ref.rollout.n
     train_batch_size: int = 16  # questions per step (B)
     ppo_mini_batch_size: int | None = None  # questions per optimizer step; None = one pass
     ppo_epochs: int = 1
     lr: float = 1e-6
+    betas: tuple[float, float] = (0.9, 0.999)
     warmup_ratio: float = 0.03
     weight_decay: float = 0.01
     grad_clip: float = 1.0
@@ -98,9 +99,11 @@ class VerlSettings:
     response_length: int = 8192  # whole multi-turn response (policy + observation tokens)
     max_new_tokens_per_turn: int | None = None
     observation_max_tokens: int | None = None
-    filter_groups: bool = False
+    dynamic_sampling: bool = False  # SPEC's DAPO filter (algorithm.dynamic_sampling.enable)
+    refill: bool = False  # True: veRL's filter_groups refill; False: SPEC's draw BxK once
     filter_metric: str = "exec"
-    filter_max_inflight_batches: int = 4
+    filter_min_std: float = 1e-6
+    oversample: int = 4  # K
     advantage: str = "grpo"  # "grpo" | "two_track" (the training.advantages estimator name)
     schema_weight: float = 0.25  # lambda of the schema track
     schema_track: str = "schema"
@@ -108,15 +111,18 @@ class VerlSettings:
     advantage_epsilon: float = 1e-6
     norm_by_std: bool = True
     group_by: str = "role"  # "role": one GRPO group per (question, role); "question"
-    total_epochs: int = 1
+    total_epochs: int = 1  # enough passes for total_training_steps (verl_data.epochs_for)
     total_training_steps: int | None = None
     save_freq: int = -1
+    keep_checkpoints: int | None = None  # None = keep every checkpoint
+    save_weights: bool = True  # an HF copy in each checkpoint, the last one as run_dir/final
     test_freq: int = -1
     val_before_train: bool = False
     n_gpus_per_node: int = 8
     nnodes: int = 1
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.6
+    fsdp_offload: bool = False  # actor + reference parameters (and the actor's optimizer) on CPU between passes
     agent_workers: int = 8
     project_name: str = "sqlagent-rl"
     experiment_name: str = "run"
@@ -145,9 +151,12 @@ class VerlSettings:
         _ = self.schedule  # validates the pairs (training.kl.KLSchedule says how to fix them)
         if self.advantage not in ("grpo", "two_track"):
             raise ConfigError(f"advantage={self.advantage!r}: the verl engine supports 'grpo' and 'two_track'")
+        if self.attn_implementation not in ATTENTION:
+            raise ConfigError(f"model.attn_implementation={self.attn_implementation!r}; choose one of {ATTENTION}")
         _check_positive("prompt_length", self.prompt_length, "tokens")
         _check_positive("response_length", self.response_length, "tokens")
         _check_positive("n_gpus_per_node", self.n_gpus_per_node, "GPUs per node")
+        _check_positive("total_epochs", self.total_epochs, "passes over the training prompts")
 
     @property
     def schedule(self) -> KLSchedule:
@@ -159,6 +168,10 @@ class VerlSettings:
     def uses_kl(self) -> bool:
         """True when any step of the run has a positive beta (the reference pass is needed)."""
         return self.schedule.needs_reference(0)
+
+    @property
+    def max_model_len(self) -> int:
+        return self.prompt_length + self.response_length
 
 
 def _check_positive(name: str, value: int, what: str) -> None:
@@ -198,20 +211,29 @@ def fill_from_settings(cfg: DictConfig, s: VerlSettings) -> DictConfig:
         for dotted, value in section(s).items():
             OmegaConf.update(cfg, dotted, value, merge=False)
     with open_dict(cfg):
-        cfg[PROJECT_NAMESPACE] = OmegaConf.create(worker_namespace(s))
+        cfg[PROJECT_NAMESPACE] = OmegaConf.create(worker_settings(s).to_dict())
     return cfg
 
 
-def _max_tokens_per_gpu(s: VerlSettings) -> int:
-    """Multi-turn responses vary a lot in length: micro-batches are packed by tokens, not
-    rows (dynamic batch size), at most two full-length sequences per GPU."""
-    return 2 * (s.prompt_length + s.response_length)
+def max_tokens_per_gpu(s: VerlSettings) -> int:
+    """Per-GPU token budget of a packed micro-batch (dynamic batch size: multi-turn
+    responses vary a lot in length, so micro-batches are packed by tokens, not rows).
+
+    With flash-attn the varlen kernel needs no mask: two full-length sequences per GPU.
+    With sdpa, transformers builds a block-diagonal boolean mask over the packed row,
+    ``budget**2`` bytes (more where a kernel converts it to the compute dtype): one
+    full-length sequence per GPU keeps it at ``max_model_len**2`` - 1.7 GB for DualSQL's
+    40,960 (tests/training/verl/test_packed_sdpa.py shows the packed mask is exact).
+    """
+    per_sequence = s.max_model_len
+    return per_sequence if s.attn_implementation == "sdpa" else 2 * per_sequence
 
 
 def model_values(s: VerlSettings) -> dict[str, Any]:
     return {
         "actor_rollout_ref.model.path": s.model_path,
         "actor_rollout_ref.model.use_remove_padding": True,
+        "actor_rollout_ref.model.override_config": {"attn_implementation": s.attn_implementation},
         "actor_rollout_ref.model.trust_remote_code": s.trust_remote_code,
         "actor_rollout_ref.model.enable_gradient_checkpointing": True,  # long multi-turn sequences
         "data.trust_remote_code": s.trust_remote_code,
@@ -219,11 +241,15 @@ def model_values(s: VerlSettings) -> dict[str, Any]:
 
 
 def actor_values(s: VerlSettings) -> dict[str, Any]:
-    """Optimizer, clip-higher PPO loss, token-mean aggregation, KL loss (beta at step 0)."""
+    """Optimizer (schedule sized on the steps that run), clip-higher PPO loss, token-mean
+    aggregation, KL loss (beta at step 0), checkpoint contents."""
     prefix = "actor_rollout_ref.actor"
+    contents = ["model", "optimizer", "extra"] + (["hf_model"] if s.save_weights else [])
     values = {
         "optim.lr": s.lr,
+        "optim.betas": list(s.betas),
         "optim.lr_warmup_steps_ratio": s.warmup_ratio,
+        "optim.total_training_steps": s.total_training_steps or -1,
         "optim.weight_decay": s.weight_decay,
         "grad_clip": s.grad_clip,
         "clip_ratio_low": s.clip_ratio_low,
@@ -237,9 +263,15 @@ def actor_values(s: VerlSettings) -> dict[str, Any]:
         "ppo_mini_batch_size": s.ppo_mini_batch_size or s.train_batch_size,
         "ppo_epochs": s.ppo_epochs,
         "use_dynamic_bsz": True,
-        "ppo_max_token_len_per_gpu": _max_tokens_per_gpu(s),
+        "ppo_max_token_len_per_gpu": max_tokens_per_gpu(s),
+        "checkpoint.save_contents": contents,
+        "checkpoint.load_contents": ["model", "optimizer", "extra"],
+        "fsdp_config.param_offload": s.fsdp_offload,
+        "fsdp_config.optimizer_offload": s.fsdp_offload,
     }
-    return {f"{prefix}.{key}": value for key, value in values.items()}
+    out = {f"{prefix}.{key}": value for key, value in values.items()}
+    out["actor_rollout_ref.ref.fsdp_config.param_offload"] = s.fsdp_offload
+    return out
 
 
 def rollout_values(s: VerlSettings) -> dict[str, Any]:
@@ -258,7 +290,7 @@ def rollout_values(s: VerlSettings) -> dict[str, Any]:
         "val_kwargs.do_sample": s.val_temperature > 0,
         "prompt_length": s.prompt_length,
         "response_length": s.response_length,
-        "max_model_len": s.prompt_length + s.response_length,
+        "max_model_len": s.max_model_len,
         "tensor_model_parallel_size": s.tensor_parallel_size,
         "gpu_memory_utilization": s.gpu_memory_utilization,
         "calculate_log_probs": True,
@@ -266,11 +298,11 @@ def rollout_values(s: VerlSettings) -> dict[str, Any]:
         "agent.default_agent_loop": AGENT_LOOP_NAME,
         "agent.num_workers": s.agent_workers,
         "log_prob_use_dynamic_bsz": True,
-        "log_prob_max_token_len_per_gpu": _max_tokens_per_gpu(s),
+        "log_prob_max_token_len_per_gpu": max_tokens_per_gpu(s),
     }
     out = {f"{prefix}.{key}": value for key, value in values.items()}
     out["actor_rollout_ref.ref.log_prob_use_dynamic_bsz"] = True
-    out["actor_rollout_ref.ref.log_prob_max_token_len_per_gpu"] = _max_tokens_per_gpu(s)
+    out["actor_rollout_ref.ref.log_prob_max_token_len_per_gpu"] = max_tokens_per_gpu(s)
     return out
 
 
@@ -290,14 +322,20 @@ def data_values(s: VerlSettings) -> dict[str, Any]:
 
 
 def algorithm_values(s: VerlSettings) -> dict[str, Any]:
-    """GRPO (the trainer subclass computes it), dynamic sampling, our reward function."""
+    """GRPO (the trainer subclass computes it), dynamic sampling, our reward function.
+
+    veRL's ``filter_groups`` refills a step with new batches until B groups have reward
+    variance; that is only switched on with ``algorithm.dynamic_sampling.refill=true``.
+    The default (SPEC's DAPO as the papers ran it: draw B x K once, keep up to B groups,
+    zero-mask the rest) is the trainer subclass's, from the ``sqlagent`` namespace.
+    """
     return {
         "algorithm.adv_estimator": "grpo",
         "algorithm.norm_adv_by_std_in_grpo": s.norm_by_std,
         "algorithm.use_kl_in_reward": False,
-        "algorithm.filter_groups.enable": s.filter_groups,
+        "algorithm.filter_groups.enable": s.dynamic_sampling and s.refill,
         "algorithm.filter_groups.metric": "score" if s.filter_metric == "total" else s.filter_metric,
-        "algorithm.filter_groups.max_inflight_gen_batches": s.filter_max_inflight_batches,
+        "algorithm.filter_groups.max_inflight_gen_batches": s.oversample,
         "reward.custom_reward_function.path": _module_file(REWARD_FUNCTION_MODULE),
         "reward.custom_reward_function.name": REWARD_FUNCTION_NAME,
     }
@@ -312,6 +350,7 @@ def trainer_values(s: VerlSettings) -> dict[str, Any]:
         "trainer.total_epochs": s.total_epochs,
         "trainer.total_training_steps": s.total_training_steps,
         "trainer.save_freq": s.save_freq,
+        "trainer.max_actor_ckpt_to_keep": s.keep_checkpoints,
         "trainer.test_freq": s.test_freq,
         "trainer.val_before_train": s.val_before_train,
         "trainer.project_name": s.project_name,
@@ -329,43 +368,37 @@ SECTIONS: tuple[Callable[[VerlSettings], dict[str, Any]], ...] = (
 """The mapping from project settings to veRL keys, one plain function per part of the tree."""
 
 
-def worker_namespace(s: VerlSettings) -> dict[str, Any]:
-    """The ``sqlagent`` block the Ray workers read (agent loop and trainer subclass).
-
-    Kept to plain JSON-like values so it survives OmegaConf and Ray pickling.
-    """
-    return {
-        "agent": {"name": s.agent, "options": plain(s.agent_options)},
-        "reward": {"name": s.reward, "options": plain(s.reward_options)},
-        "rollout": {
-            "max_new_tokens_per_turn": s.max_new_tokens_per_turn,
-            "observation_max_tokens": s.observation_max_tokens,
-        },
-        "advantage": {
-            "estimator": s.advantage,
-            "schema_weight": s.schema_weight,
-            "schema_track": s.schema_track,
-            "clamp": s.advantage_clip,
-            "epsilon": s.advantage_epsilon,
-            "norm_by_std": s.norm_by_std,
-            "group_by": s.group_by,
-        },
-        "kl_schedule": [[int(a), float(b)] for a, b in s.kl_schedule],
-        "run_dir": str(Path(s.output_dir).resolve()),
-        "exec_metric": str(s.reward_options.get("exec_metric", "ex")),
-        "eval_after": s.val_before_train,
-        "filter_metric": s.filter_metric if s.filter_groups else None,
-    }
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    """veRL's ``trainer.default_local_dir`` for a run (absolute: Ray actors do not share
+    the driver's working directory)."""
+    return Path(run_dir).resolve() / "checkpoints"
 
 
-def plain(value: Any) -> Any:
-    """Mappings/sequences (OmegaConf nodes included: DictConfig is a Mapping, ListConfig
-    a Sequence) as plain, resolved dicts/lists."""
-    if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
-        return [plain(v) for v in value]
-    return value
+def worker_settings(s: VerlSettings) -> WorkerSettings:
+    """The ``sqlagent`` block the Ray workers read (agent loop and trainer subclass), as
+    the typed :class:`~training.engines.verl_common.WorkerSettings` they read it back into."""
+    run_dir = Path(s.output_dir).resolve()
+    return WorkerSettings(
+        agent=s.agent,
+        agent_options=plain(s.agent_options),
+        reward=s.reward,
+        reward_options=plain(s.reward_options),
+        max_new_tokens_per_turn=s.max_new_tokens_per_turn,
+        observation_max_tokens=s.observation_max_tokens,
+        advantage=AdvantageSettings(
+            estimator=s.advantage, group_by=s.group_by, epsilon=s.advantage_epsilon, norm_by_std=s.norm_by_std,
+            clamp=s.advantage_clip, schema_weight=s.schema_weight, schema_track=s.schema_track,
+        ),
+        kl_schedule=tuple((int(a), float(b)) for a, b in s.kl_schedule),
+        dynamic_sampling=DynamicSampling(
+            enable=s.dynamic_sampling, metric=s.filter_metric, min_std=s.filter_min_std, refill=s.refill,
+            oversample=s.oversample,
+        ),
+        run_dir=str(run_dir),
+        final_dir=str(run_dir / "final") if s.save_weights else None,
+        exec_metric=str(s.reward_options.get("exec_metric", "ex")),
+        eval_after=s.val_before_train,
+    )
 
 
 def _module_file(module: str) -> str:
@@ -484,11 +517,12 @@ def validate_verl_config(cfg: DictConfig) -> None:
 
 
 def _check_namespace(cfg: DictConfig) -> None:
-    ns = cfg.get(PROJECT_NAMESPACE)
-    if ns is None:
-        raise ConfigError(f"the veRL config lacks the '{PROJECT_NAMESPACE}' block; build it with build_verl_config")
-    if not ns.get("agent", {}).get("name"):
-        raise ConfigError(f"{PROJECT_NAMESPACE}.agent.name is empty: set agent=<name> (e.g. agent=trustsql)")
+    """The ``sqlagent`` block reads back as the workers will read it (a ``verl.sqlagent.*``
+    override with a bad key or value fails here, not in a Ray worker)."""
+    try:
+        WorkerSettings.from_config(cfg)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(str(err)) from err
 
 
 def build_verl_config(
@@ -502,129 +536,127 @@ def build_verl_config(
     return cfg
 
 
-def to_yaml(cfg: DictConfig) -> str:
-    """The config as YAML, interpolations left as written (what veRL will resolve)."""
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_yaml(cfg)
+# ----------------------------------------------------------------------------- from the project config
 
 
-# ----------------------------------------------------------------------------- data
+def settings_from_project(
+    cfg: TrainConfig, model_path: str | None = None, num_train_examples: int | None = None
+) -> VerlSettings:
+    """Map the typed project config onto :class:`VerlSettings` (the one place that does).
 
-
-def example_to_row(example: Example, index: int) -> dict[str, Any]:
-    """One prompt row of veRL's RLHFDataset for one example.
-
-    The chat ``prompt`` is a placeholder (the agent builds the real prompt from the
-    example); the example itself travels as JSON in ``extra_info`` so the agent loop in
-    the Ray worker can rebuild it exactly.
+    ``model_path`` is the resolved model directory; without it :func:`policy_path` names
+    it. ``num_train_examples`` sizes the epochs (veRL stops at ``trainer.total_epochs``
+    even when steps remain); without it the training split is counted.
     """
+    from training.engines.verl_data import count_examples, data_files
+
+    _refuse_local_only(cfg)
+    if num_train_examples is None:
+        num_train_examples = count_examples(cfg.data, cfg.data.split, cfg.data.limit)
+    train_file, val_file = data_files(cfg.run_dir)
+    return VerlSettings(
+        model_path=str(model_path or policy_path(cfg)),
+        train_files=str(train_file),
+        val_files=str(val_file),
+        **_model_fields(cfg),
+        **_algorithm_fields(cfg),
+        **_rollout_fields(cfg),
+        **_run_fields(cfg, num_train_examples),
+    )
+
+
+def _model_fields(cfg: TrainConfig) -> dict[str, Any]:
+    """Agent, reward and the model's parallelism (from the backbone table when it is one)."""
+    from training.backbones import BACKBONES
+
+    backbone = BACKBONES.get(cfg.model.path or cfg.model.backbone or "")
     return {
-        "data_source": DATA_SOURCE,
-        "agent_name": AGENT_LOOP_NAME,
-        "prompt": [{"role": "user", "content": example.question}],
-        "reward_model": {"style": "rule", "ground_truth": example.gold_sql},
-        "extra_info": {"index": index, "example_id": example.id, "example": example_to_json(example)},
+        "agent": cfg.agent.name,
+        "agent_options": dict(cfg.agent.options),
+        "reward": cfg.reward.name,
+        "reward_options": {"exec_metric": cfg.reward.exec_metric, **cfg.reward.options},
+        "attn_implementation": cfg.model.attn_implementation,
+        "tensor_parallel_size": backbone.tensor_parallel_size if backbone else 1,
+        "fsdp_offload": backbone.fsdp_offload if backbone else False,
+        "trust_remote_code": cfg.model.trust_remote_code,
     }
 
 
-def example_to_json(example: Example) -> str:
-    return json.dumps(dataclasses.asdict(example), ensure_ascii=False)
+def _algorithm_fields(cfg: TrainConfig) -> dict[str, Any]:
+    """GRPO, the optimizer, dynamic sampling and the advantage estimator."""
+    alg, opt, adv, ds = cfg.algorithm, cfg.optim, cfg.advantage, cfg.algorithm.dynamic_sampling
+    return {
+        "group_size": alg.group_size,
+        "train_batch_size": alg.batch_size,
+        "ppo_mini_batch_size": alg.batch_size // alg.mini_batches,
+        "lr": opt.lr,
+        "betas": (float(opt.betas[0]), float(opt.betas[1])),
+        "warmup_ratio": opt.warmup_ratio,
+        "weight_decay": opt.weight_decay,
+        "grad_clip": opt.grad_clip,
+        "clip_ratio_low": alg.clip_ratio_low,
+        "clip_ratio_high": alg.clip_ratio_high,
+        "clip_ratio_c": alg.clip_ratio_c,
+        "entropy_coeff": alg.entropy_coeff,
+        "loss_agg_mode": alg.loss_agg_mode,
+        "kl_schedule": tuple((int(a), float(b)) for a, b in alg.kl_schedule),
+        "kl_loss_type": alg.kl_type,
+        "dynamic_sampling": ds.enable,
+        "refill": ds.refill,
+        "filter_metric": ds.metric,
+        "filter_min_std": ds.min_std,
+        "oversample": ds.oversample,
+        "advantage": adv.estimator,
+        "schema_weight": adv.schema_weight,
+        "schema_track": adv.schema_track,
+        "advantage_clip": adv.clamp,
+        "advantage_epsilon": adv.epsilon,
+        "norm_by_std": adv.norm_by_std,
+        "group_by": adv.group_by,
+    }
 
 
-def example_from_json(text: str) -> Example:
-    """Inverse of :func:`example_to_json` (tuples restored)."""
-    from agents.types import Example
-
-    data = json.loads(text)
-    for key in ("gold_tables", "gold_columns"):
-        data[key] = tuple(data.get(key) or ())
-    return Example(**data)
-
-
-def write_prompt_file(examples: Sequence[Example], path: str | Path) -> Path:
-    """Write examples as a parquet file veRL's RLHFDataset reads."""
-    import datasets
-
-    if not examples:
-        raise ConfigError(f"no examples to write to {path}: check the data config (split, limit)")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    rows = [example_to_row(ex, i) for i, ex in enumerate(examples)]
-    datasets.Dataset.from_list(rows).to_parquet(str(path))
-    return path
+def _rollout_fields(cfg: TrainConfig) -> dict[str, Any]:
+    """Sampling and lengths (the prompt budget is the design's drop rule)."""
+    roll = cfg.rollout
+    return {
+        "temperature": roll.temperature,
+        "top_p": roll.top_p,
+        "top_k": roll.top_k if roll.top_k > 0 else -1,
+        "val_temperature": roll.eval_temperature,
+        "prompt_length": roll.max_prompt_tokens,
+        "response_length": roll.max_response_tokens,
+        "max_new_tokens_per_turn": roll.max_new_tokens,
+        "observation_max_tokens": roll.observation_max_tokens,
+    }
 
 
-# ----------------------------------------------------------------------------- launch
+def _run_fields(cfg: TrainConfig, num_train_examples: int) -> dict[str, Any]:
+    """Steps and epochs, checkpoints, validation, logging, the run directory."""
+    from training.engines.verl_data import epochs_for
+
+    tr = cfg.trainer
+    epochs, steps = epochs_for(tr.total_steps, num_train_examples, cfg.algorithm.batch_size)
+    loggers = ["file"] + [VERL_LOGGERS[name] for name in cfg.logger if VERL_LOGGERS[name] != "file"]
+    return {
+        "total_epochs": epochs,
+        "total_training_steps": steps,
+        "save_freq": tr.save_every,
+        "keep_checkpoints": tr.keep_checkpoints,
+        "save_weights": tr.save_weights,
+        "test_freq": tr.val_every if tr.val_every > 0 else -1,
+        "val_before_train": tr.eval_before_after,
+        "project_name": tr.project,
+        "experiment_name": cfg.recipe_name or "run",
+        "output_dir": cfg.run_dir,
+        "resume": cfg.resume,
+        "loggers": tuple(loggers),
+        "seed": cfg.seed,
+    }
 
 
-def launch(cfg: DictConfig) -> None:
-    """Run veRL's v1 trainer (our ``sqlagent_sync``) on Ray; blocks until training ends."""
-    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
-    from verl.utils.device import auto_set_device
-
-    import training.engines.verl_plugin  # noqa: F401  (agent loop + trainer registered here too)
-
-    auto_set_device(cfg)
-    run_ppo(cfg, task_runner_class=TaskRunnerV1)
-
-
-def steps_per_epoch(num_examples: int, settings: VerlSettings) -> int:
-    """Training steps in one pass over ``num_examples`` questions (veRL drops the last batch)."""
-    return max(1, math.floor(num_examples / settings.train_batch_size))
-
-
-# ----------------------------------------------------------------------------- the project's engine API
-
-
-VERL_LOGGERS = {"console": "console", "jsonl": "file", "wandb": "wandb"}
-VERL_METRICS_FILE = "verl_metrics.jsonl"
-"""veRL's own metrics (every key, its ``{"step", "data"}`` records); the project-format
-``metrics.jsonl`` (headline numbers, eval records) is written by the trainer subclass."""
-
-
-def data_files(run_dir: str | Path) -> tuple[Path, Path]:
-    """Where the engine writes the train / validation prompt parquet files (absolute:
-    Ray actors do not share the driver's working directory)."""
-    root = Path(run_dir).resolve() / "verl_data"
-    return root / "train.parquet", root / "val.parquet"
-
-
-def checkpoint_dir(run_dir: str | Path) -> Path:
-    """veRL's ``trainer.default_local_dir`` for a run (absolute, for the same reason)."""
-    return Path(run_dir).resolve() / "checkpoints"
-
-
-def prepare_run_dir(run_dir: str | Path, resume: bool, fresh: bool, say: Say = print) -> None:
-    """The project's resume rules (as the local engine applies them) for veRL checkpoints:
-    ``fresh`` deletes them, ``resume`` continues, neither refuses to overwrite."""
-    import shutil
-
-    from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
-
-    ckpt = checkpoint_dir(run_dir)
-    if fresh:
-        shutil.rmtree(ckpt, ignore_errors=True)
-        (Path(run_dir) / "metrics.jsonl").unlink(missing_ok=True)
-        return
-    latest = find_latest_ckpt_path(str(ckpt)) if ckpt.exists() else None
-    if resume:
-        say(f"[resume] {'continuing from ' + str(latest) if latest else 'no checkpoint in ' + str(ckpt) + '; starting from step 0'}")
-    elif latest is not None:
-        raise ConfigError(
-            f"{run_dir} already holds veRL checkpoint {latest}; pass resume=true to continue it, "
-            "fresh=true to start over, or run_dir=<another directory>"
-        )
-
-
-def settings_from_project(cfg: TrainConfig, model_path: str | None = None) -> VerlSettings:
-    """Map the typed project config onto :class:`VerlSettings` (the one place that does).
-
-    ``model_path`` is the resolved HF directory; without it the configured path is used,
-    or the embedded default's checkpoint directory (not converted here, so a dry run
-    never downloads anything).
-    """
-    alg, roll, opt = cfg.algorithm, cfg.rollout, cfg.optim
+def _refuse_local_only(cfg: TrainConfig) -> None:
+    alg = cfg.algorithm
     if cfg.stage.warm_start.enable:
         raise ConfigError(
             "stage.warm_start.enable=true runs on the local engine only; on veRL, fine-tune first "
@@ -635,66 +667,18 @@ def settings_from_project(cfg: TrainConfig, model_path: str | None = None) -> Ve
             f"algorithm.mini_batches={alg.mini_batches} must divide algorithm.batch_size={alg.batch_size} "
             "on the verl engine (veRL splits a step into equal mini-batches of questions)"
         )
-    if model_path is None:
-        model_path = cfg.stage.init_from or cfg.model.path
-        if not model_path:
-            from training.model import embedded_checkpoint_dir
 
-            model_path = str(embedded_checkpoint_dir())
-    train_file, val_file = data_files(cfg.run_dir)
-    loggers = ["file"] + [VERL_LOGGERS[name] for name in cfg.logger if VERL_LOGGERS[name] != "file"]
-    return VerlSettings(
-        model_path=str(model_path),
-        train_files=str(train_file),
-        val_files=str(val_file),
-        agent=cfg.agent.name,
-        agent_options=dict(cfg.agent.options),
-        reward=cfg.reward.name,
-        reward_options={"exec_metric": cfg.reward.exec_metric, **cfg.reward.options},
-        group_size=alg.group_size,
-        train_batch_size=alg.batch_size,
-        ppo_mini_batch_size=alg.batch_size // alg.mini_batches,
-        lr=opt.lr,
-        warmup_ratio=opt.warmup_ratio,
-        weight_decay=opt.weight_decay,
-        grad_clip=opt.grad_clip,
-        clip_ratio_low=alg.clip_ratio_low,
-        clip_ratio_high=alg.clip_ratio_high,
-        clip_ratio_c=alg.clip_ratio_c,
-        entropy_coeff=alg.entropy_coeff,
-        loss_agg_mode=alg.loss_agg_mode,
-        kl_schedule=tuple((int(a), float(b)) for a, b in alg.kl_schedule),
-        kl_loss_type=alg.kl_type,
-        temperature=roll.temperature,
-        top_p=roll.top_p,
-        top_k=roll.top_k if roll.top_k > 0 else -1,
-        val_temperature=roll.eval_temperature,
-        prompt_length=roll.max_prompt_tokens,
-        response_length=roll.max_response_tokens,
-        max_new_tokens_per_turn=roll.max_new_tokens,
-        observation_max_tokens=roll.observation_max_tokens,
-        filter_groups=alg.dynamic_sampling.enable,
-        filter_metric=alg.dynamic_sampling.metric,
-        filter_max_inflight_batches=alg.dynamic_sampling.oversample,
-        advantage=cfg.advantage.estimator,
-        schema_weight=cfg.advantage.schema_weight,
-        schema_track=cfg.advantage.schema_track,
-        advantage_clip=cfg.advantage.clamp,
-        advantage_epsilon=cfg.advantage.epsilon,
-        norm_by_std=cfg.advantage.norm_by_std,
-        group_by=cfg.advantage.group_by,
-        total_training_steps=cfg.trainer.total_steps,
-        save_freq=cfg.trainer.save_every,
-        test_freq=cfg.trainer.val_every if cfg.trainer.val_every > 0 else -1,
-        val_before_train=cfg.trainer.eval_before_after,
-        project_name=cfg.trainer.project,
-        experiment_name=cfg.recipe_name or "run",
-        output_dir=cfg.run_dir,
-        resume=cfg.resume,
-        loggers=tuple(loggers),
-        seed=cfg.seed,
-        trust_remote_code=cfg.model.trust_remote_code,
-    )
+
+def policy_path(cfg: TrainConfig) -> str:
+    """The model the verl engine trains: ``stage.init_from``, else ``model.path``, else the
+    recipe's GPU backbone (``model.backbone``, a hub name), else the embedded default's
+    checkpoint directory (not converted here, so a dry run never downloads anything)."""
+    path = cfg.stage.init_from or cfg.model.path or cfg.model.backbone
+    if path:
+        return str(path)
+    from training.model import embedded_checkpoint_dir
+
+    return str(embedded_checkpoint_dir())
 
 
 def split_verl_block(block: Mapping[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
@@ -714,99 +698,50 @@ def split_verl_block(block: Mapping[str, Any] | None) -> tuple[dict[str, Any], l
     return nested, dotted
 
 
-def verl_config_for(cfg: TrainConfig, model_path: str | None = None) -> DictConfig:
+def verl_config_for(
+    cfg: TrainConfig, model_path: str | None = None, num_train_examples: int | None = None
+) -> DictConfig:
     """The complete, validated veRL config for a project config."""
-    settings = settings_from_project(cfg, model_path)
+    settings = settings_from_project(cfg, model_path, num_train_examples)
     block, dotted = split_verl_block(cfg.verl)
     return build_verl_config(settings, block, dotted)
 
 
-def describe(cfg: TrainConfig) -> str:
-    """``dry_run=true``: the complete veRL config as YAML (nothing is downloaded or started)."""
-    verl_cfg = verl_config_for(cfg)
-    header = (
-        f"# engine=verl: veRL {_verl_version()} ppo_trainer composed from pkg://{PPO_CONFIG_MODULE}, "
-        f"filled from recipe={cfg.recipe_name}, then the recipe's verl: block and verl.* overrides\n"
-    )
-    return header + to_yaml(verl_cfg)
+def resolved_tree(cfg: DictConfig) -> tuple[dict[str, Any], list[str]]:
+    """The config as plain values with every interpolation resolved that can be, and the
+    dotted keys of those that cannot (kept as written, e.g. a ``${oc.env:...}`` whose
+    variable is unset on this machine)."""
+    from omegaconf import DictConfig as _Dict
+    from omegaconf import ListConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    unresolved: list[str] = []
+
+    def walk(node: Any, path: str) -> Any:
+        if isinstance(node, _Dict):
+            return {str(k): walk_key(node, k, f"{path}{k}") for k in node.keys()}
+        if isinstance(node, ListConfig):
+            return [walk_key(node, i, f"{path}{i}") for i in range(len(node))]
+        return node
+
+    def walk_key(parent: Any, key: Any, path: str) -> Any:
+        try:
+            value = parent[key]
+        except OmegaConfBaseException:
+            unresolved.append(path)
+            return OmegaConf.to_container(parent, resolve=False)[key]
+        return walk(value, path + ".")
+
+    return walk(cfg, ""), unresolved
 
 
-def _verl_version() -> str:
-    import verl
+def to_yaml(cfg: DictConfig) -> str:
+    """The config as YAML with interpolations resolved (what veRL will run); any that
+    cannot be resolved here are listed in a comment above it."""
+    import yaml
 
-    return str(getattr(verl, "__version__", "?"))
-
-
-def train(cfg: TrainConfig, say: Say = print) -> dict[str, Any]:
-    """Prepare the run (config, prompt files, logging) and run veRL's trainer on Ray."""
-    verl_cfg, summary = prepare(cfg, say)
-    launch(verl_cfg)
-    return summary
-
-
-def prepare(cfg: TrainConfig, say: Say = print, check_devices: bool = True) -> tuple[DictConfig, dict[str, Any]]:
-    """Everything before the Ray launch: the validated veRL config, the GPU check, the
-    run directory rules, the train / validation prompt files and the logging environment."""
-    from eval.data import load_examples
-    from training.model import resolve_model_path
-
-    if check_devices:  # before anything is downloaded or written
-        check_gpus(verl_config_for(cfg))
-    model_path = resolve_model_path(cfg.stage.init_from or cfg.model.path, say)
-    verl_cfg = verl_config_for(cfg, model_path)
-    prepare_run_dir(cfg.run_dir, cfg.resume, cfg.fresh, say)
-    data = cfg.data
-    common = {"kind": data.kind, "root": data.root, "drop_failing_gold": data.drop_failing_gold}
-    train_examples = load_examples(split=data.split, limit=data.limit, **common)
-    val_examples = load_examples(split=data.eval_split, limit=data.eval_limit, **common)
-    train_file, val_file = data_files(cfg.run_dir)
-    write_prompt_file(train_examples, train_file)
-    write_prompt_file(val_examples, val_file)
-    say(f"[verl] {len(train_examples)} train / {len(val_examples)} validation prompts in {train_file.parent}")
-    verl_metrics = _set_logging_env(verl_cfg, cfg.run_dir)
-    summary = {
-        "engine": "verl",
-        "run_dir": cfg.run_dir,
-        "metrics": str(Path(cfg.run_dir).resolve() / "metrics.jsonl"),
-        "verl_metrics": verl_metrics,
-        "train_examples": len(train_examples),
-        "val_examples": len(val_examples),
-    }
-    return verl_cfg, summary
-
-
-def check_gpus(verl_cfg: DictConfig) -> None:
-    """On one node, fail fast when the config asks for more GPUs than are visible (Ray
-    would otherwise wait for resources that never come)."""
-    import torch
-
-    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    wanted = int(verl_cfg.trainer.n_gpus_per_node)
-    if visible == 0:
-        raise ConfigError(
-            "engine=verl needs CUDA GPUs (and vLLM) and none is visible; use engine=local or engine=auto "
-            "(dry_run=true still prints the veRL config on any machine)"
-        )
-    if verl_cfg.trainer.nnodes == 1 and visible < wanted:
-        raise ConfigError(
-            f"trainer.n_gpus_per_node={wanted} but {visible} CUDA GPU(s) are visible; pass "
-            f"+verl.trainer.n_gpus_per_node={visible} (batch sizes must stay divisible) or use engine=local"
-        )
-
-
-def _set_logging_env(verl_cfg: DictConfig, run_dir: str) -> str:
-    """veRL's file logger and wandb read environment variables: set them here and in the
-    Ray runtime environment (every actor gets them). Returns veRL's metrics JSONL path."""
-    import os
-
-    from omegaconf import open_dict
-
-    metrics = str(Path(run_dir).resolve() / VERL_METRICS_FILE)
-    env = {"VERL_FILE_LOGGER_PATH": metrics}
-    if "wandb" in verl_cfg.trainer.logger and not os.environ.get("WANDB_API_KEY"):
-        env["WANDB_MODE"] = os.environ.get("WANDB_MODE", "offline")
-    os.environ.update(env)
-    with open_dict(verl_cfg):
-        runtime_env = verl_cfg.ray_kwargs.ray_init.runtime_env
-        runtime_env.env_vars = {**(runtime_env.get("env_vars") or {}), **env}
-    return metrics
+    tree, unresolved = resolved_tree(cfg)
+    head = ""
+    if unresolved:
+        head = "# left as written (cannot be resolved here): " + ", ".join(unresolved) + "\n"
+    return head + yaml.safe_dump(tree, sort_keys=False, default_flow_style=False, width=120)

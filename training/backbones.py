@@ -1,0 +1,152 @@
+"""The GPU backbones of the four designs: a small cited table the verl engine's checks use.
+
+Hubs are unreachable where the project is built, so what the checks need from each
+backbone's ``config.json`` is written down here, with its source. On a GPU node
+``tests/gpu/test_verl_smoke.py::test_backbone_table_matches_the_hub`` compares every row
+with the real ``config.json`` (where the hub is reachable). :func:`model_card` reads a local
+model directory's ``config.json`` first and falls back to this table, so a dry run on an
+offline machine still checks a hub name it knows, and says so when it knows nothing.
+
+Which backbone per design (SPEC.md and the papers in seeds/):
+- ReToolSQL: Gemma 4 31B Instruct, the paper's own model (seed 000, section 4.2). 31B dense
+  needs FSDP parameter + optimizer offload on 8x80 GB (``fsdp_offload``).
+- Think2SQL: Qwen2.5-Coder-7B-Instruct, the headline RL-QATCH model (seed 001, section 5).
+- TRUST-SQL: Qwen3-8B, the middle of the paper's 4B/8B/14B (seed 002, section 4.1).
+- DualSQL: Qwen3-8B, DualSQL-8B, the headline (seed 003, section 5; "Qwen3 ... supported by
+  VeRL", Limitations).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tools.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Backbone:
+    """What the checks read from a model's ``config.json`` (text part for multimodal ones)."""
+
+    hub_name: str
+    group: str  # recipes/model/<group>.yaml selects it (model=<group>)
+    max_position_embeddings: int  # vLLM refuses max_model_len above this (rope scaling aside)
+    num_attention_heads: int  # tensor / sequence parallel sizes must divide it
+    num_key_value_heads: int
+    vocab_size: int
+    chat_template: str  # the template family the checkpoint's tokenizer carries
+    tensor_parallel_size: int  # vLLM rollout TP the engine uses on 80 GB GPUs
+    source: str  # where the numbers come from
+    fsdp_offload: bool = False  # FSDP parameter + optimizer offload to CPU (too big for 8x80 GB otherwise)
+
+
+BACKBONES: dict[str, Backbone] = {
+    b.hub_name: b
+    for b in (
+        # https://huggingface.co/google/gemma-4-31B-it/blob/main/config.json (text_config):
+        # 60 layers (50 sliding-window, 10 global), 32 heads, 16 KV heads on sliding layers
+        # (4 on global ones), vocab 262,144, 262,144 positions; architecture
+        # Gemma4ForConditionalGeneration (text + vision). Model card:
+        # https://ai.google.dev/gemma/docs/core/model_card_4
+        # 31B dense: fp32 master weights + AdamW states alone are ~46 GB per GPU on 8 GPUs,
+        # beside vLLM's share, so the actor and reference offload to CPU between passes.
+        Backbone("google/gemma-4-31B-it", "gemma4_31b", 262_144, 32, 16, 262_144, "gemma4", 4,
+                 "huggingface.co/google/gemma-4-31B-it config.json (text_config)", fsdp_offload=True),
+        # https://huggingface.co/Qwen/Qwen2.5-Coder-7B-Instruct/blob/main/config.json:
+        # 28 layers, 28 heads, 4 KV heads, vocab 152,064, max_position_embeddings 32,768
+        # (the card's 128K needs YaRN factor 4, which the card adds by hand).
+        Backbone("Qwen/Qwen2.5-Coder-7B-Instruct", "qwen2_5_coder_7b", 32_768, 28, 4, 152_064, "chatml", 1,
+                 "huggingface.co/Qwen/Qwen2.5-Coder-7B-Instruct config.json"),
+        # https://huggingface.co/Qwen/Qwen3-8B/blob/main/config.json: 36 layers, 32 heads,
+        # 8 KV heads, vocab 151,936, max_position_embeddings 40,960 (= 32,768 output +
+        # 8,192 prompt, the card's "32,768 natively"; 131,072 with YaRN factor 4).
+        Backbone("Qwen/Qwen3-8B", "qwen3_8b", 40_960, 32, 8, 151_936, "chatml (qwen3, <think>)", 1,
+                 "huggingface.co/Qwen/Qwen3-8B config.json"),
+    )
+}
+NOTE = "numbers from the cited config.json files, not read from a checkpoint here"
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    """The numbers the checks use for one model path, and where they came from."""
+
+    path: str
+    max_position_embeddings: int | None
+    num_attention_heads: int | None
+    num_key_value_heads: int | None
+    vocab_size: int | None
+    rope_scaling: dict[str, Any] | None
+    origin: str  # "config.json at <dir>" | "backbone table (<source>)" | "unknown: <why>"
+
+    @property
+    def known(self) -> bool:
+        return self.max_position_embeddings is not None
+
+
+def model_card(path: str) -> ModelCard:
+    """The context and head counts of ``path``: its ``config.json`` when it is a local
+    directory, else the table row of that hub name, else an unknown card that says why."""
+    config = Path(path) / "config.json"
+    if config.is_file():
+        data = json.loads(config.read_text())
+        text = data.get("text_config") or data  # multimodal checkpoints nest the decoder
+        return ModelCard(
+            path, text.get("max_position_embeddings"), text.get("num_attention_heads"),
+            text.get("num_key_value_heads", text.get("num_attention_heads")), text.get("vocab_size"),
+            text.get("rope_scaling") or data.get("rope_scaling"), f"config.json at {Path(path).resolve()}",
+        )
+    row = BACKBONES.get(path)
+    if row is not None:
+        return ModelCard(path, row.max_position_embeddings, row.num_attention_heads, row.num_key_value_heads,
+                         row.vocab_size, None, f"backbone table ({row.source}; {NOTE})")
+    why = ("not a local directory with config.json and not in training/backbones.py's table; "
+           "its context length and head counts are unchecked (download it, or pass a local directory)")
+    return ModelCard(path, None, None, None, None, None, f"unknown: {why}")
+
+
+def backbone_for_group(group: str) -> Backbone:
+    for row in BACKBONES.values():
+        if row.group == group:
+            return row
+    raise ConfigError(f"no backbone for model group {group!r}; known: {sorted(b.group for b in BACKBONES.values())}")
+
+
+def derive_long_context_model(source: str | Path, target: str | Path, factor: float,
+                              rope_type: str = "yarn") -> Path:
+    """A model directory whose ``config.json`` carries rope scaling and
+    ``max_position_embeddings`` raised by ``factor`` (every other file linked, not copied).
+
+    veRL's ``override_config`` cannot carry YaRN and vLLM's length check reads only
+    ``max_position_embeddings``, so a longer context is this derived directory, used as
+    ``model.path``. ``original_max_position_embeddings`` keeps the trained length, which
+    YaRN scales from.
+    """
+    source, target = Path(source), Path(target)
+    config_path = source / "config.json"
+    if not config_path.is_file():
+        raise ConfigError(f"model.context_factor needs a local model directory with config.json; {source} has none "
+                          "(download the checkpoint first, e.g. `huggingface-cli download <hub name> --local-dir <dir>`)")
+    if not factor > 1.0:
+        raise ConfigError(f"model.context_factor={factor}: must be > 1 (1 or null keeps the native context)")
+    data = json.loads(config_path.read_text())
+    text = data.get("text_config") or data
+    params = text.get("rope_parameters") or {}  # transformers 5 writes this; 4.x wrote rope_scaling
+    if text.get("rope_scaling") or params.get("rope_type", "default") != "default":
+        raise ConfigError(f"{config_path} already scales rope ({text.get('rope_scaling') or params}); "
+                          "use it as it is, without model.context_factor")
+    native = int(text["max_position_embeddings"])
+    scaling = {"rope_type": rope_type, "factor": float(factor), "original_max_position_embeddings": native}
+    text["rope_scaling"] = scaling  # what vLLM and transformers 4.x read
+    if params:
+        text["rope_parameters"] = {**params, **scaling}  # what transformers 5 reads (rope_theta kept)
+    text["max_position_embeddings"] = int(native * factor)
+    target.mkdir(parents=True, exist_ok=True)
+    for item in source.iterdir():
+        link = target / item.name
+        if item.name != "config.json" and not link.exists():
+            link.symlink_to(item.resolve())
+    (target / "config.json").write_text(json.dumps(data, indent=2))
+    return target

@@ -1,0 +1,288 @@
+"""The ``verl`` engine: veRL 0.9.1 on Ray with vLLM rollouts (the GPU path of ``training.run``).
+
+``describe`` (``dry_run=true``) prints the complete veRL config, resolved, after the same
+checks a real run makes; ``train`` prepares the run (config, checks, GPU count, model
+directory, run-directory rules, prompt files, logging environment) and launches veRL's
+v1 trainer (our registered ``sqlagent_sync`` trainer) through
+``verl.trainer.main_ppo.run_ppo``. The mapping lives in :mod:`.verl_config`, the rows in
+:mod:`.verl_data`, the start-up rules in :mod:`.verl_checks`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import logging
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tools.errors import ConfigError, ToolkitError
+from training.engines.verl_common import VERL_METRICS_FILE
+from training.engines.verl_config import PPO_CONFIG_MODULE, checkpoint_dir, policy_path, to_yaml, verl_config_for
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from agents.types import Example
+    from training.backbones import ModelCard
+    from training.config import TrainConfig
+
+Say = Callable[[str], None]
+
+
+
+# ----------------------------------------------------------------------------- the engine API
+
+
+def describe(cfg: TrainConfig) -> str:
+    """``dry_run=true``: the complete veRL config as resolved YAML, after the checks a real
+    run makes (nothing is downloaded, written or started). A config that would crash is
+    refused here with the same message ``prepare()`` gives."""
+    from training.engines.verl_checks import check_run
+
+    notes: list[str] = []
+    with quiet_verl_import():
+        try:
+            count: int | None = len(_load(cfg, cfg.data.split, cfg.data.limit))
+        except ToolkitError as err:
+            count = cfg.algorithm.batch_size * (cfg.trainer.total_steps or 1)
+            notes.append(f"data unreadable here ({err}); trainer.total_epochs assumes {count} training prompts")
+        verl_cfg = verl_config_for(cfg, num_train_examples=count)
+        card = expected_card(cfg)
+        report = check_run(verl_cfg, card)
+    report.raise_first()
+    if card.known:
+        notes.append(f"model {card.path}: {card.max_position_embeddings} positions, {card.num_attention_heads} "
+                     f"heads, {card.num_key_value_heads} KV heads - {card.origin}")
+    notes += [f"unchecked: {item}" for item in report.unchecked] + [f"note: {item}" for item in report.notes]
+    header = (
+        f"# engine=verl: veRL {_verl_version()} ppo_trainer composed from pkg://{PPO_CONFIG_MODULE}, "
+        f"filled from recipe={cfg.recipe_name}, then the recipe's verl: block and verl.* overrides\n"
+        + "".join(f"# {note}\n" for note in notes)
+    )
+    return header + to_yaml(verl_cfg)
+
+
+def train(cfg: TrainConfig, say: Say = print) -> dict[str, Any]:
+    """Prepare the run and run veRL's trainer on Ray (blocks until training ends)."""
+    verl_cfg, summary = prepare(cfg, say)
+    launch(verl_cfg)
+    return summary
+
+
+def prepare(cfg: TrainConfig, say: Say = print, check_devices: bool = True) -> tuple[DictConfig, dict[str, Any]]:
+    """Everything before the Ray launch, failing before anything is downloaded or written:
+    the validated veRL config, the start-up checks, the GPU count; then the model
+    directory, the run-directory rules, the prompt files and the logging environment."""
+    from training.engines.verl_checks import check_run
+    from training.engines.verl_data import data_files, write_prompt_file
+
+    train_examples = _load(cfg, cfg.data.split, cfg.data.limit)
+    val_examples = _load(cfg, cfg.data.eval_split, cfg.data.eval_limit)
+    if not (cfg.model.path or cfg.stage.init_from) and cfg.model.backbone:
+        say(f"[verl] model.path is null: training recipe {cfg.recipe_name}'s GPU backbone {cfg.model.backbone} "
+            "(model.path=<dir or hub name> to change)")
+    verl_cfg = verl_config_for(cfg, num_train_examples=len(train_examples))
+    report = check_run(verl_cfg, expected_card(cfg))
+    report.raise_first()
+    for item in report.unchecked + report.notes:
+        say(f"[verl] {item}")
+    if check_devices:
+        check_gpus(verl_cfg)
+    model_path = _model_directory(cfg, say)
+    verl_cfg = verl_config_for(cfg, model_path, len(train_examples))
+    _check_model_directory(verl_cfg, model_path, say)
+    prepare_run_dir(cfg.run_dir, cfg.resume, cfg.fresh, say)
+    train_file, val_file = data_files(cfg.run_dir)
+    write_prompt_file(train_examples, train_file)
+    write_prompt_file(val_examples, val_file)
+    say(f"[verl] {len(train_examples)} train / {len(val_examples)} validation prompts in {train_file.parent}; "
+        f"{verl_cfg.trainer.total_training_steps} steps over {verl_cfg.trainer.total_epochs} epoch(s)")
+    verl_metrics = _set_logging_env(verl_cfg, cfg.run_dir)
+    summary = {
+        "engine": "verl",
+        "run_dir": cfg.run_dir,
+        "model_path": model_path,
+        "metrics": str(Path(cfg.run_dir).resolve() / "metrics.jsonl"),
+        "verl_metrics": verl_metrics,
+        "final_dir": verl_cfg.sqlagent.get("final_dir"),
+        "train_examples": len(train_examples),
+        "val_examples": len(val_examples),
+    }
+    return verl_cfg, summary
+
+
+def launch(cfg: DictConfig) -> None:
+    """Run veRL's v1 trainer (our ``sqlagent_sync``) on Ray; blocks until training ends."""
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+    from verl.utils.device import auto_set_device
+
+    import training.engines.verl_plugin  # noqa: F401  (agent loop + trainer registered here too)
+
+    auto_set_device(cfg)
+    run_ppo(cfg, task_runner_class=TaskRunnerV1)
+
+
+def _load(cfg: TrainConfig, split: str, limit: int | None) -> list[Example]:
+    from eval.data import load_examples
+
+    data = cfg.data
+    return load_examples(kind=data.kind, root=data.root, drop_failing_gold=data.drop_failing_gold,
+                         split=split, limit=limit)
+
+
+def _verl_version() -> str:
+    import verl
+
+    return str(getattr(verl, "__version__", "?"))
+
+
+@contextlib.contextmanager
+def quiet_verl_import() -> Iterator[None]:
+    """Import veRL with its import-time chatter (no accelerator found, torchtitan,
+    megatron, ... warnings, log records and prints) kept off the console of a dry run.
+
+    veRL's loggers carry their own levels, so their records reach the console handler
+    whatever the root level is: logging is disabled up to WARNING for the import instead.
+    """
+    import sys
+
+    if "verl" in sys.modules:
+        yield
+        return
+    out = io.StringIO()
+    logging.disable(logging.WARNING)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import verl  # noqa: F401
+            import verl.trainer.config  # noqa: F401
+            import verl.workers.engine  # noqa: F401  (warns about each optional engine it lacks)
+    finally:
+        logging.disable(logging.NOTSET)
+    logging.getLogger(__name__).debug("veRL import said: %s", out.getvalue().strip())
+    yield
+
+
+# ----------------------------------------------------------------------------- model directory
+
+
+def expected_card(cfg: TrainConfig) -> ModelCard:
+    """The model card the run will have: the configured model's (local config.json or the
+    backbone table), with ``model.context_factor`` applied as the derived directory will."""
+    from training.backbones import model_card
+
+    card = model_card(policy_path(cfg))
+    factor = cfg.model.context_factor
+    if factor and card.max_position_embeddings:
+        return dataclasses.replace(card, max_position_embeddings=int(card.max_position_embeddings * factor),
+                                   origin=f"{card.origin}, x model.context_factor={factor}")
+    return card
+
+
+def _model_directory(cfg: TrainConfig, say: Say) -> str:
+    """The local model directory veRL loads: resolved (downloaded once for a hub name),
+    then derived with rope scaling when ``model.context_factor`` asks for a longer context."""
+    from training.backbones import derive_long_context_model
+    from training.model import resolve_model_path
+
+    path = resolve_model_path(cfg.stage.init_from or cfg.model.path or cfg.model.backbone, say)
+    factor = cfg.model.context_factor
+    if not factor:
+        return str(path)
+    if not Path(path).is_dir():  # a hub name: the derived directory links the downloaded files
+        from huggingface_hub import snapshot_download
+
+        say(f"[verl] downloading {path} to derive its long-context directory")
+        path = snapshot_download(path)
+    target = Path(cfg.run_dir).resolve() / "model_long_context"
+    say(f"[verl] model.context_factor={factor}: {target} carries YaRN rope scaling over {path}")
+    return str(derive_long_context_model(path, target, factor))
+
+
+def _check_model_directory(verl_cfg: DictConfig, model_path: str, say: Say) -> None:
+    """The real ``config.json`` checked again (it may differ from the table): the local
+    directory's, or for a hub name the hub's (downloaded alone; veRL fetches the weights)."""
+    from training.backbones import model_card
+    from training.engines.verl_checks import check_run
+
+    where = model_path
+    if not (Path(model_path) / "config.json").is_file():
+        try:
+            from huggingface_hub import hf_hub_download
+
+            where = str(Path(hf_hub_download(model_path, "config.json")).parent)
+        except (OSError, ValueError) as err:  # offline, gated, or not a hub name: the table's numbers stand
+            say(f"[verl] could not read {model_path}'s config.json from the hub ({type(err).__name__}); "
+                "checked against training/backbones.py")
+    card = model_card(where)
+    check_run(verl_cfg, dataclasses.replace(card, path=model_path)).raise_first()
+
+
+# ----------------------------------------------------------------------------- run directory, devices, logging
+
+
+def prepare_run_dir(run_dir: str | Path, resume: bool, fresh: bool, say: Say = print) -> None:
+    """The project's resume rules (as the local engine applies them) for veRL checkpoints:
+    ``fresh`` deletes them, ``resume`` continues, neither refuses to overwrite."""
+    import shutil
+
+    from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+
+    ckpt = checkpoint_dir(run_dir)
+    if fresh:
+        shutil.rmtree(ckpt, ignore_errors=True)
+        (Path(run_dir) / "metrics.jsonl").unlink(missing_ok=True)
+        return
+    latest = find_latest_ckpt_path(str(ckpt)) if ckpt.exists() else None
+    if resume:
+        where = f"continuing from {latest}" if latest else f"no checkpoint in {ckpt}; starting from step 0"
+        say(f"[resume] {where}")
+    elif latest is not None:
+        raise ConfigError(
+            f"{run_dir} already holds veRL checkpoint {latest}; pass resume=true to continue it, "
+            "fresh=true to start over, or run_dir=<another directory>"
+        )
+
+
+def check_gpus(verl_cfg: DictConfig) -> None:
+    """On one node, fail fast when the config asks for more GPUs than are visible (Ray
+    would otherwise wait for resources that never come)."""
+    import torch
+
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    wanted = int(verl_cfg.trainer.n_gpus_per_node)
+    if visible == 0:
+        raise ConfigError(
+            "engine=verl needs CUDA GPUs (and vLLM) and none is visible; use engine=local or engine=auto "
+            "(dry_run=true still prints the veRL config on any machine)"
+        )
+    if verl_cfg.trainer.nnodes == 1 and visible < wanted:
+        raise ConfigError(
+            f"trainer.n_gpus_per_node={wanted} but {visible} CUDA GPU(s) are visible; pass "
+            f"+verl.trainer.n_gpus_per_node={visible} (batch sizes must stay divisible) or use engine=local"
+        )
+
+
+def _set_logging_env(verl_cfg: DictConfig, run_dir: str) -> str:
+    """veRL's file logger and wandb read environment variables: set them here and in the
+    Ray runtime environment (every actor gets them). wandb goes offline unless the user
+    is logged in (``WANDB_API_KEY`` or ``~/.netrc``, as the local engine decides) or set
+    ``WANDB_MODE``. Returns veRL's metrics JSONL path."""
+    from omegaconf import open_dict
+
+    from training.logging_utils import wandb_mode
+
+    metrics = str(Path(run_dir).resolve() / VERL_METRICS_FILE)
+    env = {"VERL_FILE_LOGGER_PATH": metrics}
+    if "wandb" in verl_cfg.trainer.logger:
+        env["WANDB_MODE"] = wandb_mode()
+    os.environ.update(env)
+    with open_dict(verl_cfg):
+        runtime_env = verl_cfg.ray_kwargs.ray_init.runtime_env
+        runtime_env.env_vars = {**(runtime_env.get("env_vars") or {}), **env}
+    return metrics

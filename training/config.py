@@ -140,8 +140,6 @@ class ModelConfig:
                                ("auto", "off"))
     gradient_checkpointing: bool = _f(False, "trade compute for memory in the update")
     trust_remote_code: bool = _f(False, "passed to transformers from_pretrained")
-    backbone: str | None = _f(None, "hub name engine=verl trains when path is null: the recipe's paper backbone "
-                                    "(training/backbones.py); the local engine keeps the embedded model")
     attn_implementation: str = _f("sdpa", "engine=verl actor attention: sdpa (packed-sequence mask) | "
                                           "flash_attention_2 (opt-in: needs the flash-attn wheel) | eager")
     context_factor: float | None = _f(None, "engine=verl: > 1 trains on a derived model directory with YaRN rope "
@@ -364,6 +362,9 @@ class TrainConfig:
     fresh: bool = _f(False, "delete run_dir's checkpoints and start over")
     run_dir: str = _f("runs/default", "checkpoints, metrics.jsonl and the wandb run go here")
     logger: list[str] = _f(["console", "wandb"], "console | jsonl | wandb (metrics.jsonl is always written)")
+    gpu_backbone: str | None = _f(None, "hub name engine=verl trains when model.path is null: the recipe's paper "
+                                        "backbone (training/backbones.py); the local engine keeps the embedded model. "
+                                        "Top-level, not in the model group, so model=<group> always wins whole")
     agent: AgentConfig = field(default_factory=AgentConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)

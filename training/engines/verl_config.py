@@ -569,7 +569,7 @@ def _model_fields(cfg: TrainConfig) -> dict[str, Any]:
     """Agent, reward and the model's parallelism (from the backbone table when it is one)."""
     from training.backbones import BACKBONES
 
-    backbone = BACKBONES.get(cfg.model.path or cfg.model.backbone or "")
+    backbone = BACKBONES.get(cfg.model.path or cfg.gpu_backbone or "")
     return {
         "agent": cfg.agent.name,
         "agent_options": dict(cfg.agent.options),
@@ -671,9 +671,9 @@ def _refuse_local_only(cfg: TrainConfig) -> None:
 
 def policy_path(cfg: TrainConfig) -> str:
     """The model the verl engine trains: ``stage.init_from``, else ``model.path``, else the
-    recipe's GPU backbone (``model.backbone``, a hub name), else the embedded default's
+    recipe's GPU backbone (``gpu_backbone``, a hub name), else the embedded default's
     checkpoint directory (not converted here, so a dry run never downloads anything)."""
-    path = cfg.stage.init_from or cfg.model.path or cfg.model.backbone
+    path = cfg.stage.init_from or cfg.model.path or cfg.gpu_backbone
     if path:
         return str(path)
     from training.model import embedded_checkpoint_dir

@@ -83,8 +83,8 @@ def prepare(cfg: TrainConfig, say: Say = print, check_devices: bool = True) -> t
 
     train_examples = _load(cfg, cfg.data.split, cfg.data.limit)
     val_examples = _load(cfg, cfg.data.eval_split, cfg.data.eval_limit)
-    if not (cfg.model.path or cfg.stage.init_from) and cfg.model.backbone:
-        say(f"[verl] model.path is null: training recipe {cfg.recipe_name}'s GPU backbone {cfg.model.backbone} "
+    if not (cfg.model.path or cfg.stage.init_from) and cfg.gpu_backbone:
+        say(f"[verl] model.path is null: training recipe {cfg.recipe_name}'s GPU backbone {cfg.gpu_backbone} "
             "(model.path=<dir or hub name> to change)")
     verl_cfg = verl_config_for(cfg, num_train_examples=len(train_examples))
     report = check_run(verl_cfg, expected_card(cfg))
@@ -190,7 +190,7 @@ def _model_directory(cfg: TrainConfig, say: Say) -> str:
     from training.backbones import derive_long_context_model
     from training.model import resolve_model_path
 
-    path = resolve_model_path(cfg.stage.init_from or cfg.model.path or cfg.model.backbone, say)
+    path = resolve_model_path(cfg.stage.init_from or cfg.model.path or cfg.gpu_backbone, say)
     factor = cfg.model.context_factor
     if not factor:
         return str(path)

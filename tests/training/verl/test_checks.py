@@ -43,7 +43,7 @@ def card_of(recipe: str) -> ModelCard:
 @pytest.mark.parametrize("recipe", list_recipes())
 def test_each_recipe_trains_its_papers_backbone_within_its_context(recipe: str) -> None:
     cfg = project_config(recipe)
-    backbone = BACKBONES[cfg.model.backbone]  # every recipe names a backbone of the table
+    backbone = BACKBONES[cfg.gpu_backbone]  # every recipe names a backbone of the table
     assert C.policy_path(cfg) == backbone.hub_name  # engine=verl with model.path null trains it
     group = Path(__file__).resolve().parents[3] / "recipes" / "model" / f"{backbone.group}.yaml"
     assert OmegaConf.load(group).path == backbone.hub_name  # model=<group> selects the same model

@@ -74,6 +74,10 @@ def run(raw: dict[str, Any], explicit: set[str], say: Say = print) -> dict[str, 
     from training.engines import get_engine
 
     cfg = prepare_config(raw, explicit, say)
+    if cfg.stage.name != "rl":  # the supervised stages (training/stages/)
+        from training.stages import stage_entry
+
+        return stage_entry(cfg, say)
     engine = get_engine(cfg.engine.name)
     if cfg.dry_run:
         say(engine.describe(cfg))

@@ -76,8 +76,14 @@ def chain_config(recipe: str, run_dir: Path, base_url: str, *extra: str) -> Any:
                   "stage.supervised.samples=2", "stage.supervised.questions=2", "stage.supervised.teacher_samples=1",
                   "stage.supervised.epochs=1", "stage.supervised.batch_size=2", "stage.supervised.lr=1e-3",
                   "stage.supervised.rl_filter_samples=2", "stage.supervised.rl_filter_pass=2",
-                  "trainer.eval_before_after=true", "rollout.max_new_tokens=160", "algorithm.group_size=2",
+                  "trainer.eval_before_after=true", "rollout.max_new_tokens=200", "algorithm.group_size=2",
                   "algorithm.batch_size=1", "algorithm.dynamic_sampling.enable=false", *extra)
+
+
+def wrong_policy(recipe: str, examples: list[Example]) -> ScriptedPolicy:
+    """The policy's generate: the design's protocol with a wrong SQL every time (instant and
+    deterministic, so every question is all-wrong); SFT and RL update the tiny model."""
+    return ScriptedPolicy(recipe, examples, always_good=lambda ex, k: False)
 
 
 def leaky(reply: Any, examples: list[Example]) -> Any:
@@ -101,7 +107,7 @@ def test_each_design_chain_on_the_tiny_model(recipe: str, tmp_path: Path, exampl
     def run(*extra: str) -> tuple[dict, list[str]]:
         cfg = chain_config(recipe, tmp_path, server.base_url, *extra)
         inputs = TrainerInputs(model=tiny_model(seed=1), tokenizer=tiny_tokenizer(), train_examples=two,
-                               eval_examples=two)
+                               eval_examples=two, generate=wrong_policy(recipe, two))
         log: list[str] = []
         return run_stage(cfg, inputs, log.append), log
 
@@ -116,7 +122,7 @@ def test_each_design_chain_on_the_tiny_model(recipe: str, tmp_path: Path, exampl
     rows = [json.loads(x) for x in (root / "dataset" / "train.jsonl").read_text().splitlines()]
     assert summary["rows"] == card["rows"] == len(rows), summary
     mined = recipe in ("retoolsql", "dualsql")
-    if mined:  # the random tiny policy solves nothing: both questions are all-wrong and go to the teacher
+    if mined:  # the policy solves nothing: both questions are all-wrong and go to the teacher
         assert summary["pass_at_k"]["bands"]["all_wrong"] == 2
         assert summary["dropped"].get("leak_gold_sql", 0) >= 1  # the planted leak on the second question
         assert {r["question_id"] for r in rows} == {"q0"}
@@ -138,7 +144,7 @@ def test_zero_surviving_traces_are_reported_as_zero(tmp_path: Path, examples: li
         cfg = chain_config("think2sql", tmp_path, server.base_url, "stage=sft",
                            f"stage.supervised.teachers=[{{base_url:'{server.base_url}',model:fake,retries:0}}]")
         inputs = TrainerInputs(model=tiny_model(seed=1), tokenizer=tiny_tokenizer(), train_examples=two,
-                               eval_examples=two)
+                               eval_examples=two, generate=wrong_policy("think2sql", two))
         log: list[str] = []
         summary = run_stage(cfg, inputs, log.append)
     assert summary["rows"] == 0 and summary["dropped"] == {"request_failed": 2}

@@ -18,7 +18,6 @@ the veRL engine (``stage.init_from``), so the SFT weights are also the KL refere
 from __future__ import annotations
 
 import dataclasses
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -140,7 +139,6 @@ def sft_overrides(cfg: Any, model_path: str) -> list[str]:
     sup = cfg.stage.supervised
     r = cfg.rollout
     out = Path(cfg.run_dir) / "supervised" / "sft_verl"
-    block = json.dumps(sqlagent_block(cfg))
     return [
         f"model.path={model_path}",
         f"data.train_files={dataset_file(cfg)}",
@@ -150,7 +148,6 @@ def sft_overrides(cfg: Any, model_path: str) -> list[str]:
         f"data.max_length={r.max_prompt_tokens + r.max_response_tokens}",
         f"data.train_batch_size={sup.batch_size}",
         f"data.micro_batch_size_per_gpu={sup.micro_batch_size}",
-        f"+data.sqlagent={block}",
         f"optim.lr={sup.lr}",
         f"optim.lr_warmup_steps_ratio={sup.warmup_ratio}",
         f"trainer.total_epochs={sup.epochs}",
@@ -164,27 +161,37 @@ def sft_overrides(cfg: Any, model_path: str) -> list[str]:
 
 
 def compose_sft_config(cfg: Any, model_path: str = "MODEL_PATH") -> Any:
-    """veRL's ``sft_trainer_engine`` composed from its package with this run's overrides."""
+    """veRL's ``sft_trainer_engine`` composed from its package with this run's overrides,
+    plus the ``data.sqlagent`` block the dataset class reads."""
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from hydra.initialize import get_gh_backup, restore_gh_from_backup
+    from omegaconf import open_dict
 
     backup = get_gh_backup()
     GlobalHydra.instance().clear()
     try:
         with initialize_config_module(config_module=SFT_CONFIG_MODULE, version_base=None):
-            return compose(config_name=SFT_CONFIG_NAME, overrides=_quoted(sft_overrides(cfg, model_path)))
+            composed = compose(config_name=SFT_CONFIG_NAME, overrides=sft_overrides(cfg, model_path))
     finally:
         restore_gh_from_backup(backup)
+    with open_dict(composed):
+        composed.data.sqlagent = sqlagent_block(cfg)
+    return composed
 
 
-def _quoted(overrides: list[str]) -> list[str]:
-    """The JSON block needs Hydra quoting; every other value is plain."""
-    out = []
-    for item in overrides:
-        key, _, value = item.partition("=")
-        out.append(f"{key}='{value}'" if value.startswith("{") else item)
-    return out
+def write_sft_config(cfg: Any, model_path: str) -> Path:
+    """The composed config as a standalone YAML that veRL's entry point loads
+    (``--config-path/--config-name``): nested blocks need no command-line quoting."""
+    from omegaconf import OmegaConf, open_dict
+
+    path = Path(cfg.run_dir).resolve() / "supervised" / "verl_sft.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    composed = compose_sft_config(cfg, model_path)
+    with open_dict(composed):
+        composed.pop("hydra", None)
+    OmegaConf.save(composed, path)
+    return path
 
 
 def describe(cfg: Any) -> str:
@@ -214,9 +221,10 @@ def train(cfg: Any, say: Any = print) -> dict[str, Any]:
                                        engine=dataclasses.replace(cfg.engine, name="local", device="cuda"))
         run_stage(data_cfg, None, say)
     model_path = resolve_model_path(cfg.stage.init_from or cfg.model.path, say)
-    overrides = _quoted(sft_overrides(cfg, model_path))
+    config_file = write_sft_config(cfg, model_path)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}",
-               "-m", "verl.trainer.sft_trainer", *overrides]
+               "-m", "verl.trainer.sft_trainer", f"--config-path={config_file.parent}",
+               f"--config-name={config_file.stem}"]
     say("[verl sft] " + " ".join(command))
     subprocess.run(command, check=True)
     hf = latest_hf_checkpoint(Path(cfg.run_dir) / "supervised" / "sft_verl")

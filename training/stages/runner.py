@@ -188,12 +188,12 @@ class Chain:
               "samples": sup.teacher_samples, "temperature": sup.teacher_temperature, "privileged": self.privileged,
               "ids": digest([ex.id for ex in questions])}
         stage = self.stage("teachers", fp)
-        if stage.finished() is not None or not questions:
-            return col.open_collection(stage) if (stage.path / "traces.jsonl").exists() else _empty(stage)
+        if stage.finished() is not None:
+            return col.open_collection(stage)
         stage.open()
         transform = guide if self.privileged else None
         stats: dict[str, Any] = {}
-        for name, source in self.teachers():
+        for name, source in self.teachers() if questions else []:
             modes = ([("greedy", 0.0, 1)] if sup.teacher_greedy else []) + (
                 [("sampled", sup.teacher_temperature, sup.teacher_samples)] if sup.teacher_samples else [])
             for mode, temperature, k in modes:
@@ -390,11 +390,6 @@ def _counts(items: dict[str, int]) -> str:
 def _read_done(path: Path | None) -> Any:
     done = (path / "done.json") if path else None
     return json.loads(done.read_text()).get("fingerprint") if done and done.exists() else None
-
-
-def _empty(stage: StageDir) -> col.Collection:
-    stage.path.mkdir(parents=True, exist_ok=True)
-    return col.open_collection(stage)
 
 
 def describe_summary(s: dict[str, Any]) -> str:

@@ -197,7 +197,7 @@ def write_sft_config(cfg: Any, model_path: str) -> Path:
 def describe(cfg: Any) -> str:
     from omegaconf import OmegaConf
 
-    path = cfg.stage.init_from or cfg.model.path or "(the embedded default, converted on first use)"
+    path = cfg.stage.init_from or cfg.model.path or "EMBEDDED_DEFAULT"  # resolved (converted) when training starts
     data = dataset_file(cfg)
     state = "present" if data.exists() else "not built yet: stage=data (or this command) builds it first"
     header = (f"# engine=verl stage={cfg.stage.name}: veRL sft_trainer_engine composed from pkg://{SFT_CONFIG_MODULE};"

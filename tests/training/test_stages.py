@@ -213,3 +213,20 @@ def test_a_kill_during_mining_resumes_without_redoing_or_duplicating(tmp_path: P
     assert len(keys) == len(set(keys)) == 3 * len(examples)
     rows = (run_dir / "supervised" / "dataset" / "train.jsonl").read_text().splitlines()
     assert len(rows) == len(examples)  # all solved: own correct traces; the scripted samples are identical (deduplicated)
+
+
+def test_users_bring_their_own_dataset(tmp_path: Path, examples: list[Example]) -> None:
+    """Rows with question_id + messages: the assistant turns are replayed, bad ones counted."""
+    rows = [{"question_id": ex.id, "messages": [
+        {"role": "user", "content": ex.question},
+        {"role": "assistant", "content": f"<think>look it up</think>\n<answer>```sql\n{ex.gold_sql}\n```</answer>"}]}
+        for ex in examples[:2]]
+    rows.append({"question_id": "q2", "messages": [{"role": "assistant", "content": "no tags at all"}]})
+    path = tmp_path / "mine.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = config("think2sql", tmp_path / "run", "stage=sft", f"stage.supervised.dataset={path}",
+                 "stage.supervised.epochs=1", "trainer.eval_before_after=false")
+    inputs = TrainerInputs(model=tiny_model(seed=1), tokenizer=tiny_tokenizer(), train_examples=examples)
+    summary = run_stage(cfg, inputs, lambda _: None)
+    assert summary["rows"] == 3 and summary["sft"]["episodes"] == 2.0
+    assert sum(summary["sft"]["replay_dropped"].values()) == 1

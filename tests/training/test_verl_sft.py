@@ -62,6 +62,8 @@ def test_verl_sft_dataset_emits_the_rollout_drivers_ids_and_masks(recipe: str, t
     inputs = TrainerInputs(model=tiny_model(seed=1), tokenizer=tiny_tokenizer(), generate=policy)
     summary = run_stage(cfg, inputs, lambda _: None)
     assert summary["rows"] == len(examples)
+    if recipe == "think2sql":
+        _datasets_reads_the_files(tmp_path / "supervised" / "dataset", len(examples), tmp_path / "hf_cache")
     # what the rollout driver produced for the same (deterministic) policy: the reference
     trainer_agent = _agent(cfg, examples)
     requests = [(ex, get_database(ex.db_path), 0) for ex in examples]
@@ -79,6 +81,18 @@ def test_verl_sft_dataset_emits_the_rollout_drivers_ids_and_masks(recipe: str, t
         assert item["loss_mask"].tolist() == [0] * len(t.prompt_ids) + list(t.response_mask)
         assert item["position_ids"].tolist() == list(range(len(item["input_ids"])))
         assert 0 < sum(t.response_mask) < len(t.response_mask)  # the end-of-turn/observation tokens carry no loss
+
+
+def _datasets_reads_the_files(folder: Path, rows: int, cache: Path) -> None:
+    """``datasets.load_dataset`` reads the JSONL and the Parquet file (when both libraries are here)."""
+    datasets = pytest.importorskip("datasets")
+    card = json.loads((folder / "card.json").read_text())
+    assert card["rows"] == rows and card["by_band"] == {"all_solved": rows} and card["by_source"] == {"policy": rows}
+    jsonl = datasets.load_dataset("json", data_files=str(folder / "train.jsonl"), cache_dir=str(cache))["train"]
+    assert len(jsonl) == rows and jsonl[0]["messages"][0]["role"] == "system"
+    if (folder / "train.parquet").exists():
+        parquet = datasets.load_dataset("parquet", data_files=str(folder / "train.parquet"), cache_dir=str(cache))
+        assert parquet["train"]["id"] == jsonl["id"]
 
 
 def _agent(cfg: Any, examples: list) -> Any:

@@ -122,7 +122,21 @@ def test_dry_run_composes_verl_sft_for_every_design(recipe: str, tmp_path: Path)
     text = "\n".join(out)
     assert "sft_trainer_engine" in text and "RolloutDriverSFTDataset" in text
     assert f"train_files: {tmp_path}/supervised/dataset/train.jsonl" in text
-    assert f'"agent": "{recipe}"' in text or f"agent: {recipe}" in text
+    assert f"agent: {recipe}" in text
+    # what a GPU run launches: the standalone YAML that veRL's entry point loads with --config-path/--config-name
+    from hydra import initialize_config_dir
+
+    from training.config import TrainConfig
+    from training.run import prepare_config
+
+    raw.pop("hydra", None)
+    cfg = prepare_config(raw, set(), lambda _: None)
+    assert isinstance(cfg, TrainConfig)
+    path = verl_sft.write_sft_config(cfg, "/models/some-model")
+    with initialize_config_dir(config_dir=str(path.parent), version_base=None):
+        launched = compose(config_name=path.stem)
+    assert launched.data.sqlagent.agent == recipe and launched.model.path == "/models/some-model"
+    assert launched.data.custom_cls.path == str(Path(verl_sft.__file__).resolve())
 
 
 def test_eval_run_scores_an_endpoint(data_root: Path, tokenizer_dir: Path, tmp_path: Path) -> None:

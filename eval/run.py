@@ -242,7 +242,8 @@ def evaluate_policy(
 
     def produce(batch: Sequence[Example]) -> dict[str, list[Sample]]:
         requests = [(ex, get_database(ex.db_path), s) for ex in batch for s in range(n)]
-        trajectories = run_episodes(agent, requests, tokenizer, generate, sampling, limits)
+        episodes = getattr(generate, "run_episodes", run_episodes)  # a text source drives its own episodes
+        trajectories = episodes(agent, requests, tokenizer, generate, sampling, limits)
         grouped: dict[tuple[str, int], list[Any]] = {}
         for t in trajectories:
             grouped.setdefault((t.example_id, t.sample_index), []).append(t)
@@ -300,6 +301,10 @@ def run_model(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> d
     torch.manual_seed(cfg.seed)
     examples = _load_eval_examples(cfg.data, settings.limit or cfg.data.eval_limit, cfg.seed, say)
     agent, options = _eval_agent(cfg, say)
+    if cfg.model.base_url:  # an OpenAI-compatible endpoint (training/generation.py), no weights loaded
+        from training.generation import evaluate_endpoint
+
+        return evaluate_endpoint(cfg, settings, examples, agent, options, say)
     loaded = load_model(cfg.model.path, device, say=say, trust_remote_code=cfg.model.trust_remote_code)
     autocast = None if cfg.model.autocast == "off" else (
         torch.bfloat16 if cfg.model.autocast == "bf16" else autocast_dtype(device))

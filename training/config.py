@@ -32,7 +32,8 @@ GROUP_BY = ("role", "question")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum")
 KL_TYPES = ("low_var_kl", "k3", "kl", "k1", "mse", "k2", "abs")
 LOGGERS = ("console", "jsonl", "wandb")
-STAGES = ("rl",)
+STAGES = ("rl", "data", "sft", "sft_rl")  # training/stages/: the supervised stages
+CHAINS = ("auto", "mine", "annotate")
 
 
 def _f(default: Any, help: str, choices: Sequence[Any] | None = None) -> Any:
@@ -144,12 +145,18 @@ class ModelConfig:
                                           "flash_attention_2 (opt-in: needs the flash-attn wheel) | eager")
     context_factor: float | None = _f(None, "engine=verl: > 1 trains on a derived model directory with YaRN rope "
                                             "scaling and max_position_embeddings x factor; null = native context")
+    base_url: str | None = _f(None, "eval.run: score an OpenAI-compatible endpoint (http://HOST:PORT/v1) instead "
+                                    "of loading weights; the tokenizer of model.path carries its text")
+    name: str | None = _f(None, "the endpoint's served model name (with model.base_url)")
+    api_key_env: str = _f("OPENAI_API_KEY", "environment variable holding the endpoint's API key")
 
     def __post_init__(self) -> None:
         _need(self.attn_implementation in ("sdpa", "flash_attention_2", "eager"),
               f"model.attn_implementation={self.attn_implementation!r}; sdpa, flash_attention_2 or eager")
         _need(self.context_factor is None or self.context_factor > 1,
               f"model.context_factor={self.context_factor}: null (native context) or a factor > 1")
+        _need(self.base_url is None or bool(self.name),
+              f"model.base_url={self.base_url!r} needs model.name=<the served model name>")
         _need(self.autocast in ("auto", "bf16", "off"), f"model.autocast={self.autocast!r}; auto, bf16 or off")
         _need(self.generation_dtype in ("auto", "bf16", "fp32"),
               f"model.generation_dtype={self.generation_dtype!r}; auto, bf16 or fp32")
@@ -199,10 +206,64 @@ class WarmStartConfig:
 
 
 @dataclass
+class SupervisedConfig:
+    """``supervised`` (top level, set per design by the recipes; not in the ``stage`` group so that
+    ``stage=<name>`` only picks what runs): the papers' supervised stages (training/stages/): traces from
+    the policy and teachers, filters, an SFT dataset, SFT, then (sft_rl) RL."""
+
+    chain: str = _f("auto", "auto (retoolsql/dualsql: mine; trustsql/think2sql: annotate) | mine | annotate", CHAINS)
+    questions: int | None = _f(None, "training questions to draw traces for (a seeded fixed subset); null = all")
+    samples: int = _f(16, "mine: k samples per question with the current policy (pass@k, bands)")
+    temperature: float = _f(1.0, "mine: sampling temperature of the policy")
+    teachers: list[dict[str, Any]] = _f([], "teachers: {base_url, model, ...} (OpenAI-compatible) or {path} "
+                                            "(a local HF model); empty = the policy itself")
+    teacher_greedy: bool = _f(True, "one greedy trace per teacher and question")
+    teacher_samples: int = _f(4, "sampled traces per teacher and question (0 = none)")
+    teacher_temperature: float = _f(0.7, "teachers' sampling temperature")
+    privileged: bool | None = _f(None, "teachers see the gold SQL as guidance; null = on for chain=mine")
+    leak_filter: bool = _f(True, "drop privileged traces whose reasoning reveals the gold SQL or guidance")
+    leak_similarity: float = _f(0.9, "leak filter: normalised SQL at least this alike counts as the gold")
+    max_traces_per_question: int = _f(4, "keep at most this many distinct traces per question")
+    dataset: str | None = _f(None, "bring your own SFT JSONL (skips trace collection)")
+    drop_phases: list[str] = _f([], "phases removed before SFT (TRUST-SQL ablation: [propose_schema])")
+    epochs: int = _f(2, "SFT passes over the dataset")
+    lr: float = _f(1.0e-4, "SFT AdamW learning rate")
+    batch_size: int = _f(8, "SFT conversations per optimizer step")
+    micro_batch_size: int = _f(2, "SFT conversations per forward/backward")
+    warmup_ratio: float = _f(0.1, "SFT warmup share")
+    rl_filter: bool = _f(False, "RL only on questions the SFT policy solves less than rl_filter_pass of "
+                                "rl_filter_samples times (TRUST-SQL: 6 of 8)")
+    rl_filter_samples: int = _f(8, "samples per question for the RL filter")
+    rl_filter_pass: int = _f(6, "keep a question for RL when its correct samples < this")
+    passk_after: bool = _f(False, "pass@k again under the SFT policy (hard questions gained)")
+
+    def __post_init__(self) -> None:
+        _need(self.chain in CHAINS, f"supervised.chain={self.chain!r}; choose one of {', '.join(CHAINS)}")
+        for key in ("samples", "epochs", "batch_size", "micro_batch_size", "max_traces_per_question",
+                    "rl_filter_samples"):
+            _need(isinstance(getattr(self, key), int) and getattr(self, key) >= 1,
+                  f"supervised.{key}={getattr(self, key)!r}: a positive integer")
+        _need(self.questions is None or self.questions >= 1,
+              f"supervised.questions={self.questions}: a positive integer or null")
+        _need(self.teacher_samples >= 0, f"supervised.teacher_samples={self.teacher_samples}: >= 0")
+        _need(self.temperature > 0 and self.teacher_temperature > 0,
+              "supervised.temperature / teacher_temperature: sampling needs > 0")
+        _need(self.lr > 0 and 0 <= self.warmup_ratio < 1, "supervised.lr > 0 and warmup_ratio in [0, 1)")
+        _need(0 < self.leak_similarity <= 1, f"supervised.leak_similarity={self.leak_similarity}: in (0, 1]")
+        _need(1 <= self.rl_filter_pass <= self.rl_filter_samples,
+              f"supervised.rl_filter_pass={self.rl_filter_pass}: between 1 and rl_filter_samples")
+        for i, teacher in enumerate(self.teachers):
+            _need(isinstance(teacher, Mapping) and (("base_url" in teacher and "model" in teacher) or "path" in teacher),
+                  f"supervised.teachers[{i}]={teacher!r}: give base_url + model (an OpenAI-compatible "
+                  "endpoint) or path (a local HF model)")
+
+
+@dataclass
 class StageConfig:
     """``stage`` group: what this run trains."""
 
-    name: str = _f("rl", "rl: GRPO from model.path (or init_from)", STAGES)
+    name: str = _f("rl", "rl: GRPO from model.path (or init_from) | data: traces + filters + SFT dataset | "
+                         "sft: data, then SFT | sft_rl: data, SFT, then RL from the SFT weights", STAGES)
     init_from: str | None = _f(None, "start from this checkpoint directory (e.g. an SFT output)")
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
 
@@ -347,6 +408,8 @@ class LaptopProfile:
     warm_start: bool = _f(True, "-> stage.warm_start.enable (SFT on demonstrations first: without it "
                                 "the 135M model writes no protocol and every reward is 0)")
     warm_start_examples: int = _f(32, "caps stage.warm_start.examples (SFT time grows with prompt length)")
+    supervised_questions: int = _f(16, "caps supervised.questions (traces per question cost rollouts)")
+    supervised_samples: int = _f(4, "caps supervised.samples and rl_filter_samples (k on CPU)")
     agent_options: dict[str, Any] = _f({}, "agent options set where the agent accepts them "
                                             "(shorter prompts: schema_format=compact, num_few_shot=1)")
 
@@ -372,6 +435,7 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     stage: StageConfig = field(default_factory=StageConfig)
+    supervised: SupervisedConfig = field(default_factory=SupervisedConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -553,8 +617,16 @@ def apply_laptop_profile(
     put("data.eval_limit", p.eval_limit, cap=True)
     put("optim.lr", p.lr)
     put("optim.micro_batch_size", p.micro_batch_size)
-    put("stage.warm_start.enable", p.warm_start)
+    # the supervised stages replace the demonstration warm start
+    put("stage.warm_start.enable", p.warm_start and cfg.stage.name == "rl")
     put("stage.warm_start.examples", p.warm_start_examples, cap=True)
+    if cfg.stage.name != "rl":
+        put("supervised.questions", p.supervised_questions, cap=True)
+        put("supervised.samples", p.supervised_samples, cap=True)
+        put("supervised.rl_filter_samples", p.supervised_samples, cap=True)
+        put("supervised.rl_filter_pass", max(1, round(cfg.supervised.rl_filter_pass
+                                                          * p.supervised_samples / cfg.supervised.rl_filter_samples)),
+            cap=True)
     accepted = _agent_option_names(cfg.agent.name)
     options = data["agent"]["options"]
     for key, value in p.agent_options.items():

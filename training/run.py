@@ -94,6 +94,13 @@ def run(raw: dict[str, Any], explicit: set[str], say: Say = print) -> dict[str, 
         say(line)
 
     cfg = prepare_config(raw, explicit, keep)
+    if cfg.stage.name != "rl":  # the supervised stages (training/stages/)
+        from training.stages import stage_entry
+
+        if cfg.dry_run:
+            return stage_entry(cfg, say)
+        with ConsoleLog(Path(cfg.run_dir) / RUN_LOG, earlier):
+            return stage_entry(cfg, say)
     engine = get_engine(cfg.engine.name)
     if cfg.dry_run:
         say(engine.describe(cfg))

@@ -1,0 +1,155 @@
+"""The veRL SFT path on CPU: veRL's own ``create_sft_dataset`` loads our custom dataset class
+from the composed config, reads the dataset stage's files, and emits exactly the rollout
+driver's token ids and loss masks; ``dry_run=true`` composes it for all four designs.
+Also ``eval.run`` scoring an OpenAI-compatible endpoint on loopback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+from eval.data import load_examples
+from tests.helpers.fake_openai import FakeOpenAI
+from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
+from tests.training.test_generation import teacher_reply
+from tests.training.test_local_engine import QUESTIONS, ScriptedPolicy, config, make_db
+from training.engines import verl_sft
+from training.engines.local import TrainerInputs
+from training.stages.runner import run_stage
+
+RECIPES = ["retoolsql", "think2sql", "trustsql", "dualsql"]
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A JSONL dataset (train + dev) beside its SQLite file, as users bring their own."""
+    root = tmp_path_factory.mktemp("jsonl")
+    make_db(root / "schools.sqlite")
+    rows = [{"id": f"q{i}", "db_id": "schools", "question": q, "sql": sql, "difficulty": "simple"}
+            for i, (q, sql, _, _) in enumerate(QUESTIONS)]
+    (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    return root
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tok")
+    tiny_tokenizer().save_pretrained(out)
+    return out
+
+
+def data_config(recipe: str, run_dir: Path, root: Path, *extra: str) -> Any:
+    return config(recipe, run_dir, "data=jsonl", f"data.root={root}", "stage=data", "supervised.chain=mine",
+                  "supervised.samples=1", "trainer.eval_before_after=false", *extra)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_verl_sft_dataset_emits_the_rollout_drivers_ids_and_masks(recipe: str, tmp_path: Path, data_root: Path,
+                                                                  tokenizer_dir: Path) -> None:
+    from tools import get_database
+    from training.rollout import SamplingParams, run_episodes
+    from verl.trainer.sft_trainer import create_sft_dataset
+
+    cfg = data_config(recipe, tmp_path, data_root)
+    examples = load_examples("jsonl", data_root, "train")
+    policy = ScriptedPolicy(recipe, examples, always_good=True)
+    inputs = TrainerInputs(model=tiny_model(seed=1), tokenizer=tiny_tokenizer(), generate=policy)
+    summary = run_stage(cfg, inputs, lambda _: None)
+    assert summary["rows"] == len(examples)
+    if recipe == "think2sql":
+        _datasets_reads_the_files(tmp_path / "supervised" / "dataset", len(examples), tmp_path / "hf_cache")
+    # what the rollout driver produced for the same (deterministic) policy: the reference
+    trainer_agent = _agent(cfg, examples)
+    requests = [(ex, get_database(ex.db_path), 0) for ex in examples]
+    expected = run_episodes(trainer_agent, requests, tiny_tokenizer(), ScriptedPolicy(recipe, examples, True),
+                            SamplingParams(temperature=1.0, max_new_tokens=cfg.rollout.max_new_tokens),
+                            _limits(cfg))
+    verl_cfg = verl_sft.compose_sft_config(cfg, str(tokenizer_dir))
+    assert verl_cfg.data.custom_cls.name == "RolloutDriverSFTDataset"
+    assert Path(verl_cfg.data.train_files) == tmp_path / "supervised" / "dataset" / "train.jsonl"
+    dataset = create_sft_dataset(verl_cfg.data.train_files, verl_cfg.data, tiny_tokenizer(), None)
+    assert len(dataset) == len(expected) == len(examples) * (2 if recipe == "dualsql" else 1)
+    for item, t in zip(sorted((dataset[i] for i in range(len(dataset))), key=lambda x: x["input_ids"].tolist()),
+                       sorted(expected, key=lambda t: t.prompt_ids + t.response_ids)):
+        assert item["input_ids"].tolist() == t.prompt_ids + t.response_ids
+        assert item["loss_mask"].tolist() == [0] * len(t.prompt_ids) + list(t.response_mask)
+        assert item["position_ids"].tolist() == list(range(len(item["input_ids"])))
+        assert 0 < sum(t.response_mask) < len(t.response_mask)  # the end-of-turn/observation tokens carry no loss
+
+
+def _datasets_reads_the_files(folder: Path, rows: int, cache: Path) -> None:
+    """``datasets.load_dataset`` reads the JSONL and the Parquet file (when both libraries are here)."""
+    datasets = pytest.importorskip("datasets")
+    card = json.loads((folder / "card.json").read_text())
+    assert card["rows"] == rows and card["by_band"] == {"all_solved": rows} and card["by_source"] == {"policy": rows}
+    jsonl = datasets.load_dataset("json", data_files=str(folder / "train.jsonl"), cache_dir=str(cache))["train"]
+    assert len(jsonl) == rows and jsonl[0]["messages"][0]["role"] == "system"
+    if (folder / "train.parquet").exists():
+        parquet = datasets.load_dataset("parquet", data_files=str(folder / "train.parquet"), cache_dir=str(cache))
+        assert parquet["train"]["id"] == jsonl["id"]
+
+
+def _agent(cfg: Any, examples: list) -> Any:
+    from agents import agent_options, make_agent
+
+    options = dict(cfg.agent.options)
+    if "few_shot_pool" in agent_options(cfg.agent.name):
+        options["few_shot_pool"] = tuple(examples)
+    return make_agent(cfg.agent.name, **options)
+
+
+def _limits(cfg: Any) -> Any:
+    from training.rollout import RolloutLimits
+
+    return RolloutLimits(**verl_sft.sqlagent_block(cfg)["limits"])
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_dry_run_composes_verl_sft_for_every_design(recipe: str, tmp_path: Path) -> None:
+    from training.run import run
+
+    with initialize_config_module("recipes", version_base=None):
+        raw = OmegaConf.to_container(compose("config", overrides=[
+            f"recipe={recipe}", "engine=verl", "stage=sft", "dry_run=true", f"run_dir={tmp_path}"]), resolve=True)
+    out: list[str] = []
+    assert run(raw, {"recipe", "engine", "stage", "dry_run"}, out.append) is None
+    text = "\n".join(out)
+    assert "sft_trainer_engine" in text and "RolloutDriverSFTDataset" in text
+    assert f"train_files: {tmp_path}/supervised/dataset/train.jsonl" in text
+    assert f"agent: {recipe}" in text
+    # what a GPU run launches: the standalone YAML that veRL's entry point loads with --config-path/--config-name
+    from hydra import initialize_config_dir
+
+    from training.config import TrainConfig
+    from training.run import prepare_config
+
+    raw.pop("hydra", None)
+    cfg = prepare_config(raw, set(), lambda _: None)
+    assert isinstance(cfg, TrainConfig)
+    path = verl_sft.write_sft_config(cfg, "/models/some-model")
+    with initialize_config_dir(config_dir=str(path.parent), version_base=None):
+        launched = compose(config_name=path.stem)
+    assert launched.data.sqlagent.agent == recipe and launched.model.path == "/models/some-model"
+    assert launched.data.custom_cls.path == str(Path(verl_sft.__file__).resolve())
+
+
+def test_eval_run_scores_an_endpoint(data_root: Path, tokenizer_dir: Path, tmp_path: Path) -> None:
+    from eval.run import run
+
+    examples = load_examples("jsonl", data_root, "dev")
+    with FakeOpenAI(teacher_reply("think2sql", examples)) as server:
+        with initialize_config_module("recipes", version_base=None):
+            raw = OmegaConf.to_container(compose("eval", overrides=[
+                "recipe=think2sql", f"model.path={tokenizer_dir}", f"model.base_url={server.base_url}",
+                "model.name=served-model", "data=jsonl", f"data.root={data_root}", "engine.device=cpu",
+                "rollout.max_new_tokens=200", f"eval.out_dir={tmp_path / 'out'}"]), resolve=True)
+        summary = run(raw, {"recipe", "model.path", "model.base_url", "model.name"}, lambda _: None)
+    assert summary["n"] == 2 and summary["ex"] == 1.0
+    assert summary["endpoint"]["failed_samples"] == 0 and server.requests[0]["model"] == "served-model"
+    assert summary["settings"]["model"] == f"served-model @ {server.base_url}"

@@ -1,0 +1,246 @@
+"""The supervised stages on GPU: veRL 0.9.1's SFT trainer fed the rollout driver's tokens.
+
+veRL's own ``MultiTurnSFTDataset`` templates messages one by one and sets its own loss
+masks; here ``RolloutDriverSFTDataset`` (plugged in through ``data.custom_cls``) replays
+each conversation of the dataset stage's ``train.jsonl`` through the design's agent and
+the rollout driver (``training/stages/dataset.py``), and emits exactly the token ids and
+loss mask that RL trains on: ``input_ids = prompt + response``, ``loss_mask`` 0 on the
+prompt, the response mask on the response (observation and template tokens carry no loss).
+Everything it needs to rebuild the agent travels in the ``data.sqlagent`` block.
+
+``training.run engine=verl stage=sft`` builds the dataset with the local chain
+(``stage=data``), then launches ``torchrun -m verl.trainer.sft_trainer`` with the composed
+config; ``dry_run=true`` prints that config. With ``stage=sft_rl`` the SFT run saves a HF
+copy (``checkpoint.save_contents`` includes ``hf_model``) and GRPO then starts from it on
+the veRL engine (``stage.init_from``), so the SFT weights are also the KL reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+SFT_CONFIG_MODULE, SFT_CONFIG_NAME = "verl.trainer.config", "sft_trainer_engine"
+
+
+class RolloutDriverSFTDataset:
+    """veRL SFT dataset (``data.custom_cls``): the rollout driver's ids and loss masks.
+
+    One item per replayed episode (DualSQL rows give a linker and a generator item).
+    Items are ``input_ids``, ``loss_mask``, ``position_ids`` (and ``attention_mask`` with
+    ``pad_mode=right``, padded to ``max_length``) as 1-D tensors, like veRL's own dataset.
+    """
+
+    def __init__(self, parquet_files: Any, tokenizer: Any, config: Any, processor: Any = None,
+                 max_samples: int = -1) -> None:
+        from omegaconf import OmegaConf
+
+        from training.stages.dataset import read_rows
+
+        block = config.get("sqlagent")
+        if block is None:
+            raise ValueError("RolloutDriverSFTDataset needs the data.sqlagent block (training.run engine=verl "
+                             "stage=sft writes it)")
+        self.settings = OmegaConf.to_container(block, resolve=True) if not isinstance(block, dict) else dict(block)
+        files = [parquet_files] if isinstance(parquet_files, str) else list(parquet_files)
+        rows = [row for f in files for row in read_rows(_jsonl_of(f))]
+        if max_samples and max_samples > 0:
+            rows = rows[:max_samples]
+        self.pad_mode = config.get("pad_mode", "no_padding")
+        self.max_length = int(config.get("max_length", 1024))
+        self.truncation = config.get("truncation", "error")
+        self.tokenizer = tokenizer
+        self.trajectories, self.dropped = replay_rows(rows, tokenizer, self.settings)
+
+    def __len__(self) -> int:
+        return len(self.trajectories)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        import torch
+
+        t = self.trajectories[index]
+        ids = list(t.prompt_ids) + list(t.response_ids)
+        loss = [0] * len(t.prompt_ids) + [int(m) for m in t.response_mask]
+        if len(ids) > self.max_length:
+            if self.truncation == "error":
+                raise ValueError(f"episode {t.example_id}/{t.role}: {len(ids)} tokens > data.max_length="
+                                 f"{self.max_length}; raise data.max_length or set data.truncation=right")
+            ids, loss = ids[: self.max_length], loss[: self.max_length]
+        item = {"input_ids": torch.tensor(ids, dtype=torch.long), "loss_mask": torch.tensor(loss, dtype=torch.long),
+                "position_ids": torch.arange(len(ids), dtype=torch.long)}
+        if self.pad_mode == "right":
+            pad = self.max_length - len(ids)
+            pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+            item["attention_mask"] = torch.tensor([1] * len(ids) + [0] * pad, dtype=torch.long)
+            item["input_ids"] = torch.cat([item["input_ids"], torch.full((pad,), pad_id, dtype=torch.long)])
+            item["loss_mask"] = torch.cat([item["loss_mask"], torch.zeros(pad, dtype=torch.long)])
+            item["position_ids"] = torch.cat([item["position_ids"], torch.zeros(pad, dtype=torch.long)])
+        return item
+
+
+def _jsonl_of(path: str) -> str:
+    """Our dataset directory holds train.jsonl beside train.parquet: read the JSONL (the
+    episodes' nested messages survive it unchanged)."""
+    p = Path(path)
+    if p.suffix == ".parquet" and (p.with_suffix(".jsonl")).exists():
+        return str(p.with_suffix(".jsonl"))
+    return str(p)
+
+
+def replay_rows(rows: list[dict[str, Any]], tokenizer: Any, settings: dict[str, Any]) -> tuple[list[Any], dict]:
+    """Replay dataset rows through the agent named in ``settings`` (the data.sqlagent block)."""
+    from agents import agent_options, make_agent
+    from eval.data import load_examples
+    from training.rollout import RolloutLimits
+    from training.stages.dataset import replay
+
+    d = settings["data"]
+    examples = load_examples(kind=d["kind"], root=d["root"], split=d["split"],
+                             drop_failing_gold=d["drop_failing_gold"], limit=d["limit"])
+    options = dict(settings["agent_options"])
+    if "few_shot_pool" in agent_options(settings["agent"]):
+        options["few_shot_pool"] = tuple(examples)
+    agent = make_agent(settings["agent"], **options)
+    limits = RolloutLimits(**settings["limits"])
+    return replay(agent, rows, {ex.id: ex for ex in examples}, tokenizer, limits, settings.get("drop_phases", []))
+
+
+# ----------------------------------------------------------------------------- the config
+
+def sqlagent_block(cfg: Any) -> dict[str, Any]:
+    """What the dataset class needs to rebuild the agent, as plain data."""
+    from training.rollout import RolloutLimits
+
+    r = cfg.rollout
+    limits = RolloutLimits(max_response_tokens=r.max_response_tokens,
+                           max_context_tokens=r.max_prompt_tokens + r.max_response_tokens,
+                           max_tokens_per_turn=r.max_new_tokens, max_observation_tokens=r.observation_max_tokens,
+                           max_prompt_tokens=r.max_prompt_tokens)
+    d = cfg.data
+    return {"agent": cfg.agent.name, "agent_options": dict(cfg.agent.options), "limits": dataclasses.asdict(limits),
+            "data": {"kind": d.kind, "root": d.root, "split": d.split, "drop_failing_gold": d.drop_failing_gold,
+                     "limit": d.limit},
+            "drop_phases": list(cfg.supervised.drop_phases)}
+
+
+def dataset_file(cfg: Any) -> Path:
+    from training.stages.dataset import TRAIN_JSONL
+
+    if cfg.supervised.dataset:
+        return Path(cfg.supervised.dataset)
+    return Path(cfg.run_dir) / "supervised" / "dataset" / TRAIN_JSONL
+
+
+def sft_overrides(cfg: Any, model_path: str) -> list[str]:
+    """Hydra overrides of veRL's ``sft_trainer_engine`` for this run."""
+    sup = cfg.supervised
+    r = cfg.rollout
+    out = Path(cfg.run_dir) / "supervised" / "sft_verl"
+    return [
+        f"model.path={model_path}",
+        f"data.train_files={dataset_file(cfg)}",
+        f"data.custom_cls.path={Path(__file__).resolve()}",
+        "data.custom_cls.name=RolloutDriverSFTDataset",
+        "data.pad_mode=no_padding",
+        f"data.max_length={r.max_prompt_tokens + r.max_response_tokens}",
+        f"data.train_batch_size={sup.batch_size}",
+        f"data.micro_batch_size_per_gpu={sup.micro_batch_size}",
+        f"optim.lr={sup.lr}",
+        f"optim.lr_warmup_steps_ratio={sup.warmup_ratio}",
+        f"trainer.total_epochs={sup.epochs}",
+        f"trainer.default_local_dir={out}",
+        f"trainer.project_name={cfg.trainer.project}",
+        f"trainer.experiment_name={cfg.recipe_name}-sft",
+        f"trainer.seed={cfg.seed}",
+        "trainer.logger=[console,file]",
+        "checkpoint.save_contents=[model,optimizer,extra,hf_model]",
+    ]
+
+
+def compose_sft_config(cfg: Any, model_path: str = "MODEL_PATH") -> Any:
+    """veRL's ``sft_trainer_engine`` composed from its package with this run's overrides,
+    plus the ``data.sqlagent`` block the dataset class reads."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+    from omegaconf import open_dict
+
+    backup = get_gh_backup()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module(config_module=SFT_CONFIG_MODULE, version_base=None):
+            composed = compose(config_name=SFT_CONFIG_NAME, overrides=sft_overrides(cfg, model_path))
+    finally:
+        restore_gh_from_backup(backup)
+    with open_dict(composed):
+        composed.data.sqlagent = sqlagent_block(cfg)
+    return composed
+
+
+def write_sft_config(cfg: Any, model_path: str) -> Path:
+    """The composed config as a standalone YAML that veRL's entry point loads
+    (``--config-path/--config-name``): nested blocks need no command-line quoting."""
+    from omegaconf import OmegaConf, open_dict
+
+    path = Path(cfg.run_dir).resolve() / "supervised" / "verl_sft.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    composed = compose_sft_config(cfg, model_path)
+    with open_dict(composed):
+        composed.pop("hydra", None)
+    OmegaConf.save(composed, path)
+    return path
+
+
+def describe(cfg: Any) -> str:
+    from omegaconf import OmegaConf
+
+    path = cfg.stage.init_from or cfg.model.path or "EMBEDDED_DEFAULT"  # resolved (converted) when training starts
+    data = dataset_file(cfg)
+    state = "present" if data.exists() else "not built yet: stage=data (or this command) builds it first"
+    header = (f"# engine=verl stage={cfg.stage.name}: veRL sft_trainer_engine composed from pkg://{SFT_CONFIG_MODULE};"
+              f"\n# dataset {data} ({state}); model {path}\n")
+    return header + OmegaConf.to_yaml(compose_sft_config(cfg, str(path)))
+
+
+def train(cfg: Any, say: Any = print) -> dict[str, Any]:
+    """Dataset (local chain), then veRL's SFT trainer under torchrun; sft_rl then runs GRPO."""
+    import torch
+
+    from tools.errors import ConfigError
+    from training.model import resolve_model_path
+    from training.stages.runner import run_stage
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if not gpus:
+        raise ConfigError("engine=verl stage=sft needs CUDA GPUs; on CPU use engine=local")
+    if not cfg.supervised.dataset:
+        data_cfg = dataclasses.replace(cfg, stage=dataclasses.replace(cfg.stage, name="data"),
+                                       engine=dataclasses.replace(cfg.engine, name="local", device="cuda"))
+        run_stage(data_cfg, None, say)
+    model_path = resolve_model_path(cfg.stage.init_from or cfg.model.path, say)
+    config_file = write_sft_config(cfg, model_path)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}",
+               "-m", "verl.trainer.sft_trainer", f"--config-path={config_file.parent}",
+               f"--config-name={config_file.stem}"]
+    say("[verl sft] " + " ".join(command))
+    subprocess.run(command, check=True)
+    hf = latest_hf_checkpoint(Path(cfg.run_dir) / "supervised" / "sft_verl")
+    summary: dict[str, Any] = {"sft_checkpoint": str(hf)}
+    if cfg.stage.name == "sft_rl":
+        from training.engines import verl_engine
+
+        rl = dataclasses.replace(cfg, stage=dataclasses.replace(cfg.stage, name="rl", init_from=str(hf)))
+        summary["rl"] = verl_engine.train(rl, say)
+    return summary
+
+
+def latest_hf_checkpoint(folder: Path) -> Path:
+    from tools.errors import ConfigError
+
+    steps = sorted(folder.glob("global_step_*/huggingface"), key=lambda p: int(p.parent.name.rsplit("_", 1)[1]))
+    if not steps:
+        raise ConfigError(f"veRL's SFT wrote no HF checkpoint under {folder}")
+    return steps[-1]

@@ -72,7 +72,9 @@ def _describe_profile(changes: dict[str, tuple[Any, Any]], mode: str) -> str:
 def run(raw: dict[str, Any], explicit: set[str], say: Say = print) -> dict[str, Any] | None:
     """Prepare the config, then print it (dry run) or train with the chosen engine."""
     from training.engines import get_engine
+    from training.sweep import apply_sweep, current_job
 
+    raw = apply_sweep(raw, explicit, current_job())  # a multirun job: its run_dir, sweep and ablation
     cfg = prepare_config(raw, explicit, say)
     engine = get_engine(cfg.engine.name)
     if cfg.dry_run:

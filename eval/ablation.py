@@ -64,8 +64,8 @@ class Delta:
         span = f"{pct(self.value)} (95% CI {pct(self.low)} to {pct(self.high)}, {self.questions} questions)"
         name = dict(SCORES).get(self.score, self.score)
         if self.within_noise:
-            return f"{self.arm}: {name} {self.slice} {span} - within noise"
-        return f"{self.arm}: {name} {self.slice} {span} - {'better' if self.value > 0 else 'worse'} than the baseline"
+            return f"{self.arm}: {name} ({self.slice}) {span} - within noise"
+        return f"{self.arm}: {name} ({self.slice}) {span} - {'better' if self.value > 0 else 'worse'} than the baseline"
 
 
 def arm_label(values: Mapping[str, Any]) -> str:

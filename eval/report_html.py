@@ -97,16 +97,17 @@ def _table(header: list[str], rows: list[list[Any]], cls: str = "") -> str:
 
 
 def scores_table(s: Study) -> str:
+    """One row per score and slice, one column per arm: mean +- std over its seeds."""
     slices = ["all", *s.difficulties]
-    header = ["arm", "seeds", *[f"{name} ({sl})" for key, name in SCORES for sl in slices]]
     rows = []
-    for arm in s.arms:
-        cells = []
-        for key, _ in SCORES:
-            for sl in slices:
+    for key, name in SCORES:
+        for sl in slices:
+            cells = []
+            for arm in s.arms:
                 value = arm.scores.get(sl, {}).get(key)
                 cells.append("-" if value is None else f"{pct(value[0])} &plusmn; {pct(value[1])}")
-        rows.append([html.escape(arm.label), arm.seeds, *cells])
+            rows.append([f"{name} ({html.escape(sl)})", *cells])
+    header = ["score", *[f"{a.label} ({a.seeds} seed(s))" for a in s.arms]]
     return _table(header, rows, "scores")
 
 

@@ -118,7 +118,8 @@ def test_offline_html_report_opens_in_chromium_with_every_image_and_table(tiny_s
             "return Object.fromEntries([...document.querySelectorAll('table')].map("
             "t => [t.className, t.tBodies[0].rows.length]))")
         study = out["report"]["study"]
-        assert tables == {"scores": 2, "deltas": len(study.deltas), "samples": len(study.samples)}
+        assert tables == {"scores": 4 * (1 + len(study.difficulties)), "deltas": len(study.deltas),
+                          "samples": len(study.samples)}
         assert tables["deltas"] > 0 and tables["samples"] > 0
         assert "within noise" in driver.find_element("css selector", "ul.statements").text
         assert console_errors(driver) == []

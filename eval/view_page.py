@@ -42,7 +42,10 @@ pre{background:#f7f7f7;padding:.4em;white-space:pre-wrap;margin:.2em 0}
 
 SCRIPT = r"""
 const DATA = JSON.parse(document.getElementById('data').textContent);
-const ROWS = DATA.rows, PROMPTS = DATA.prompts, PAGE = DATA.page_size;
+const ROWS = DATA.rows, PROMPTS = DATA.prompts, PAGE = DATA.page_size, VOCAB = DATA.vocab;
+// packed per-token data (view_page.pack): token ids into VOCAB, turns as [turn, count] runs
+function tokensOf(r) { return r.tk ? r.tk.map(i => VOCAB[i]) : []; }
+function turnsOf(r) { const out = []; for (const [t, n] of r.tn || []) for (let k = 0; k < n; k++) out.push(t); return out; }
 const WHY = {L: 'carries loss', o: 'observation / template (masked)', e: 'error-turn mask',
              p: 'outside the phase prefix (schema track)', d: 'not in the update (group dropped)'};
 const state = {page: 0, shown: ROWS.map((_, i) => i), track: 'full', hay: new Array(ROWS.length)};
@@ -65,7 +68,7 @@ function haystack(i) {
   if (state.hay[i] === undefined) {
     const r = ROWS[i];
     state.hay[i] = [r.question, r.evidence, r.gold_sql, r.final_sql, r.example_id, r.db_id, r.text,
-                    (r.tokens || []).join('')].join('\n').toLowerCase();
+                    tokensOf(r).join('')].join('\n').toLowerCase();
   }
   return state.hay[i];
 }
@@ -142,9 +145,9 @@ function kv(title, obj) {
   }
   return tab;
 }
-function segments(r) {
-  const out = [], turn = r.turn || [], pol = r.policy || '';
-  for (let j = 0; j < (r.tokens || []).length; j++) {
+function segments(r, tokens) {
+  const out = [], turn = turnsOf(r), pol = r.policy || '';
+  for (let j = 0; j < tokens.length; j++) {
     const key = turn[j] + ':' + pol[j], last = out[out.length - 1];
     if (last && last.key === key) last.end = j + 1; else out.push({key, turn: turn[j], policy: pol[j], start: j, end: j + 1});
   }
@@ -153,8 +156,8 @@ function segments(r) {
 function buildTokens(r, holder) {
   holder.replaceChildren();
   const why = (r.why || {})[state.track] || (r.why || {}).full || '';
-  const turns = Object.fromEntries((r.turns || []).map(t => [t.index, t]));
-  for (const s of segments(r)) {
+  const turns = Object.fromEntries((r.turns || []).map(t => [t.index, t])), tokens = tokensOf(r);
+  for (const s of segments(r, tokens)) {
     const t = turns[s.turn] || {}, seg = el('div', s.policy === '1' ? 'seg' : 'seg obs');
     seg.dataset.turn = s.turn;
     const head = s.policy === '1'
@@ -164,7 +167,7 @@ function buildTokens(r, holder) {
     if (s.policy === '1' && t.tool) seg.appendChild(el('pre', 'call', `${t.tool}(${JSON.stringify(t.arguments || {})})`));
     const toks = el('div', 'tokens');
     for (let j = s.start; j < s.end; j++) {
-      const w = why[j] || 'o', span = el('span', 'tok ' + w, r.tokens[j]);
+      const w = why[j] || 'o', span = el('span', 'tok ' + w, tokens[j]);
       span.title = WHY[w];
       toks.appendChild(span);
     }
@@ -191,7 +194,7 @@ function buildBody(r, body) {
   const comp = Object.assign({total: r.reward}, r.components || {});
   rw.append(kv('reward', comp), kv('track', r.tracks), kv('advantage', r.advantage || {'in update': 'no'}));
   body.appendChild(rw);
-  if (r.tokens && r.tokens.length) {
+  if (r.tk && r.tk.length) {
     const tracks = Object.keys(r.why || {}), bar = el('div', 'legend');
     for (const [k, v] of Object.entries(WHY)) bar.appendChild(el('span', 'tok ' + k, v));
     body.appendChild(bar);
@@ -217,6 +220,7 @@ $('prev').addEventListener('click', () => { state.page--; render(); });
 $('next').addEventListener('click', () => { state.page++; render(); });
 render();
 document.body.dataset.ready = '1';
+window.viewReadyMs = performance.now();  // read by benchmarks/bench_viewer.py
 """
 
 
@@ -224,9 +228,34 @@ def _select(ident: str, label: str) -> str:
     return f'<label>{label}<select id="{ident}"><option value="">all</option></select></label>'
 
 
+def pack(rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Rows with their per-token lists made small: each distinct token string once in a
+    vocabulary (``tk``: indices into it) and turn indices as ``[turn, count]`` runs (``tn``).
+
+    >>> pack([{"tokens": ["a", "b", "a"], "turn": [0, 0, 1], "x": 1}])
+    ([{'x': 1, 'tk': [0, 1, 0], 'tn': [[0, 2], [1, 1]]}], ['a', 'b'])
+    """
+    vocab: dict[str, int] = {}
+    out = []
+    for row in rows:
+        packed = {k: v for k, v in row.items() if k not in ("tokens", "turn")}
+        if row.get("tokens"):
+            packed["tk"] = [vocab.setdefault(t, len(vocab)) for t in row["tokens"]]
+            runs: list[list[int]] = []
+            for t in row.get("turn") or []:
+                if runs and runs[-1][0] == t:
+                    runs[-1][1] += 1
+                else:
+                    runs.append([t, 1])
+            packed["tn"] = runs
+        out.append(packed)
+    return out, list(vocab)
+
+
 def render_page(rows: Sequence[Mapping[str, Any]], prompts: Mapping[str, Any], title: str) -> str:
     """The whole page as a string; ``rows`` as training/records.py writes them (or eval rows)."""
-    data = json.dumps({"rows": list(rows), "prompts": dict(prompts), "page_size": PAGE_SIZE},
+    packed, vocab = pack(rows)
+    data = json.dumps({"rows": packed, "vocab": vocab, "prompts": dict(prompts), "page_size": PAGE_SIZE},
                       separators=(",", ":"), ensure_ascii=False).replace("</", "<\\/")
     filters = "".join([
         _select("f-outcome", "outcome"), _select("f-difficulty", "difficulty"), _select("f-design", "design"),

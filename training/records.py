@@ -197,6 +197,18 @@ def write_config_record(run_dir: str | Path, step: int, config: Mapping[str, Any
         out.write(json.dumps(record, sort_keys=True, default=str) + "\n")
 
 
+SAMPLE_COLUMNS = ("step", "design", "role", "difficulty", "question", "gold_sql", "final_sql", "reward", "outcome",
+                  "end_reason")
+
+
+def samples_table(records: Sequence[Mapping[str, Any]]) -> Any:
+    """A ``wandb.Table`` of sample records (``SAMPLE_COLUMNS``), logged as ``samples`` for the
+    wandb report's sample panel."""
+    import wandb
+
+    return wandb.Table(columns=list(SAMPLE_COLUMNS), data=[[r.get(c) for c in SAMPLE_COLUMNS] for r in records])
+
+
 # ----------------------------------------------------------------------------- local engine glue
 
 def trajectory_records(

@@ -343,6 +343,11 @@ class LocalTrainer:
         if self._samples is None:
             self._samples = SampleWriter(self.cfg.run_dir)
         self._samples.write(records, prompts)
+        wandb_run = getattr(self.logger, "wandb_run", None)
+        if wandb_run is not None:  # the "samples" table the wandb report's sample panel shows
+            from training.records import samples_table
+
+            wandb_run.log({"samples": samples_table(records)}, step=self.step + 1)
 
     def _score(self, trajectory: Any, example: Any) -> Any:
         from tools import get_database

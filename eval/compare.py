@@ -113,7 +113,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The records of a JSONL file; a line cut by a killed run is skipped."""
     out = []
     if not path.is_file():
@@ -160,7 +160,7 @@ def _eval_view(folder: Path, s: dict[str, Any]) -> RunView:
         rex=s.get("rex"), qatch=(s.get("qatch") or {}).get("mean"), sc_ex=(s.get("sc") or {}).get("ex"),
         pass_at_k=dict(s.get("pass_at_k") or {}),
         by_difficulty={d: b["ex"] for d, b in s["by_difficulty"].items()},
-        scores=_scores(s), questions=_questions(_read_jsonl(folder / RECORDS)),
+        scores=_scores(s), questions=_questions(read_jsonl(folder / RECORDS)),
     )
 
 
@@ -171,7 +171,7 @@ def _train_view(folder: Path, metrics: Path) -> RunView:
     view = RunView(name=folder.name, path=folder, kind="train")
     evals: dict[str, dict[str, Any]] = {}
     train: list[dict[str, Any]] = []
-    for record in _read_jsonl(metrics):
+    for record in read_jsonl(metrics):
         kind = record.get("kind", "train")
         if kind == "train":
             train.append(record)
@@ -190,7 +190,7 @@ def _train_view(folder: Path, metrics: Path) -> RunView:
     view.ex_before = _number(before.get("ex")) if before else None
     view.ex = _number(after.get("ex")) if after else None
     view.n = (after or before or {}).get("n")
-    heldout = _read_jsonl(folder / "heldout_after.jsonl")
+    heldout = read_jsonl(folder / "heldout_after.jsonl")
     if heldout:
         summary = summarize(heldout, {})
         view.scores = _scores(summary)

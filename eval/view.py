@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from eval.compare import read_jsonl
 from eval.view_page import PAGE_SIZE, render_page
 from tools.errors import DataError, ToolkitError
 
@@ -33,27 +34,12 @@ Say = Callable[[str], None]
 PAGE = "view.html"
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    out = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by a killed run
-        if isinstance(record, dict):
-            out.append(record)
-    return out
-
-
 def training_rows(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows and prompts of a training run's samples.jsonl / prompts.jsonl."""
     from training.records import PROMPTS, SAMPLES
 
-    rows = [dict(r, kind="train") for r in _read_jsonl(folder / SAMPLES)]
-    prompts = {p["prompt_id"]: p.get("messages") for p in _read_jsonl(folder / PROMPTS)} if (
-        folder / PROMPTS).is_file() else {}
+    rows = [dict(r, kind="train") for r in read_jsonl(folder / SAMPLES)]
+    prompts = {p["prompt_id"]: p.get("messages") for p in read_jsonl(folder / PROMPTS)}
     return rows, prompts
 
 
@@ -64,7 +50,7 @@ def eval_rows(folder: Path) -> list[dict[str, Any]]:
     settings = json.loads((folder / SETTINGS).read_text()) if (folder / SETTINGS).is_file() else {}
     design = settings.get("recipe") or settings.get("agent") or ""
     rows = []
-    for r in _read_jsonl(folder / RECORDS):
+    for r in read_jsonl(folder / RECORDS):
         samples = r.get("samples") or [{}]
         chosen = samples[min(int(r.get("chosen", 0)), len(samples) - 1)]
         rows.append({

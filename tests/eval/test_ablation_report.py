@@ -123,3 +123,22 @@ def test_offline_html_report_opens_in_chromium_with_every_image_and_table(tiny_s
         assert tables["deltas"] > 0 and tables["samples"] > 0
         assert "within noise" in driver.find_element("css selector", "ul.statements").text
         assert console_errors(driver) == []
+
+
+def test_entry_point_writes_the_report_files_and_checks_the_baseline(tiny_sweep: Path, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(repo), WANDB_MODE="offline")
+    cmd = [sys.executable, "-m", "eval.compare", str(tiny_sweep), "--report", "--out", "cmp"]
+    proc = subprocess.run([*cmd, "--baseline", "reward.exec_metric=qatch"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert {"compare.md", "compare.csv", "report.html", "report_spec.json", "report_curves.png",
+            "report_scores.png"} <= {p.name for p in (tmp_path / "cmp").iterdir()}
+    assert "reward.exec_metric=ex: EX (all)" in proc.stdout and "not saved" in proc.stdout
+    proc = subprocess.run([*cmd, "--baseline", "advantage=nope"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 2 and "names no arm" in proc.stderr and "reward.exec_metric=ex" in proc.stderr

@@ -1,14 +1,20 @@
-"""``python -m eval.compare RUN_DIR [RUN_DIR ...] [--out DIR]``: runs side by side.
+"""``python -m eval.compare RUN_OR_SWEEP_DIR [...] [--out DIR] [--report]``: runs side by side.
 
 A run directory is either an ``eval.run`` output (``summary.json`` with per-difficulty
-numbers) or a ``training.run`` directory (``metrics.jsonl`` from
-``training/logging_utils.py``: one JSON record per line with ``step``, ``kind`` -
-``train`` or ``eval_before`` / ``eval_val`` / ``eval_after`` - and the metrics, e.g.
-``reward/total``, ``ex/batch``, ``ex``). Writes ``compare.md`` and ``compare.csv`` (also
-printed), ``ex_by_difficulty.png`` (EX per difficulty, one bar per run) and
-``training_curves.png`` (reward and batch EX over steps, plus before/after EX) with
-matplotlib's Agg backend, and logs a wandb table and the images when wandb is online
-(offline: skipped with a message; wandb never makes the comparison fail).
+numbers, ``records.jsonl`` per question) or a ``training.run`` directory
+(``metrics.jsonl`` from ``training/logging_utils.py``: one JSON record per line with
+``step``, ``kind`` - ``config`` (the effective config with its ``sweep`` and ``ablation``),
+``train`` or ``eval_before`` / ``eval_val`` / ``eval_after`` - and the metrics named in
+``training.records.METRICS``; ``heldout_after.jsonl`` per question). A sweep directory
+(``training.run -m``) stands for every run in it. Writes ``compare.md`` and ``compare.csv``
+(also printed), ``ex_by_difficulty.png`` and ``training_curves.png`` with matplotlib's Agg
+backend, and logs a wandb table and the images when wandb is online (offline: skipped with
+a message; wandb never makes the comparison fail).
+
+``--report`` adds the ablation report (eval/ablation.py for the numbers): a wandb report
+built with ``wandb-workspaces`` (eval/wandb_report.py), saved to the project when logged in;
+offline its specification is written as ``report_spec.json`` and the same panels as a
+self-contained ``report.html`` (eval/report_html.py) beside the Markdown and PNGs.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import io
 import json
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,9 +54,33 @@ class RunView:
     by_difficulty: dict[str, float] = field(default_factory=dict)
     steps: list[int] = field(default_factory=list)
     curves: dict[str, list[float | None]] = field(default_factory=dict)
+    sweep: str | None = None
+    ablation: dict[str, Any] = field(default_factory=dict)
+    scores: dict[str, dict[str, float | None]] = field(default_factory=dict)  # "all"|difficulty -> score -> value
+    questions: list[dict[str, Any]] = field(default_factory=list)  # per question: id, difficulty, ex, rex, ...
 
 
 CURVES = (("reward/total", "reward"), ("ex/batch", "EX (batch)"))
+
+
+def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
+    """Run directories as given; a sweep directory (no run files, run directories inside)
+    becomes its runs, in job-number order."""
+    out: list[Path] = []
+    for p in paths:
+        folder = Path(p).expanduser()
+        if folder.is_dir() and not _is_run(folder):
+            runs = [c for c in folder.iterdir() if c.is_dir() and _is_run(c)]
+            if runs:
+                out.extend(sorted(runs, key=lambda c: (not c.name.isdigit(), int(c.name) if c.name.isdigit() else 0,
+                                                       c.name)))
+                continue
+        out.append(folder)
+    return out
+
+
+def _is_run(folder: Path) -> bool:
+    return (folder / "summary.json").is_file() or (folder / "metrics.jsonl").is_file()
 
 
 def load_run(path: str | Path) -> RunView:
@@ -83,39 +113,91 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSONL file; a line cut by a killed run is skipped."""
+    out = []
+    if not path.is_file():
+        return out
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict):
+                out.append(record)
+    return out
+
+
+def _scores(summary: Mapping[str, Any]) -> dict[str, dict[str, float | None]]:
+    """The four held-out scores of a summary (eval.report.summarize), overall and per difficulty."""
+    def block(b: Mapping[str, Any]) -> dict[str, float | None]:
+        return {"ex": _number(b.get("ex")), "ex_official": _number(b.get("ex_official")),
+                "rex": _number(b.get("rex")), "qatch": _number((b.get("qatch") or {}).get("mean"))}
+
+    out = {"all": block(summary)}
+    out.update({d: block(b) for d, b in (summary.get("by_difficulty") or {}).items()})
+    return out
+
+
+def _questions(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per-question scores from eval records (scorable questions; ex_official counts every one)."""
+    out = []
+    for r in records:
+        scorable = not r.get("gold_failed")
+        out.append({"id": str(r["id"]), "difficulty": r.get("difficulty", "unknown"),
+                    "ex": float(r["ex"]) if scorable else None, "ex_official": float(r["ex"]),
+                    "rex": float(r["rex"]) if scorable else None,
+                    "qatch": float((r.get("qatch") or {}).get("mean", 0.0)) if scorable else None})
+    return out
+
+
 def _eval_view(folder: Path, s: dict[str, Any]) -> RunView:
+    from eval.records import RECORDS
+
     return RunView(
         name=folder.name, path=folder, kind="eval", n=s.get("n"), ex=s.get("ex"), ex_official=s.get("ex_official"),
         rex=s.get("rex"), qatch=(s.get("qatch") or {}).get("mean"), sc_ex=(s.get("sc") or {}).get("ex"),
         pass_at_k=dict(s.get("pass_at_k") or {}),
         by_difficulty={d: b["ex"] for d, b in s["by_difficulty"].items()},
+        scores=_scores(s), questions=_questions(read_jsonl(folder / RECORDS)),
     )
 
 
 def _train_view(folder: Path, metrics: Path) -> RunView:
+    from eval.report import summarize
+    from training.records import CURVES as TRAIN_CURVES
+
     view = RunView(name=folder.name, path=folder, kind="train")
     evals: dict[str, dict[str, Any]] = {}
     train: list[dict[str, Any]] = []
-    for number, line in enumerate(metrics.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by a killed run: the rest is still readable
+    for record in read_jsonl(metrics):
         kind = record.get("kind", "train")
         if kind == "train":
             train.append(record)
+        elif kind == "config":
+            view.sweep, view.ablation = record.get("sweep"), dict(record.get("ablation") or {})
         elif kind.startswith("eval_"):
             evals[kind] = record
     train.sort(key=lambda r: r.get("step", 0))
     view.steps = [int(r.get("step", i)) for i, r in enumerate(train)]
-    for key, _ in CURVES:
-        view.curves[key] = [_number(r.get(key)) for r in train]
+    keys = [k for k, _ in TRAIN_CURVES] + sorted({k for r in train for k in r if k.startswith("reward/")})
+    for key in dict.fromkeys(keys):
+        values = [_number(r.get(key)) for r in train]
+        if any(v is not None for v in values):
+            view.curves[key] = values
     before, after = evals.get("eval_before"), evals.get("eval_after")
     view.ex_before = _number(before.get("ex")) if before else None
     view.ex = _number(after.get("ex")) if after else None
     view.n = (after or before or {}).get("n")
+    heldout = read_jsonl(folder / "heldout_after.jsonl")
+    if heldout:
+        summary = summarize(heldout, {})
+        view.scores = _scores(summary)
+        view.ex_official, view.rex = view.scores["all"]["ex_official"], view.scores["all"]["rex"]
+        view.qatch = view.scores["all"]["qatch"]
+        view.by_difficulty = {d: b["ex"] for d, b in view.scores.items() if d != "all"}
+        view.questions = _questions(heldout)
     return view
 
 
@@ -141,25 +223,29 @@ def table(views: Sequence[RunView]) -> tuple[list[str], list[list[Any]]]:
     """Header and rows: one row per run, EX per difficulty in BIRD order."""
     labels = difficulty_order([d for v in views for d in v.by_difficulty])
     ks = sorted({k for v in views for k in v.pass_at_k}, key=int)
+    swept = any(v.ablation for v in views)
     header = ["run", "kind", "n", "EX", "EX official", "EX before", "REX", "QATCH", "SC EX",
-              *[f"EX {d}" for d in labels], *[f"pass@{k}" for k in ks]]
+              *[f"EX {d}" for d in labels], *[f"pass@{k}" for k in ks], *(["ablation"] if swept else [])]
     rows = []
     for v in views:
         rows.append([v.name, v.kind, v.n, v.ex, v.ex_official, v.ex_before, v.rex, v.qatch, v.sc_ex,
-                     *[v.by_difficulty.get(d) for d in labels], *[v.pass_at_k.get(k) for k in ks]])
+                     *[v.by_difficulty.get(d) for d in labels], *[v.pass_at_k.get(k) for k in ks],
+                     *([", ".join(f"{k}={x}" for k, x in v.ablation.items())] if swept else [])])
     return header, rows
 
 
 def _cell(value: Any) -> str:
+    from eval.units import pct
+
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{100 * value:.2f}"
+        return pct(value)
     return str(value)
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Scores as percentages; '-' where a run has no such number."""
+    """Scores as percentages (with a % sign); '-' where a run has no such number."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
@@ -265,11 +351,13 @@ def log_wandb(header: Sequence[str], rows: Sequence[Sequence[Any]], images: Sequ
 # ----------------------------------------------------------------------------- entry point
 
 def compare(paths: Sequence[str | Path], out_dir: str | Path, project: str = "sqlagent-rl", use_wandb: bool = True,
-            say: Say = print) -> dict[str, Any]:
-    """Load the runs, write table + CSV + plots into ``out_dir``, print the table."""
+            say: Say = print, report: bool = False, baseline: str | None = None,
+            entity: str | None = None) -> dict[str, Any]:
+    """Load the runs, write table + CSV + plots into ``out_dir``, print the table; with
+    ``report`` also the ablation report (saved to wandb when logged in, else JSON + HTML)."""
     if not paths:
         raise ConfigError("no run directories given; usage: python -m eval.compare RUN_DIR [RUN_DIR ...] [--out DIR]")
-    views = [load_run(p) for p in paths]
+    views = [load_run(p) for p in expand_paths(paths)]
     _unique_names(views)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -282,18 +370,31 @@ def compare(paths: Sequence[str | Path], out_dir: str | Path, project: str = "sq
     say(md)
     say(f"[compare] wrote {out / 'compare.md'}, {out / 'compare.csv'}" + "".join(f", {p}" for p in images))
     logged = log_wandb(header, rows, images, project, say) if use_wandb else False
-    return {"header": header, "rows": rows, "images": [str(p) for p in images], "wandb": logged}
+    result: dict[str, Any] = {"header": header, "rows": rows, "images": [str(p) for p in images], "wandb": logged}
+    if report:
+        from eval.wandb_report import write_report
+
+        result["report"] = write_report(views, out, project=project, entity=entity, baseline=baseline,
+                                        use_wandb=use_wandb, say=say)
+    return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.compare", description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="eval.run output or training run directories")
+    parser.add_argument("runs", nargs="+", metavar="RUN_OR_SWEEP_DIR",
+                        help="eval.run output, training run or sweep directories")
     parser.add_argument("--out", default="runs/compare", help="where the table and plots go (default runs/compare)")
     parser.add_argument("--project", default="sqlagent-rl", help="wandb project of the report")
+    parser.add_argument("--entity", default=None, help="wandb entity of the report (default: yours when logged in)")
     parser.add_argument("--no-wandb", action="store_true", help="never log to wandb")
+    parser.add_argument("--report", action="store_true",
+                        help="the ablation report: wandb when logged in, else report_spec.json + report.html")
+    parser.add_argument("--baseline", default=None,
+                        help="the arm deltas are taken against, e.g. advantage=grpo (default: the first arm)")
     args = parser.parse_args(argv)
     try:
-        compare(args.runs, args.out, args.project, not args.no_wandb)
+        compare(args.runs, args.out, args.project, not args.no_wandb, report=args.report, baseline=args.baseline,
+                entity=args.entity)
     except ToolkitError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -372,6 +372,7 @@ class TrainerConfig:
     eval_before_after: bool = _f(True, "greedy EX on the held-out subset before and after training")
     project: str = _f("sqlagent-rl", "wandb project")
     save_weights: bool = _f(True, "write model weights into checkpoints")
+    samples_per_step: int = _f(16, "rollouts per step written to samples.jsonl with their masks (0 = none)")
 
     def __post_init__(self) -> None:
         _need(self.total_steps is None or self.total_steps >= 1,
@@ -379,6 +380,7 @@ class TrainerConfig:
         _need(self.save_every >= 1, f"trainer.save_every={self.save_every}: must be >= 1")
         _need(self.keep_checkpoints >= 1, f"trainer.keep_checkpoints={self.keep_checkpoints}: >= 1")
         _need(self.val_every >= 0, f"trainer.val_every={self.val_every}: 0 or positive")
+        _need(self.samples_per_step >= 0, f"trainer.samples_per_step={self.samples_per_step}: 0 or positive")
 
 
 @dataclass
@@ -442,6 +444,8 @@ class TrainConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     laptop: LaptopProfile = field(default_factory=LaptopProfile)
     verl: dict[str, Any] = _f({}, "veRL ppo_trainer overrides for engine=verl (dotted paths allowed)")
+    sweep: str | None = _f(None, "the sweep this run belongs to (its wandb group); set by a Hydra multirun")
+    ablation: dict[str, Any] = _f({}, "swept key -> this run's value (flat); set by a Hydra multirun")
 
     def __post_init__(self) -> None:
         recipes = list_recipes()

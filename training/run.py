@@ -86,6 +86,7 @@ def run(raw: dict[str, Any], explicit: set[str], say: Say = print) -> dict[str, 
     """Prepare the config, then print it (dry run) or train with the chosen engine."""
     from training.engines import get_engine
     from training.logging_utils import ConsoleLog
+    from training.sweep import apply_sweep, current_job
 
     earlier: list[str] = []
 
@@ -93,6 +94,7 @@ def run(raw: dict[str, Any], explicit: set[str], say: Say = print) -> dict[str, 
         earlier.append(line)
         say(line)
 
+    raw = apply_sweep(raw, explicit, current_job())  # a multirun job: its run_dir, sweep and ablation
     cfg = prepare_config(raw, explicit, keep)
     if cfg.stage.name != "rl":  # the supervised stages (training/stages/)
         from training.stages import stage_entry

@@ -62,7 +62,7 @@ def test_table_csv_and_plots(runs: tuple[Path, Path], tmp_path: Path) -> None:
     tr = dict(zip(header, rows[1]))
     assert (tr["kind"], tr["EX before"], tr["EX"], tr["EX simple"]) == ("train", 0.25, 0.5, None)
     md = (tmp_path / "cmp" / "compare.md").read_text()
-    assert "| eval-run | eval | 4 | 50.00 | 50.00 | - |" in md and "| train-run | train | 4 | 50.00 | - | 25.00 |" in md
+    assert "| eval-run | eval | 4 | 50.0% | 50.0% | - |" in md and "| train-run | train | 4 | 50.0% | - | 25.0% |" in md
     with open(tmp_path / "cmp" / "compare.csv") as f:
         table = list(csv.DictReader(f))
     assert float(table[0]["EX simple"]) == pytest.approx(2 / 3) and table[1]["EX simple"] == ""

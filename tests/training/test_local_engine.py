@@ -353,7 +353,7 @@ def test_validation_and_summary_report_ex_before_and_after(tmp_path: Path, examp
     summary = t.fit()
     assert summary["ex_before"] == 1.0 and summary["ex_after"] == 1.0 and summary["eval_questions"] == 2
     kinds = [json.loads(line)["kind"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert kinds == ["eval_before", "train", "eval_val", "train", "eval_after"]
+    assert kinds == ["config", "eval_before", "train", "eval_val", "train", "eval_after"]
     assert json.loads((tmp_path / "summary.json").read_text())["steps"] == 2
 
 
@@ -365,7 +365,9 @@ def files_of(run_dir: Path) -> dict[str, bytes]:
 
 
 def records(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    """metrics.jsonl's evaluation and training rows (config rows are checked by the validation-and-summary test above)."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if r["kind"] != "config"]
 
 
 def test_resuming_a_finished_run_changes_nothing(tmp_path: Path, examples: list[Example]) -> None:
@@ -455,3 +457,37 @@ def test_the_summary_line_shows_ex_in_percent_and_the_disk_used() -> None:
     text = summary_text(summary, {"checkpoints": 2 * 1024**3, "warm_start": 1024**3, "run.log": 10})
     assert "EX before 0.0% -> after warm start 12.5% -> after 37.5% on 8 held-out questions" in text
     assert "run directory runs/trustsql: 3.0 GB on disk (checkpoints 2.0 GB, warm_start 1.0 GB)" in text
+def test_samples_records_match_the_update_and_the_metrics_step(tmp_path: Path, examples: list[Example]) -> None:
+    """samples.jsonl: the metrics row's step, the question / gold SQL / database, and per
+    token the masks the update used (training/records.py), prompts stored once."""
+    t = trainer("trustsql", tmp_path, examples, "algorithm.dynamic_sampling.enable=false", "trainer.total_steps=2")
+    buffers = []
+    original = t.train_step
+
+    def step_and_keep() -> dict[str, Any]:
+        out = original()
+        buffers.append(t.last_buffer)
+        return out
+
+    t.train_step = step_and_keep  # type: ignore[method-assign]
+    t.fit()
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    train_steps = [json.loads(x)["step"] for x in lines if json.loads(x)["kind"] == "train"]
+    samples = [json.loads(x) for x in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert sorted({s["step"] for s in samples}) == train_steps == [1, 2]
+    by_id = {ex.id: ex for ex in examples}
+    for s in samples:
+        ex = by_id[s["example_id"]]
+        assert (s["question"], s["gold_sql"], s["db_id"], s["difficulty"]) == (ex.question, ex.gold_sql, "schools", "simple")
+        assert s["design"] == "trustsql" and s["engine"] == "local"
+        assert s["tables"]["gold"]["columns"] and s["outcome"] in ("match", "mismatch", "pred_error")
+    for step, buffer in zip((1, 2), buffers):
+        rows = [s for s in samples if s["step"] == step]
+        assert len(rows) == len(buffer.trajectories) == 8  # samples_per_step 16 > G*B
+        for s, traj in zip(rows, buffer.trajectories):
+            for track in ("full", "schema"):
+                assert [float(c == "L") for c in s["why"][track]] == buffer.masks[track][rows.index(s)]
+            assert s["policy"] == "".join(str(m) for m in traj.response_mask)
+            assert "o" in s["why"]["full"] and "p" in s["why"]["schema"]
+    prompts = [json.loads(x) for x in (tmp_path / "prompts.jsonl").read_text().splitlines()]
+    assert len(prompts) == len({p["prompt_id"] for p in prompts}) == len({s["prompt_id"] for s in samples})

@@ -136,6 +136,7 @@ class LocalTrainer:
         self.watch = Stopwatch()
         self.wandb_id: str | None = None
         self.logger: Any = None
+        self._samples: Any = None  # training.records.SampleWriter, made at the first step
 
     # ------------------------------------------------------------------ setup
     def _load_model(self) -> None:
@@ -316,7 +317,8 @@ class LocalTrainer:
             rewards = [self._score(t, by_id[t.example_id]) for t in trajectories]
         buffer = build_buffer(trajectories, rewards, self.cfg, target_questions=a.batch_size)
         self.last_buffer = buffer
-        self._write_samples(trajectories, rewards)
+        self._step_examples = examples
+        self._write_samples(trajectories, rewards, buffer)  # step: the metrics row's (self.step + 1)
         beta = self.kl.beta(self.step)
         update_metrics = self.update(buffer, beta) if buffer.size else {"update/skipped": 1.0}
         self.step += 1
@@ -330,19 +332,35 @@ class LocalTrainer:
         metrics["time/step"] = time.perf_counter() - start
         return metrics
 
-    def _write_samples(self, trajectories: Sequence[Any], rewards: Sequence[Any], per_step: int = 2) -> None:
-        """Append a few decoded rollouts to ``samples.jsonl`` (what the policy writes)."""
-        import json
+    def _write_samples(self, trajectories: Sequence[Any], rewards: Sequence[Any], buffer: StepBuffer) -> None:
+        """Append the step's first ``trainer.samples_per_step`` rollouts (whole groups, in
+        order) to samples.jsonl with the masks the update used (training/records.py)."""
+        from rex import ExecScorer
 
-        path = Path(self.cfg.run_dir) / "samples.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as out:
-            for t, r in list(zip(trajectories, rewards))[:per_step]:
-                record = {"step": self.step, "example_id": t.example_id, "role": t.role,
-                          "reward": r.total, "components": dict(r.components), "end": t.result.end_reason,
-                          "final_sql": t.result.final_sql,
-                          "response": self.tokenizer.decode(t.response_ids, skip_special_tokens=False)}
-                out.write(json.dumps(record) + "\n")
+        from training.records import SampleWriter, result_tables, trajectory_records
+
+        count = self.cfg.trainer.samples_per_step
+        if count == 0:
+            return
+        picked = list(zip(trajectories, rewards))[:count]
+        row = {id(t): j for j, t in enumerate(buffer.trajectories)}  # rows of the update
+        loss = {i: ({k: v[row[id(t)]] for k, v in buffer.masks.items()},
+                    {k: v[row[id(t)]] for k, v in buffer.advantages.items()})
+                for i, (t, _) in enumerate(picked) if id(t) in row}
+        scorer = ExecScorer()
+        examples = {ex.id: ex for ex in self._step_examples}
+        tables = {i: result_tables(examples[t.example_id], t.result.final_sql, scorer) for i, (t, _) in enumerate(picked)}
+        records, prompts = trajectory_records(
+            step=self.step + 1, engine="local", design=self.cfg.agent.name, trajectories=[t for t, _ in picked],
+            rewards=[r for _, r in picked], examples=examples, tokenizer=self.tokenizer, loss=loss, tables=tables)
+        if self._samples is None:
+            self._samples = SampleWriter(self.cfg.run_dir)
+        self._samples.write(records, prompts)
+        wandb_run = getattr(self.logger, "wandb_run", None)
+        if wandb_run is not None:  # the "samples" table the wandb report's sample panel shows
+            from training.records import samples_table
+
+            wandb_run.log({"samples": samples_table(records)}, step=self.step + 1)
 
     def _score(self, trajectory: Any, example: Any) -> Any:
         from tools import get_database
@@ -448,6 +466,7 @@ class LocalTrainer:
     def evaluate(self, tag: str) -> dict[str, Any]:
         """Greedy EX of the current policy on the fixed held-out subset."""
         from training.engines.local_eval import execution_accuracy
+        from training.records import write_heldout
 
         if not self.eval_examples:
             return {}
@@ -456,6 +475,8 @@ class LocalTrainer:
         trajectories = self.rollout(self.eval_examples, 1, self.eval_agent, self.eval_sampling,
                                     progress="console" in self.cfg.logger)
         result = execution_accuracy(self.eval_examples, trajectories)
+        scores = write_heldout(self.cfg.run_dir, tag, self.eval_examples, trajectories)  # per question
+        result.update({k: v for k, v in scores.items() if k != "ex"})  # EX per difficulty, official EX, REX, QATCH
         result["duration_s"] = time.perf_counter() - start
         self.say(f"[eval {tag}] EX {pct(result['ex'])} on {result['n']} held-out questions "
                  f"({pct(result['executable'], 0)} executable, {result['duration_s']:.0f}s)")
@@ -492,7 +513,7 @@ class LocalTrainer:
         existing = st.latest_checkpoint(cfg.run_dir)
         if cfg.fresh:
             st.clear_checkpoints(cfg.run_dir)
-            for name in ("metrics.jsonl", "samples.jsonl", "summary.json"):
+            for name in ("metrics.jsonl", "samples.jsonl", "prompts.jsonl", "summary.json"):
                 (Path(cfg.run_dir) / name).unlink(missing_ok=True)
             shutil.rmtree(Path(cfg.run_dir) / FINAL_DIR, ignore_errors=True)
             shutil.rmtree(warm_start_dir(cfg.run_dir), ignore_errors=True)
@@ -532,12 +553,15 @@ class LocalTrainer:
         """Before-EX, steps with periodic checkpoints and validation, after-EX, summary."""
         from training.logging_utils import RunLogger
 
+        from training.records import write_config_record
+
         cfg = self.cfg
         finished = self._prepare_run_dir()
         if finished is not None:
             return finished
         Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
         (Path(cfg.run_dir) / CONFIG).write_text(describe(cfg))  # the configuration that runs
+        write_config_record(cfg.run_dir, self.step, to_yaml_tree(cfg))
         self.logger = RunLogger(cfg.run_dir, cfg.logger, self.total_steps, project=cfg.trainer.project,
                                 run_name=f"{cfg.recipe_name}-{Path(cfg.run_dir).name}", config=to_yaml_tree(cfg),
                                 wandb_id=self.wandb_id, start_step=self.step, say=self.say)
@@ -632,6 +656,7 @@ class LocalTrainer:
             "checkpoint": str(st.latest_checkpoint(run_dir)), "wandb_dir": self.logger.wandb_dir,
             "ex_before": before.get("ex"), "ex_warm_start": warm.get("ex"), "ex_after": after.get("ex"),
             "eval_questions": before.get("n", after.get("n")), "warm_start": warm or None,
+            "sweep": self.cfg.sweep, "ablation": dict(self.cfg.ablation),
         }
         (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2))
         total, parts = st.disk_usage(run_dir)

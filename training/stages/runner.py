@@ -41,9 +41,9 @@ SUPERVISED = "supervised"
 
 def run_stage(cfg: Any, inputs: Any = None, say: Any = print) -> dict[str, Any]:
     """Run ``cfg.stage.name`` (data, sft or sft_rl) and return its summary."""
-    from training.engines.local import LocalTrainer, TrainerInputs, quiet_verl
+    from training.engines.local import LocalTrainer, TrainerInputs, quiet_libraries
 
-    quiet_verl()
+    quiet_libraries()
     start = time.perf_counter()
     root = Path(cfg.run_dir) / SUPERVISED
     if cfg.fresh and root.exists():

@@ -326,7 +326,7 @@ class Chain:
         result.update({"conversations": float(len(rows)), "episodes": float(len(trajectories)),
                        "replay_dropped": dropped})
         self.say(f"[sft] {int(result['steps'])} steps, NLL {result['nll_first']:.3f} -> {result['nll_last']:.3f} "
-                 f"on {int(result['policy_tokens'])} policy tokens ({result['time']:.0f}s) -> {stage.path}")
+                 f"on {int(result['policy_tokens'])} policy tokens ({result['duration_s']:.0f}s) -> {stage.path}")
         stage.open()
         save_warm_start(self.t.model, self.t.tokenizer, stage.path, {"note": "see done.json"}, result)
         return {**stage.finish(result), "fingerprint": digest(fp)}

@@ -174,6 +174,8 @@ def run_arm(args: argparse.Namespace, overrides: list[str], warm_dir: Path, seed
         for group in trainer.optimizer.param_groups:
             group["lr"] = 0.0
         trainer.scheduler.base_lrs = [0.0] * len(trainer.scheduler.base_lrs)
+        if args.control_skips_update:  # with lr = 0 the update cannot move a weight: skip its compute
+            trainer.update = lambda buffer, beta: {"update/skipped_lr0": 1.0}
     recorder = RewardRecorder(trainer.reward_fn)
     trainer.reward_fn = recorder
     start_digest = weights_digest(trainer.model)
@@ -195,6 +197,30 @@ def run_arm(args: argparse.Namespace, overrides: list[str], warm_dir: Path, seed
     digest = weights_digest(trainer.model)
     return {"arm": arm, "seed": seed, "steps": steps, "trainer": trainer, "digest": digest,
             "moved": digest != start_digest}
+
+
+def arm_result(args: argparse.Namespace, overrides: list[str], warm_dir: Path, warm_ev: dict[str, Any],
+               name: str, say: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One arm's steps and held-out EX, saved to ``<out>/<arm>-seed<k>/result.json`` (a rerun
+    with the same settings reuses it)."""
+    path = Path(args.out) / f"{name}-seed{args.seed}" / "result.json"
+    key = {"steps": args.steps, "held_out": warm_ev["ids"], "warm": warm_ev["digest"]}
+    if path.exists() and json.loads(path.read_text()).get("key") == key:
+        saved = json.loads(path.read_text())
+        say(f"[{name}] reusing {path}")
+        return saved["arm"], saved["after"]
+    arm = run_arm(args, overrides, warm_dir, args.seed, name == "control", say)
+    if not arm["moved"] and arm["digest"] == warm_ev["digest"]:
+        say(f"[{name}] weights bit-identical to the warm start: held-out EX = the warm start's")
+        after = warm_ev
+    else:
+        say(f"[{name}] greedy EX on {len(warm_ev['match'])} held-out questions ...")
+        after = held_out(arm.pop("trainer"))
+    arm.pop("trainer", None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"key": key, "arm": arm, "after": after}))
+    say(f"[{name}] held-out EX {after['ex']:.3f}")
+    return arm, after
 
 
 # ----------------------------------------------------------------------------- report
@@ -270,6 +296,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--eval-limit", type=int, default=None,
                         help="held-out questions (default: all of the split)")
     parser.add_argument("--out", default="runs/learning_curve")
+    parser.add_argument("--control-skips-update", action="store_true",
+                        help="the lr = 0 arm skips the (weight-neutral) update pass to save time; its rollouts, "
+                             "rewards and weights are the same as with the pass (the weights are checked)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for both arms (key=value)")
     args = parser.parse_args(argv)
     say = lambda line: print(line, flush=True)  # noqa: E731
@@ -277,15 +306,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     Path(args.out).mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     warm_dir, warm_ev = warm_start(args, overrides, say)
-    arms = {a: run_arm(args, overrides, warm_dir, args.seed, a == "control", say) for a in ("grpo", "control")}
+    arms: dict[str, dict[str, Any]] = {}
     after: dict[str, dict[str, Any]] = {}
-    for name, arm in arms.items():
-        if not arm["moved"] and arm["digest"] == warm_ev["digest"]:
-            say(f"[{name}] weights bit-identical to the warm start: held-out EX = the warm start's")
-            after[name] = warm_ev
-        else:
-            say(f"[{name}] greedy EX on {len(warm_ev['match'])} held-out questions ...")
-            after[name] = held_out(arm["trainer"])
+    for name in ("grpo", "control"):
+        arms[name], after[name] = arm_result(args, overrides, warm_dir, warm_ev, name, say)
     summary = summarise(args, warm_ev, arms, after)
     summary["wall_seconds"] = time.perf_counter() - started
     out = Path(args.out)

@@ -414,6 +414,10 @@ def resolve_decoding(cfg: Any, settings: EvalSettings, explicit: set[str], lapto
     temperature = 0.0 if mode == "greedy" else (settings.temperature or ev.temperature)
     new_tokens = ev.max_new_tokens or r.max_new_tokens
     response = ev.max_response_tokens or r.max_response_tokens
+    if "rollout.max_new_tokens" in explicit and "evaluation.max_new_tokens" not in explicit:
+        new_tokens = min(new_tokens, r.max_new_tokens)  # a cap set on the command line is kept
+    if "rollout.max_response_tokens" in explicit and "evaluation.max_response_tokens" not in explicit:
+        response = min(response, r.max_response_tokens)
     context = r.max_prompt_tokens + response
     if model_context:  # e.g. Think2SQL's 30k on a 32k model: response + prompt must fit
         context = min(context, model_context)

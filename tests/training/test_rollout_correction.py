@@ -143,3 +143,24 @@ def test_over_long_prompts_leave_the_group(tmp_path: Path, examples: list[Exampl
     metrics = t.train_step()
     assert metrics["sampling/prompts_too_long"] == 2.0  # both questions' prompts exceed 50 tokens
     assert metrics["sampling/trajectories_updated"] == 0 and metrics.get("update/skipped") == 1.0
+
+
+@pytest.mark.parametrize("mode,returned", [("varying", 2), ("none", 0)])
+def test_dynamic_sampling_hands_unkept_candidates_back_to_the_pool(tmp_path: Path, examples: list[Example],
+                                                                   mode: str, returned: int) -> None:
+    """B=2 groups kept out of B*K=4 candidates that all vary: the other two go back to the
+    "backup pool" (``return_unkept=varying``) and are drawn first at the next step."""
+    alternate = lambda ex, k: k % 2 == 0  # noqa: E731 - every group mixes right and wrong answers
+    t = trainer("think2sql", tmp_path, examples, "algorithm.dynamic_sampling.enable=true",
+                "algorithm.dynamic_sampling.metric=total", f"algorithm.dynamic_sampling.return_unkept={mode}",
+                always_good=alternate)
+    metrics = t.train_step()
+    assert metrics["sampling/groups_kept"] == 2
+    kept = {tr.example_id for tr in t.last_buffer.trajectories}
+    assert len(t.sampler.returned) == returned
+    back = {examples[i].id for i in t.sampler.returned}
+    assert not back & kept
+    state = t.sampler.state_dict()
+    assert state["returned"] == t.sampler.returned  # part of the checkpoint
+    if returned:
+        assert [examples[i].id for i in t.sampler.take(2)] == [examples[i].id for i in state["returned"]]

@@ -217,8 +217,12 @@ class LocalTrainer:
                                        top_k=r.top_k if r.top_k > 0 else -1, max_new_tokens=r.max_new_tokens)
         self.eval_sampling = SamplingParams(temperature=r.eval_temperature, top_p=1.0, top_k=-1,
                                             max_new_tokens=r.max_new_tokens)
+        context = r.max_prompt_tokens + r.max_response_tokens
+        model_context = getattr(self.model.config, "max_position_embeddings", None)
+        if isinstance(model_context, int) and model_context > 0:  # no call asks for more than context - prompt
+            context = min(context, model_context)
         self.limits = RolloutLimits(max_response_tokens=r.max_response_tokens,
-                                    max_context_tokens=r.max_prompt_tokens + r.max_response_tokens,
+                                    max_context_tokens=context,
                                     max_tokens_per_turn=r.max_new_tokens,
                                     max_observation_tokens=r.observation_max_tokens,
                                     max_prompt_tokens=r.max_prompt_tokens)

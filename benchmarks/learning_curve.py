@@ -266,11 +266,12 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     for arm, color in (("grpo", "tab:blue"), ("control", "tab:gray")):
         r = np.asarray(summary["reward_per_step"][arm])
         x = np.arange(1, r.size + 1)
-        left.plot(x, r, color=color, alpha=0.35, lw=1)
-        k = min(5, r.size)
-        smooth = np.convolve(r, np.ones(k) / k, mode="valid")
-        left.plot(np.arange(k, r.size + 1), smooth, color=color, lw=2,
-                  label=f"{arm} ({k}-step mean)" + (" lr=0" if arm == "control" else ""))
+        label = arm + (" (lr = 0)" if arm == "control" else "")
+        left.plot(x, r, color=color, alpha=0.4 if r.size > 5 else 1.0, lw=1, marker="o", ms=3,
+                  label=None if r.size > 5 else label)
+        if r.size > 5:  # a 5-step moving mean over the noisy per-step rewards
+            smooth = np.convolve(r, np.ones(5) / 5, mode="valid")
+            left.plot(np.arange(5, r.size + 1), smooth, color=color, lw=2, label=f"{label}, 5-step mean")
     left.set_xlabel("GRPO step")
     left.set_ylabel("mean training reward")
     left.set_title(f"{summary['recipe']}: training reward per step")

@@ -204,7 +204,8 @@ class DynamicSamplingConfig:
     metric: str = _f("exec", "reward component (or 'total') whose group std decides")
     min_std: float = _f(1e-6, "keep a group only if std(metric) >= min_std")
     return_unkept: str = _f("varying", "candidates drawn but not kept, back to the pool (drawn again next): "
-                                       "varying (varied but beyond the B kept) | all (zero-variance too) | none")
+                                       "varying (varied but beyond the B kept) | all (zero-variance too) | none; "
+                                       "local engine (veRL's DAPO filter draws new batches until B are kept)")
 
     def __post_init__(self) -> None:
         _need(self.oversample >= 1, f"algorithm.dynamic_sampling.oversample={self.oversample}: must be >= 1")

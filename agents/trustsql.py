@@ -8,10 +8,17 @@ lists the four formats and the episode goes on; confirm_answer ends it.
 
 The schema track of Phase-Aware GRPO needs the end of the last valid propose turn:
 ``schema_span_turn`` gives it (falling back to the last valid explore turn, flagged).
+
+``schema_prefill=True`` is the paper's Schema-Prefill variant (Table 2): the full schema is
+given as one synthetic explore turn - an assistant turn calling the tool on
+``sqlite_master`` and the tool's real answer - placed in the prompt (so it is not trained
+on), after which the same four-phase protocol runs. That turn counts as the episode's
+explore action for R_format (flag ``schema_prefill``).
 """
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any, Sequence
 
 from agents import prompts
@@ -28,7 +35,7 @@ from agents.base import (
 )
 from agents.parsing import ToolCallParser, get_parser, parse_schema_json, single_block
 from agents.registry import register_agent
-from agents.types import EpisodeResult, Example, TurnRecord
+from agents.types import EpisodeResult, Example, ToolCall, TurnRecord
 from tools.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -36,6 +43,16 @@ if TYPE_CHECKING:
 
 ACTIONS = ("explore_schema", "propose_schema", "generate_sql", "confirm_answer")
 TOOL = "execute_sql_query"
+PREFILL_SQL = "SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name"
+
+
+def prefill_messages(toolbox: "ToolBox", db_id: str) -> list[dict]:
+    """Schema-Prefill: one synthetic explore turn (assistant call + the tool's real answer)."""
+    arguments = {"db_id": db_id, "sql": PREFILL_SQL}
+    run = run_tool(toolbox, ToolCall(TOOL, arguments))
+    turn = ("<think>The full schema of the database, to start from.</think>\n<action>explore_schema</action>\n"
+            f"<tool_call>{json.dumps({'name': TOOL, 'arguments': arguments})}</tool_call>")
+    return [{"role": "assistant", "content": turn}, run.observation]
 
 
 def schema_span_turn(turns: Sequence[TurnRecord]) -> tuple[int, str]:
@@ -58,6 +75,7 @@ class TrustSQLEpisode(BaseEpisode):
         stop = tuple(dict.fromkeys((*parser.stop, "</schema>", "</answer>")))
         super().__init__("agent", messages, toolbox.schemas(), stop, max_turns)
         self.toolbox, self.parser, self.formats = toolbox, parser, formats
+        self.prefilled = any(m.get("role") == "assistant" for m in messages)
 
     def _error(self, reason: str, **kwargs: Any) -> TurnOutcome:
         message = prompts.render("trustsql_invalid", reason=reason, formats=self.formats)
@@ -116,6 +134,8 @@ class TrustSQLEpisode(BaseEpisode):
     def _result_flags(self) -> dict[str, Any]:
         turn, how = schema_span_turn(self.turns)
         flags: dict[str, Any] = {"schema_span_turn": turn}
+        if self.prefilled:
+            flags["schema_prefill"] = True
         if how == "explore_fallback":
             flags["propose_fallback_explore"] = True
         elif how == "none":
@@ -126,7 +146,8 @@ class TrustSQLEpisode(BaseEpisode):
 @register_agent("trustsql")
 class TrustSQLAgent:
     """TRUST-SQL. ``max_turns`` applies in training, ``max_turns_inference`` when
-    ``inference`` is true (evaluation)."""
+    ``inference`` is true (evaluation); ``schema_prefill`` gives the full schema as a
+    synthetic first explore turn (the paper's Schema-Prefill setting)."""
 
     name = "trustsql"
 
@@ -137,6 +158,7 @@ class TrustSQLAgent:
         inference: bool = False,
         preset: str = "trustsql",
         parser: str = "hermes",
+        schema_prefill: bool = False,
     ) -> None:
         for key, value in (("max_turns", max_turns), ("max_turns_inference", max_turns_inference)):
             if value < 1:
@@ -144,6 +166,7 @@ class TrustSQLAgent:
         self.max_turns = max_turns_inference if inference else max_turns
         self.preset = preset
         self.parser = get_parser(parser)
+        self.schema_prefill = bool(schema_prefill)
 
     def messages(self, example: Example, schemas: list) -> tuple[list[dict], str]:
         formats = prompts.render("trustsql_formats", db_id=example.db_id)
@@ -158,4 +181,6 @@ class TrustSQLAgent:
             return None
         toolbox = make_toolbox(db, (TOOL,), self.preset)
         messages, formats = self.messages(example, toolbox.schemas())
+        if self.schema_prefill:
+            messages += prefill_messages(toolbox, example.db_id)
         return TrustSQLEpisode(messages, toolbox, self.parser, self.max_turns, formats)

@@ -2,9 +2,17 @@
 no update) or a predictions file, and write records, a summary and a report.
 
     python -m eval.run recipe=trustsql model.path=runs/trustsql/final data=minibird data.eval_split=dev
-    python -m eval.run recipe=retoolsql eval.mode=sc eval.samples=16 eval.limit=64
-    python -m eval.run recipe=think2sql eval.mode=passk eval.samples=8 eval.temperature=0.7
+    python -m eval.run recipe=retoolsql eval.mode=sc eval.samples=4 eval.limit=4
+    python -m eval.run recipe=think2sql dry_run=true      # print the effective evaluation settings
     python -m eval.run predictions=preds.jsonl data=bird data.root=/data/bird
+
+Decoding is the recipe's ``evaluation`` block - the paper's settings (Think2SQL: one sample
+at T 0.7, top-p 0.95, 30k tokens; ReToolSQL: greedy, SC@16 at T 1.2; TRUST-SQL: greedy, 15
+turns, majority vote at T 0.8) - unless ``eval.mode`` / ``eval.samples`` /
+``eval.temperature`` or ``evaluation.*`` override it. On CPU the laptop profile applies
+(greedy, ``laptop.eval_limit`` questions, its token and turn caps), printed; any value set
+on the command line is kept. A generation never asks for more tokens than the model's
+context minus the prompt.
 
 The config is ``recipes/eval.yaml``: the training config plus an ``eval`` block, so a
 design is evaluated with the same agent options, rollout limits and (on CPU) laptop
@@ -27,7 +35,7 @@ from agents.types import Example
 from eval.predictions import BIRD_SEPARATOR, pair_predictions, read_predictions
 from eval.records import REPORT, SUMMARY, RunStore
 from eval.report import console_summary, markdown, summarize
-from eval.scoring import MODES, Sample, sample_from_trajectories, score_question
+from eval.scoring import Sample, sample_from_trajectories, score_question
 from tools.errors import ConfigError, ToolkitError
 
 Say = Callable[[str], None]
@@ -35,13 +43,17 @@ Producer = Callable[[Sequence[Example]], dict[str, list[Sample]]]
 """Answers for a batch of questions: example id -> its samples, in sample order."""
 
 DEFAULT_SAMPLES = 16  # SPEC.md: ReToolSQL's self-consistency draws N = 16
+MODES = ("greedy", "sample", "sc", "passk")
+"""greedy: one temperature-0 answer; sample: one sampled answer (Think2SQL's protocol);
+sc: a vote over N samples (self-consistency / majority voting); passk: N samples, sample 0
+reported, pass@k over all."""
 
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """The ``eval`` block of ``recipes/eval.yaml``."""
+    """The ``eval`` block of ``recipes/eval.yaml`` (null = the recipe's ``evaluation``)."""
 
-    mode: str = "greedy"
+    mode: str | None = None
     samples: int | None = None
     temperature: float | None = None
     limit: int | None = None
@@ -49,14 +61,15 @@ class EvalSettings:
     fresh: bool = False
     batch_size: int = 8
     timeout_s: float = 30.0
+    ex_metric: str | None = None  # the reported EX rule: ex (BIRD) | spider; null = data.ex_metric
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
+        if self.mode is not None and self.mode not in MODES:
             raise ConfigError(f"eval.mode={self.mode!r}; choose one of {', '.join(MODES)}")
         if self.samples is not None and (not isinstance(self.samples, int) or self.samples < 1):
             raise ConfigError(f"eval.samples={self.samples!r}: a positive integer or null")
-        if self.mode == "greedy" and self.samples not in (None, 1):
-            raise ConfigError(f"eval.samples={self.samples} with eval.mode=greedy: greedy decoding gives one "
+        if self.mode in ("greedy", "sample") and self.samples not in (None, 1):  # (None: the recipe's)
+            raise ConfigError(f"eval.samples={self.samples} with eval.mode={self.mode}: this mode gives one "
                               "answer per question; use eval.mode=sc or eval.mode=passk to draw several")
         if self.temperature is not None and self.temperature <= 0:
             raise ConfigError(f"eval.temperature={self.temperature}: sampling needs > 0 (greedy is eval.mode=greedy)")
@@ -66,10 +79,13 @@ class EvalSettings:
             raise ConfigError(f"eval.batch_size={self.batch_size!r}: a positive integer")
         if self.timeout_s <= 0:
             raise ConfigError(f"eval.timeout_s={self.timeout_s}: a positive number of seconds")
+        if self.ex_metric not in (None, "ex", "spider"):
+            raise ConfigError(f"eval.ex_metric={self.ex_metric!r}; choose ex (BIRD's set rule) or spider "
+                              "(Spider's official execution match), or null for data.ex_metric")
 
     @property
     def num_samples(self) -> int:
-        if self.mode == "greedy":
+        if self.mode in (None, "greedy", "sample"):
             return 1
         return self.samples or DEFAULT_SAMPLES
 
@@ -110,7 +126,8 @@ def evaluate(
         for start in range(0, len(pending), settings.batch_size):
             batch = pending[start:start + settings.batch_size]
             answers = produce(batch)
-            store.append(score_question(ex, answers[ex.id], scorer, settings.mode, ex.id in missing) for ex in batch)
+            store.append(score_question(ex, answers[ex.id], scorer, settings.mode or "greedy", ex.id in missing,
+                                        settings.ex_metric or "ex") for ex in batch)
             if bar is not None:
                 bar.update(len(batch))
     finally:
@@ -121,7 +138,7 @@ def evaluate(
     import json
 
     store.write(SUMMARY, json.dumps(summary, indent=2, sort_keys=False))
-    store.write(REPORT, markdown(summary))
+    store.write(REPORT, markdown(summary) + decoding_section(summary.get("settings", {})))
     store.write(PREDICT, json.dumps(official_predictions(store.records([ex.id for ex in examples])), indent=2))
     say(console_summary(summary))
     say(f"[eval] wrote {store.records_path}, {store.dir / SUMMARY}, {store.dir / REPORT}, {store.dir / PREDICT}")
@@ -129,6 +146,16 @@ def evaluate(
 
 
 PREDICT = "predict.json"
+
+DECODING_KEYS = ("ex_metric", "mode", "samples", "temperature", "top_p", "top_k", "max_new_tokens", "max_response_tokens",
+                 "max_context_tokens", "model_context", "observation_max_tokens", "turn_budgets", "questions",
+                 "laptop_profile", "overridden")
+
+
+def decoding_section(settings: Mapping[str, Any]) -> str:
+    """The evaluation settings the run used, as a Markdown list (appended to report.md)."""
+    rows = [f"- {k}: {settings[k]}" for k in DECODING_KEYS if k in settings]
+    return "\n## Evaluation settings\n\n" + "\n".join(rows) + "\n" if rows else ""
 
 
 def official_predictions(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
@@ -172,7 +199,7 @@ def evaluate_predictions(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Score a predictions file against ``examples`` (paired by question id, db_id checked)."""
-    if settings.mode != "greedy":
+    if settings.mode not in (None, "greedy"):
         raise ConfigError(f"eval.mode={settings.mode!r} needs a model; a predictions file has one SQL per question")
     pairing = pair_predictions(examples, read_predictions(predictions))
     if pairing.missing:
@@ -264,7 +291,8 @@ def _settings(raw: Mapping[str, Any]) -> EvalSettings:
 
 
 def default_out_dir(name: str, data_kind: str, split: str, settings: EvalSettings) -> str:
-    suffix = settings.mode if settings.mode == "greedy" else f"{settings.mode}{settings.num_samples}"
+    mode = settings.mode or "greedy"
+    suffix = mode if mode in ("greedy", "sample") else f"{mode}{settings.num_samples}"
     return str(Path("runs") / "eval" / f"{name}-{data_kind}-{split}-{suffix}")
 
 
@@ -283,36 +311,44 @@ def run_predictions(raw: Mapping[str, Any], say: Say = print) -> dict[str, Any]:
 
     settings = _settings(raw)
     data = DataConfig(**raw["data"])
+    settings = dataclasses.replace(settings, ex_metric=settings.ex_metric or data.ex_metric)
     examples = _load_eval_examples(data, settings.limit or data.eval_limit, int(raw.get("seed", 0)), say)
     path = str(raw["predictions"])
     out = settings.out_dir or default_out_dir(Path(path).stem, data.kind, data.eval_split, settings)
-    info = {"data_kind": data.kind, "data_root": data.root, "split": data.eval_split}
+    info = {"data_kind": data.kind, "data_root": data.root, "split": data.eval_split,
+            "ex_metric": settings.ex_metric}
     return evaluate_predictions(examples, path, out, settings, info, say)
 
 
 def run_model(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> dict[str, Any]:
-    """Mode A from a composed config: the recipe's agent and rollout limits, the model."""
+    """Mode A from a composed config: the recipe's agent, evaluation decoding and rollout
+    limits, the model."""
     import torch
 
     from training.model import autocast_dtype, load_model
 
-    settings = _settings(raw)
-    cfg, device = policy_config(raw, explicit, say)
+    requested = _settings(raw)
+    cfg, device, laptop = policy_config(raw, explicit, say)
     torch.manual_seed(cfg.seed)
-    examples = _load_eval_examples(cfg.data, settings.limit or cfg.data.eval_limit, cfg.seed, say)
-    agent, options = _eval_agent(cfg, say)
     if cfg.model.base_url:  # an OpenAI-compatible endpoint (training/generation.py), no weights loaded
         from training.generation import evaluate_endpoint
 
-        return evaluate_endpoint(cfg, settings, examples, agent, options, say)
+        decoding, settings = _decoding_and_settings(cfg, requested, explicit, laptop, None, say)
+        examples = _load_eval_examples(cfg.data, decoding.questions, cfg.seed, say)
+        agent, options = _eval_agent(cfg, say)
+        return evaluate_endpoint(cfg, settings, decoding, examples, agent, options, say)
     loaded = load_model(cfg.model.path, device, say=say, trust_remote_code=cfg.model.trust_remote_code)
+    decoding, settings = _decoding_and_settings(cfg, requested, explicit, laptop,
+                                                _context_of(loaded.model.config), say)
+    examples = _load_eval_examples(cfg.data, decoding.questions, cfg.seed, say)
+    agent, options = _eval_agent(cfg, say)
     autocast = None if cfg.model.autocast == "off" else (
         torch.bfloat16 if cfg.model.autocast == "bf16" else autocast_dtype(device))
-    sampling, limits = sampling_and_limits(cfg.rollout, settings)
+    sampling, limits = sampling_and_limits(decoding)
     out = settings.out_dir or default_out_dir(cfg.recipe_name, cfg.data.kind, cfg.data.eval_split, settings)
     info = {"recipe": cfg.recipe_name, "model": loaded.source, "data_kind": cfg.data.kind,
             "data_root": cfg.data.root, "split": cfg.data.eval_split, "agent_options": _plain_options(options),
-            "max_response_tokens": cfg.rollout.max_response_tokens, "seed": cfg.seed}
+            "seed": cfg.seed, **dataclasses.asdict(decoding)}
     if device == "cpu" and cfg.model.decode_attention == "auto":
         from training.cpu_attention import use_hybrid_cpu_attention
 
@@ -321,10 +357,11 @@ def run_model(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> d
     return evaluate_policy(examples, agent, loaded.tokenizer, generate, sampling, limits, out, settings, info, say)
 
 
-def policy_config(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> tuple[Any, str]:
-    """The validated ``TrainConfig`` and device; on CPU (``engine.laptop_profile=auto``) the
-    laptop caps on turns and lengths that training's before/after EX runs with, printed
-    (command-line values kept; the eval subset stays ``eval.limit``'s)."""
+def policy_config(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> tuple[Any, str, bool]:
+    """The validated ``TrainConfig``, the device, and whether the laptop profile applies. On
+    CPU (``engine.laptop_profile=auto``) the profile's caps - greedy, ``laptop.eval_limit``
+    questions, turns and token lengths - are applied and printed; values set on the command
+    line are kept."""
     from training.config import TrainConfig, apply_laptop_profile, list_recipes
     from training.run import resolve_device
 
@@ -334,13 +371,128 @@ def policy_config(raw: Mapping[str, Any], explicit: set[str], say: Say = print) 
     cfg = TrainConfig.from_mapping({k: v for k, v in raw.items() if k not in ("eval", "predictions", "hydra")})
     device = resolve_device(cfg.engine.device)
     mode = cfg.engine.laptop_profile
-    if mode == "on" or (mode == "auto" and device == "cpu"):
-        cfg, changes = apply_laptop_profile(cfg, sorted(set(explicit) | {"data.eval_limit"}))
-        shown = {k: v for k, v in changes.items() if k.startswith(("rollout.", "agent."))}
+    laptop = mode == "on" or (mode == "auto" and device == "cpu")
+    if laptop:
+        kept = set(explicit) | {f"evaluation.{k}" for k in ("mode",) if "eval.mode" in explicit}
+        if "eval.limit" in explicit:
+            kept.add("data.eval_limit")
+        cfg, changes = apply_laptop_profile(cfg, sorted(kept))
+        shown = {k: v for k, v in changes.items() if k.startswith(("rollout.", "agent.", "evaluation.", "data."))}
         if shown:
-            say("[laptop profile] CPU: the same caps as training's before/after EX (engine.laptop_profile=off "
-                "keeps the recipe's):\n" + "\n".join(f"    {k}: {a} -> {b}" for k, (a, b) in sorted(shown.items())))
-    return cfg, device
+            say("[laptop profile] CPU: evaluation sized for a laptop (engine.laptop_profile=off keeps the recipe's; "
+                "eval.limit / eval.mode / any key on the command line overrides):\n"
+                + "\n".join(f"    {k}: {a} -> {b}" for k, (a, b) in sorted(shown.items())))
+    return cfg, device, laptop
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """The effective evaluation settings of a model run: printed (``dry_run=true`` prints
+    only these), stored in run.json and listed in report.md."""
+
+    mode: str
+    samples: int
+    temperature: float
+    top_p: float
+    top_k: int
+    max_new_tokens: int
+    max_response_tokens: int
+    max_context_tokens: int
+    max_prompt_tokens: int
+    model_context: int | None
+    observation_max_tokens: int | None
+    turn_budgets: dict[str, int]
+    questions: int | None
+    laptop_profile: bool
+    overridden: list[str]
+    ex_metric: str = "ex"
+
+
+def _decoding_and_settings(cfg: Any, requested: EvalSettings, explicit: set[str], laptop: bool,
+                           model_context: int | None, say: Say) -> tuple[Decoding, EvalSettings]:
+    """The effective decoding (printed) and the settings it implies."""
+    decoding = resolve_decoding(cfg, requested, explicit, laptop, model_context)
+    say(describe_decoding(decoding))
+    settings = dataclasses.replace(requested, mode=decoding.mode, samples=decoding.samples, limit=decoding.questions,
+                                   ex_metric=decoding.ex_metric)
+    return decoding, settings
+
+
+def resolve_decoding(cfg: Any, settings: EvalSettings, explicit: set[str], laptop: bool,
+                     model_context: int | None) -> Decoding:
+    """The recipe's ``evaluation`` block, then ``eval.*`` overrides; greedy/sample take one
+    answer. ``max_context_tokens`` = prompt cap + response cap, never more than the model's
+    context, so no generation asks for more than context - prompt (the rollout driver
+    bounds every call by what is left)."""
+    ev, r = cfg.evaluation, cfg.rollout
+    mode = settings.mode or ev.mode
+    samples = 1 if mode in ("greedy", "sample") else (settings.samples or ev.samples)
+    temperature = 0.0 if mode == "greedy" else (settings.temperature or ev.temperature)
+    new_tokens = ev.max_new_tokens or r.max_new_tokens
+    response = ev.max_response_tokens or r.max_response_tokens
+    if "rollout.max_new_tokens" in explicit and "evaluation.max_new_tokens" not in explicit:
+        new_tokens = min(new_tokens, r.max_new_tokens)  # a cap set on the command line is kept
+    if "rollout.max_response_tokens" in explicit and "evaluation.max_response_tokens" not in explicit:
+        response = min(response, r.max_response_tokens)
+    context = r.max_prompt_tokens + response
+    if model_context:  # e.g. Think2SQL's 30k on a 32k model: response + prompt must fit
+        context = min(context, model_context)
+        response, new_tokens = min(response, context - 1), min(new_tokens, context - 1)
+    budgets = {k: int(v) for k, v in cfg.agent.options.items() if k in cfg.agent.turn_budget_keys()}
+    overridden = sorted(k for k in explicit if k.startswith(("eval.", "evaluation.")))
+    return Decoding(mode=mode, samples=samples, temperature=temperature,
+                    top_p=ev.top_p if temperature > 0 else 1.0, top_k=ev.top_k if temperature > 0 else 0,
+                    max_new_tokens=new_tokens, max_response_tokens=response, max_context_tokens=context,
+                    max_prompt_tokens=min(r.max_prompt_tokens, context - 1), model_context=model_context, observation_max_tokens=r.observation_max_tokens,
+                    turn_budgets=budgets, questions=settings.limit or cfg.data.eval_limit,
+                    laptop_profile=laptop, overridden=overridden, ex_metric=settings.ex_metric or cfg.data.ex_metric)
+
+
+def describe_decoding(d: Decoding) -> str:
+    """One block of text: what this evaluation decodes with."""
+    sampling = "greedy (temperature 0)" if d.mode == "greedy" else (
+        f"{d.mode}: {d.samples} sample(s) at T {d.temperature}, top-p {d.top_p}"
+        + (f", top-k {d.top_k}" if d.top_k else ""))
+    lines = [f"[eval settings] decoding: {sampling}",
+             f"    tokens: {d.max_new_tokens} per call, {d.max_response_tokens} per episode, context "
+             f"{d.max_context_tokens} (model {d.model_context or 'unknown'})",
+             f"    observations: {d.observation_max_tokens or 'no token cap (tools own limits)'}; turn budgets: "
+             f"{', '.join(f'{k}={v}' for k, v in sorted(d.turn_budgets.items())) or 'one turn'}",
+             f"    questions: {d.questions or 'all'}; EX rule: {d.ex_metric}; laptop profile: {'on' if d.laptop_profile else 'off'}"
+             + (f"; set on the command line: {', '.join(d.overridden)}" if d.overridden else "")]
+    return "\n".join(lines)
+
+
+def _context_of(model_config: Any) -> int | None:
+    value = getattr(model_config, "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+def model_context_from_path(path: str | None) -> int | None:
+    """The model's context length from its config.json, without loading weights (dry run);
+    None when the checkpoint is not on disk yet."""
+    from training.model import embedded_checkpoint_dir
+
+    folder = Path(path) if path else embedded_checkpoint_dir()
+    config = folder / "config.json"
+    if not config.is_file():
+        return None
+    import json
+
+    data = json.loads(config.read_text())
+    value = data.get("max_position_embeddings") or (data.get("text_config") or {}).get("max_position_embeddings")
+    return int(value) if value else None
+
+
+def dry_run(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> None:
+    """Print the effective evaluation settings and exit (no model loaded, nothing written)."""
+    settings = _settings(raw)
+    if raw.get("predictions"):
+        say(f"[eval settings] scoring {raw['predictions']}: one SQL per question, greedy; questions: "
+            f"{settings.limit or (raw.get('data') or {}).get('eval_limit') or 'all'}")
+        return
+    cfg, _device, laptop = policy_config(raw, explicit, say)
+    say(describe_decoding(resolve_decoding(cfg, settings, explicit, laptop, model_context_from_path(cfg.model.path))))
 
 
 def _eval_agent(cfg: Any, say: Say) -> tuple[Any, dict[str, Any]]:
@@ -357,20 +509,15 @@ def _eval_agent(cfg: Any, say: Say) -> tuple[Any, dict[str, Any]]:
     return make_agent(cfg.agent.name, **options), options
 
 
-def sampling_and_limits(rollout: Any, settings: EvalSettings) -> tuple[Any, Any]:
-    """Greedy (temperature 0) or the sampling temperature, and the rollout limits, from the
-    ``rollout`` config exactly as the local engine builds them."""
+def sampling_and_limits(d: Decoding) -> tuple[Any, Any]:
+    """Sampling parameters and rollout limits from the effective settings."""
     from training.rollout import RolloutLimits, SamplingParams
 
-    r = rollout
-    temperature = 0.0 if settings.mode == "greedy" else (settings.temperature or r.temperature)
-    sampling = SamplingParams(temperature=temperature, top_p=r.top_p if temperature > 0 else 1.0,
-                              top_k=r.top_k if (r.top_k > 0 and temperature > 0) else -1,
-                              max_new_tokens=r.max_new_tokens)
-    limits = RolloutLimits(max_response_tokens=r.max_response_tokens,
-                           max_context_tokens=r.max_prompt_tokens + r.max_response_tokens,
-                           max_tokens_per_turn=r.max_new_tokens, max_observation_tokens=r.observation_max_tokens,
-                           max_prompt_tokens=r.max_prompt_tokens)
+    sampling = SamplingParams(temperature=d.temperature, top_p=d.top_p, top_k=d.top_k if d.top_k > 0 else -1,
+                              max_new_tokens=d.max_new_tokens)
+    limits = RolloutLimits(max_response_tokens=d.max_response_tokens, max_context_tokens=d.max_context_tokens,
+                           max_tokens_per_turn=d.max_new_tokens, max_observation_tokens=d.observation_max_tokens,
+                           max_prompt_tokens=d.max_prompt_tokens)
     return sampling, limits
 
 
@@ -393,8 +540,11 @@ def _few_shot_pool(data: Any, say: Say) -> list[Example]:
     return pool
 
 
-def run(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> dict[str, Any]:
-    """Mode B when ``predictions`` is set, else mode A."""
+def run(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> dict[str, Any] | None:
+    """Mode B when ``predictions`` is set, else mode A; ``dry_run=true`` only prints the settings."""
+    if raw.get("dry_run"):
+        dry_run(raw, explicit, say)
+        return None
     if raw.get("predictions"):
         return run_predictions(raw, say)
     return run_model(raw, explicit, say)

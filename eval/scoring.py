@@ -63,22 +63,36 @@ def sample_from_trajectories(trajectories: Sequence[Trajectory]) -> Sample:
     )
 
 
+def _outcome(gold: Any, result: Any, ex_metric: str) -> str:
+    """The EX outcome under the dataset's rule: BIRD's six outcomes; under ``spider`` a run
+    that executed is match / mismatch by Spider's execution match instead of BIRD's."""
+    bird = score_results(gold.result, result, "ex", None)
+    if ex_metric == "ex" or bird.outcome not in ("match", "mismatch"):
+        return bird.outcome
+    official = score_results(gold.result, result, ex_metric, gold.ordered_for(ex_metric))
+    return "match" if official.score == 1.0 else "mismatch"
+
+
 def score_question(
-    example: Example, samples: Sequence[Sample], scorer: ExecScorer, mode: str, missing: bool = False
+    example: Example, samples: Sequence[Sample], scorer: ExecScorer, mode: str, missing: bool = False,
+    ex_metric: str = "ex",
 ) -> dict[str, Any]:
-    """The per-question record (JSON-ready). ``missing``: the predictions file had no SQL."""
+    """The per-question record (JSON-ready). ``missing``: the predictions file had no SQL.
+    ``ex_metric``: the dataset's official EX rule (``ex``: BIRD's; ``spider``: Spider's) that
+    decides ``ex``, match / mismatch and pass@k."""
     db = get_database(example.db_path)
     gold = scorer.gold(db, example.gold_sql)
     results = [scorer.execute(db, s.sql) if s.sql is not None else None for s in samples]
-    outcomes = [score_results(gold.result, r, "ex", None).outcome for r in results]
+    outcomes = [_outcome(gold, r, ex_metric) for r in results]
     # With several samples the vote is reported in every mode (sc takes its choice as the
     # prediction; passk keeps sample 0), so one sampling run gives pass@k and SC together.
     ballot = vote([s.sql for s in samples], results) if len(samples) > 1 or mode == "sc" else None
     chosen = ballot.index if ballot is not None and mode == "sc" else 0
     ex = score_results(gold.result, results[chosen], "ex", None)
+    ex_match = outcomes[chosen] == "match" if samples else ex.ex_match
     rex = score_results(gold.result, results[chosen], "rex", gold.ordered)
     qatch = score_results(gold.result, results[chosen], "qatch", None)
-    outcome = ex.outcome
+    outcome = outcomes[chosen] if samples else ex.outcome
     if missing and not ex.gold_failed:
         outcome = MISSING
     record: dict[str, Any] = {
@@ -88,7 +102,8 @@ def score_question(
         "gold_sql": example.gold_sql,
         "sql": samples[chosen].sql,
         "outcome": outcome,
-        "ex": 1 if ex.ex_match else 0,
+        "ex": 1 if ex_match else 0,
+        "ex_metric": ex_metric,
         "rex": rex.score,
         "qatch": qatch.details.get("qatch", {"cp": 0.0, "cr": 0.0, "tc": 0.0, "mean": 0.0}),
         "gold_failed": ex.gold_failed,

@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from rex.metrics import ex_score, execution_match, qatch_scores, rex_compare
+from rex.spider import order_matters, spider_execution_match
 from rex.sql import has_top_level_order_by, normalize_sql
 from rex.tables import Failure, as_outcome
 from tools.errors import ConfigError
@@ -24,8 +25,9 @@ from tools.errors import ConfigError
 if TYPE_CHECKING:
     from tools import Database, QueryLimits, QueryResult, ToolError
 
-METRICS: tuple[str, ...] = ("ex", "rex", "qatch")
-"""The execution-metric knob of every reward (SPEC.md "One execution-metric knob")."""
+METRICS: tuple[str, ...] = ("ex", "rex", "qatch", "spider")
+"""The execution-metric knob of every reward (SPEC.md "One execution-metric knob"); ``spider``
+is Spider's official execution match (``rex.spider``), the EX rule of ``data=spider``."""
 
 
 def check_metric(metric: str) -> str:
@@ -74,6 +76,14 @@ class _Gold:
     @cached_property
     def ordered(self) -> bool:
         return has_top_level_order_by(self.sql)
+
+    @cached_property
+    def spider_ordered(self) -> bool:
+        return order_matters(self.sql)
+
+    def ordered_for(self, metric: str) -> bool | None:
+        """What ``score_results`` needs for ``metric``: REX's and Spider's order rules differ."""
+        return self.ordered if metric == "rex" else self.spider_ordered if metric == "spider" else None
 
 
 class ExecScorer:
@@ -163,7 +173,7 @@ class ExecScorer:
         check_metric(metric)
         gold = self.gold(db, gold_sql)
         pred = self.execute(db, pred_sql) if pred_sql is not None else None
-        return score_results(gold.result, pred, metric, gold.ordered if metric == "rex" else None)
+        return score_results(gold.result, pred, metric, gold.ordered_for(metric))
 
 
 def score_results(gold: Any, pred: Any | None, metric: str, ordered: bool | None) -> ExecScore:
@@ -172,6 +182,8 @@ def score_results(gold: Any, pred: Any | None, metric: str, ordered: bool | None
     check_metric(metric)
     if metric == "rex" and ordered is None:
         raise ConfigError("score_results with metric='rex' needs ordered=True/False (has_top_level_order_by(gold_sql))")
+    if metric == "spider" and ordered is None:
+        raise ConfigError("score_results with metric='spider' needs ordered=True/False (rex.spider.order_matters)")
     g = as_outcome(gold)
     p: Any = as_outcome(pred) if pred is not None else Failure("syntax", "no SQL in the answer")
     outcome = execution_match(g, p)
@@ -191,6 +203,9 @@ def score_results(gold: Any, pred: Any | None, metric: str, ordered: bool | None
     if not isinstance(g, Failure) and executed:
         if metric == "ex":
             score = ex_score(outcome)
+        elif metric == "spider":
+            score = 1.0 if spider_execution_match(g, p, bool(ordered)) else 0.0
+            details["spider_match"] = bool(score)
         elif metric == "rex":
             rex = rex_compare(g, p, bool(ordered))
             details["rex"] = rex.to_json()

@@ -26,7 +26,8 @@ from typing import Any, Mapping, Sequence
 
 from tools.errors import ConfigError
 
-EXEC_METRICS = ("ex", "rex", "qatch")
+EXEC_METRICS = ("ex", "rex", "qatch", "spider")
+EX_RULES = ("ex", "spider")  # a dataset's official execution match: BIRD's set rule | Spider's
 ADVANTAGE_ESTIMATORS = ("grpo", "two_track")
 GROUP_BY = ("role", "question")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum")
@@ -174,8 +175,12 @@ class DataConfig:
     drop_failing_gold: bool = _f(True, "skip examples whose gold SQL fails to execute")
     limit: int | None = _f(None, "use at most this many training examples")
     eval_limit: int | None = _f(None, "evaluate on a fixed subset of this many held-out examples")
+    ex_metric: str = _f("ex", "the dataset's official execution match, used for the reported EX and by the "
+                              "EX-based reward groups: ex (BIRD: set of rows) | spider (Spider: multiset, "
+                              "ordered with ORDER BY, column permutation); data=spider sets spider")
 
     def __post_init__(self) -> None:
+        _need(self.ex_metric in EX_RULES, f"data.ex_metric={self.ex_metric!r}; choose one of {', '.join(EX_RULES)}")
         for key in ("limit", "eval_limit"):
             value = getattr(self, key)
             _need(value is None or value >= 1, f"data.{key}={value}: a positive integer or null")
@@ -281,10 +286,45 @@ class DynamicSamplingConfig:
     min_std: float = _f(1e-6, "keep a group only if std(metric) >= min_std")
     refill: bool = _f(False, "false: draw B*K once, keep up to B groups, zero-mask the rest (SPEC, the papers); "
                              "true: veRL's filter_groups, which draws new batches until B groups are kept")
+    return_unkept: str = _f("varying", "candidates drawn but not kept, back to the pool (drawn again next): "
+                                       "varying (varied but beyond the B kept) | all (zero-variance too) | none; "
+                                       "local engine (veRL's DAPO filter draws new batches until B are kept)")
 
     def __post_init__(self) -> None:
         _need(self.oversample >= 1, f"algorithm.dynamic_sampling.oversample={self.oversample}: must be >= 1")
         _need(self.min_std >= 0, f"algorithm.dynamic_sampling.min_std={self.min_std}: must be >= 0")
+        _need(self.return_unkept in ("none", "varying", "all"),
+              f"algorithm.dynamic_sampling.return_unkept={self.return_unkept!r}; choose none, varying or all")
+
+
+ROLLOUT_IS_LEVELS = ("token", "sequence")
+
+
+@dataclass
+class RolloutCorrectionConfig:
+    """Importance-sampling correction for the generation/training mismatch (the local
+    engine generates with a bf16 copy and trains fp32 weights; veRL: vLLM vs FSDP). Names
+    and defaults are veRL's ``algorithm.rollout_correction`` (off by default there too);
+    the local engine calls veRL's own ``compute_rollout_correction_and_rejection_mask``."""
+
+    rollout_is: str | None = _f(None, "IS weight level: token | sequence | null (off)")
+    rollout_is_threshold: float | str = _f(2.0, "upper clamp of the IS weights (TIS), or 'lower_upper' "
+                                                "(IcePop: weights outside are zeroed)")
+    rollout_is_batch_normalize: bool = _f(False, "normalise the IS weights to mean 1 over the batch")
+    rollout_rs: str | None = _f(None, "rejection sampling: veRL's options (token_k1, seq_sum_k1, seq_mean_k3, "
+                                      "...; comma separated) or null (off)")
+    rollout_rs_threshold: float | str | None = _f(None, "rejection threshold(s); k1 options take 'lower_upper'")
+
+    def __post_init__(self) -> None:
+        _need(self.rollout_is is None or self.rollout_is in ROLLOUT_IS_LEVELS,
+              f"algorithm.rollout_correction.rollout_is={self.rollout_is!r}; choose token, sequence or null")
+        _need(self.rollout_rs is None or self.rollout_rs_threshold is not None,
+              f"algorithm.rollout_correction.rollout_rs={self.rollout_rs!r} needs rollout_rs_threshold "
+              "(e.g. '0.5_2.0' for a k1 option)")
+
+    @property
+    def enabled(self) -> bool:
+        return self.rollout_is is not None or self.rollout_rs is not None
 
 
 @dataclass
@@ -302,6 +342,7 @@ class AlgorithmConfig:
     kl_type: str = _f("low_var_kl", "veRL kl_penalty estimator", KL_TYPES)
     entropy_coeff: float = _f(0.0, "entropy bonus coefficient")
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
 
     def __post_init__(self) -> None:
         _need(isinstance(self.group_size, int) and self.group_size >= 2,
@@ -330,16 +371,46 @@ class RolloutConfig:
     max_new_tokens: int = _f(2048, "tokens per generation call (one turn)")
     max_response_tokens: int = _f(8000, "policy + observation tokens per episode")
     max_prompt_tokens: int = _f(8192, "longer prompts are dropped, never truncated (per design: ReToolSQL 15,500)")
-    observation_max_tokens: int = _f(1024, "tool observations are cut to this many tokens")
+    observation_max_tokens: int | None = _f(None, "tool observations are cut to this many tokens; null = no "
+                                                  "token cap (the tools' own limits) - per design, SPEC 'Turn formats'")
     eval_temperature: float = _f(0.0, "validation / before-after decoding; 0 = greedy")
 
     def __post_init__(self) -> None:
         _need(self.temperature > 0, f"rollout.temperature={self.temperature}: GRPO samples, use > 0")
         _need(0 < self.top_p <= 1, f"rollout.top_p={self.top_p}: in (0, 1]")
         _need(self.top_k >= 0, f"rollout.top_k={self.top_k}: 0 (off) or positive")
-        for key in ("max_new_tokens", "max_response_tokens", "max_prompt_tokens", "observation_max_tokens"):
+        for key in ("max_new_tokens", "max_response_tokens", "max_prompt_tokens"):
             _need(getattr(self, key) >= 1, f"rollout.{key}={getattr(self, key)}: must be >= 1")
+        _need(self.observation_max_tokens is None or self.observation_max_tokens >= 1,
+              f"rollout.observation_max_tokens={self.observation_max_tokens}: a positive integer or null (no cap)")
         _need(self.eval_temperature >= 0, f"rollout.eval_temperature={self.eval_temperature}: >= 0")
+
+
+EVAL_MODES = ("greedy", "sample", "sc", "passk")
+
+
+@dataclass
+class EvaluationConfig:
+    """The paper's evaluation decoding, per recipe (``python -m eval.run`` uses it; ``eval.*``
+    on the command line overrides it). Training's own before/after EX stays greedy."""
+
+    mode: str = _f("greedy", "greedy | sample (one sampled answer) | sc (self-consistency vote) | passk")
+    samples: int = _f(16, "answers per question for sc / passk (sample: 1)")
+    temperature: float = _f(1.0, "sampling temperature for sample / sc / passk")
+    top_p: float = _f(1.0, "nucleus sampling for sample / sc / passk")
+    top_k: int = _f(0, "top-k for sample / sc / passk; 0 = off")
+    max_new_tokens: int | None = _f(None, "tokens per generation call; null = rollout.max_new_tokens")
+    max_response_tokens: int | None = _f(None, "tokens per episode; null = rollout.max_response_tokens")
+
+    def __post_init__(self) -> None:
+        _need(self.mode in EVAL_MODES, f"evaluation.mode={self.mode!r}; choose one of {', '.join(EVAL_MODES)}")
+        _need(isinstance(self.samples, int) and self.samples >= 1, f"evaluation.samples={self.samples!r}: >= 1")
+        _need(self.temperature > 0, f"evaluation.temperature={self.temperature}: > 0 (greedy is mode=greedy)")
+        _need(0 < self.top_p <= 1, f"evaluation.top_p={self.top_p}: in (0, 1]")
+        _need(self.top_k >= 0, f"evaluation.top_k={self.top_k}: 0 (off) or positive")
+        for key in ("max_new_tokens", "max_response_tokens"):
+            value = getattr(self, key)
+            _need(value is None or value >= 1, f"evaluation.{key}={value}: a positive integer or null")
 
 
 @dataclass
@@ -404,7 +475,9 @@ class LaptopProfile:
     total_steps: int = _f(2, "-> trainer.total_steps")
     save_every: int = _f(2, "-> trainer.save_every")
     val_every: int = _f(0, "-> trainer.val_every")
-    eval_limit: int = _f(8, "-> data.eval_limit (the fixed before/after subset)")
+    eval_limit: int = _f(8, "-> data.eval_limit (the fixed before/after subset; eval.run's count on CPU)")
+    eval_mode: str = _f("greedy", "-> evaluation.mode (eval.run on CPU: one greedy answer per question)")
+    eval_samples: int = _f(4, "caps evaluation.samples (eval.mode=sc / passk on CPU: 4 answers, not 16)")
     lr: float = _f(1e-5, "-> optim.lr (1e-6 moves a 135M model too little in a few steps)")
     micro_batch_size: int = _f(2, "-> optim.micro_batch_size")
     warm_start: bool = _f(True, "-> stage.warm_start.enable (SFT on demonstrations first: without it "
@@ -440,6 +513,7 @@ class TrainConfig:
     supervised: SupervisedConfig = field(default_factory=SupervisedConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     laptop: LaptopProfile = field(default_factory=LaptopProfile)
@@ -619,6 +693,10 @@ def apply_laptop_profile(
     put("trainer.save_every", p.save_every)
     put("trainer.val_every", p.val_every)
     put("data.eval_limit", p.eval_limit, cap=True)
+    put("evaluation.mode", p.eval_mode)
+    put("evaluation.samples", p.eval_samples, cap=True)
+    put("evaluation.max_new_tokens", p.max_new_tokens, cap=True)
+    put("evaluation.max_response_tokens", p.max_response_tokens, cap=True)
     put("optim.lr", p.lr)
     put("optim.micro_batch_size", p.micro_batch_size)
     # the supervised stages replace the demonstration warm start

@@ -31,7 +31,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 from agents.types import Example, Message, Trajectory
@@ -371,8 +371,8 @@ class TextGenerate:
         return batch.trajectories
 
 
-def evaluate_endpoint(cfg: Any, settings: Any, examples: Sequence[Example], agent: Any, options: Mapping[str, Any],
-                      say: Callable[[str], None] = print) -> dict[str, Any]:
+def evaluate_endpoint(cfg: Any, settings: Any, decoding: Any, examples: Sequence[Example], agent: Any,
+                      options: Mapping[str, Any], say: Callable[[str], None] = print) -> dict[str, Any]:
     """``eval.run model.base_url=... model.name=...``: score an OpenAI-compatible endpoint
     with the design's agent, exactly like a local model (same sampling, limits, records)."""
     from transformers import AutoTokenizer
@@ -386,12 +386,12 @@ def evaluate_endpoint(cfg: Any, settings: Any, examples: Sequence[Example], agen
     source = EndpointSource(spec)
     tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(resolve_model_path(m.path, say),
                                                                 trust_remote_code=m.trust_remote_code))
-    sampling, limits = sampling_and_limits(cfg.rollout, settings)
+    sampling, limits = sampling_and_limits(decoding)  # the recipe's evaluation decoding (eval/run.py)
     name = f"{cfg.recipe_name}-{m.name.replace('/', '_')}"
     out = settings.out_dir or default_out_dir(name, cfg.data.kind, cfg.data.eval_split, settings)
     info = {"recipe": cfg.recipe_name, "model": f"{m.name} @ {m.base_url}", "data_kind": cfg.data.kind,
             "data_root": cfg.data.root, "split": cfg.data.eval_split, "agent_options": _plain_options(options),
-            "max_response_tokens": cfg.rollout.max_response_tokens, "seed": cfg.seed}
+            "seed": cfg.seed, **asdict(decoding)}
     say(f"[eval] scoring the endpoint {m.base_url} (model {m.name}); tools run here, text carried by "
         f"the {resolve_model_path(m.path, lambda _: None)} tokenizer")
     generate = TextGenerate(source)

@@ -223,7 +223,8 @@ class EpisodeRunner:
         self.episode, self.segments, self.sampling, self.limits = episode, segments, sampling, limits
         self.example_id, self.sample_index = example_id, sample_index
         self.stop = tuple(dict.fromkeys((*episode.stop, *sampling.stop)))
-        self.conversation: list[Message] = [dict(m) for m in episode.messages]
+        # tool-role messages in the prompt (TRUST-SQL's Schema-Prefill turn) render as observations do
+        self.conversation: list[Message] = segments.template_roles([dict(m) for m in episode.messages])
         self.prompt_ids = segments.prompt_ids(self.conversation)
         self.tokens = _Tokens()
         self.turns = 0

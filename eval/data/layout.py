@@ -130,7 +130,15 @@ def resolve_spider(root: Path, split: str, problems: Problems) -> Layout:
     names = {"train": ["train_spider.json", "train.json"]}.get(split, [f"{split}.json"])
     first = _first_file(root, names)
     files = [first] if first else []
-    if first is None:
+    others = root / "train_others.json"
+    if first is None and split == "train" and others.is_file():
+        import warnings
+
+        warnings.warn(f"Spider at {root}: no train_spider.json, training on train_others.json alone (1,659 "
+                      "questions on other databases - not Spider's training set); add train_spider.json for "
+                      "the standard 8,659-question split", UserWarning, stacklevel=2)
+        files = [others]
+    elif first is None:
         problems.add(f"missing questions file for split {split!r}{_tried([root], names)}")
     elif split == "train" and (root / "train_others.json").is_file():
         files.append(root / "train_others.json")

@@ -69,6 +69,13 @@ class Kind:
     fields: Fields
     reader: str  # "json" | "jsonl"
     default_root: Callable[[], Path] | None = None
+    difficulty_of: Callable[[str], str] | None = None  # gold SQL -> level, when the records carry none
+
+
+def _spider_hardness(sql: str) -> str:
+    from rex.spider import spider_hardness
+
+    return spider_hardness(sql)
 
 
 def _minibird_root() -> Path:
@@ -79,7 +86,7 @@ def _minibird_root() -> Path:
 
 KINDS: Registry[Kind] = Registry("dataset kind")
 KINDS.register("bird")(Kind(resolve_bird, BIRD_FIELDS, "json"))
-KINDS.register("spider")(Kind(resolve_spider, SPIDER_FIELDS, "json"))
+KINDS.register("spider")(Kind(resolve_spider, SPIDER_FIELDS, "json", difficulty_of=_spider_hardness))
 KINDS.register("jsonl")(Kind(resolve_jsonl, JSONL_FIELDS, "jsonl"))
 KINDS.register("minibird")(Kind(resolve_bird, BIRD_FIELDS, "json", default_root=_minibird_root))
 
@@ -121,7 +128,7 @@ def load_examples(
     _check_unique_ids(records, problems)
     caches = {db_id: _GoldCache(db) for db_id, db in _databases(records, layout, problems).items()}
     try:
-        examples = _build_examples(records, caches, split, problems)
+        examples = _build_examples(records, caches, split, problems, spec.difficulty_of)
         problems.raise_if_any()
         if drop_failing_gold:
             examples = _drop_failing(examples, caches, f"{kind} {split}")
@@ -259,7 +266,9 @@ def _databases(records: list[Record], layout: Layout, problems: Problems) -> dic
 
 
 def _build_examples(records: list[Record], caches: Mapping[str, _GoldCache], split: str,
-                    problems: Problems) -> list[Example]:
+                    problems: Problems, difficulty_of: Callable[[str], str] | None = None) -> list[Example]:
+    """Examples from records; ``difficulty_of`` (Spider's hardness rules) labels records that
+    carry no difficulty."""
     examples = []
     for rec in records:
         cache = caches.get(rec.db_id)
@@ -274,7 +283,8 @@ def _build_examples(records: list[Record], caches: Mapping[str, _GoldCache], spl
                 continue
         examples.append(Example(
             id=rec.id, db_id=rec.db_id, db_path=str(cache.db.path), question=rec.question, evidence=rec.evidence,
-            gold_sql=rec.sql, difficulty=rec.difficulty, gold_tables=tables, gold_columns=columns, split=split,
+            gold_sql=rec.sql, difficulty=(difficulty_of(rec.sql) if difficulty_of and rec.difficulty == "unknown"
+                                          and rec.sql else rec.difficulty), gold_tables=tables, gold_columns=columns, split=split,
         ))
     return examples
 

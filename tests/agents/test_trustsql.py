@@ -104,3 +104,33 @@ def test_turn_budgets(example, db) -> None:
     infer = make_agent("trustsql", inference=True).start(example, db)
     assert len(play(infer, ["garbage"] * 20)) == 15
     assert make_agent("trustsql", max_turns=3).max_turns == 3
+
+
+def test_schema_prefill_is_one_synthetic_explore_turn_then_the_same_protocol(example, db) -> None:
+    """The paper's Schema-Prefill (Table 2): the full schema, as the real tool's answer to a
+    call on sqlite_master, sits in the prompt as an explore turn; the protocol is unchanged."""
+    episode = make_agent("trustsql", schema_prefill=True).start(example, db)
+    assistant, observation = episode.messages[-2:]
+    assert assistant["role"] == "assistant" and "<action>explore_schema</action>" in assistant["content"]
+    assert observation["role"] == "tool"
+    assert "CREATE TABLE schools" in observation["content"] and "CREATE TABLE satscores" in observation["content"]
+    steps = [episode.step(PROPOSE), episode.step(CONFIRM)]
+    assert [s.phase for s in steps] == ["propose_schema", "confirm_answer"]
+    result = episode.result()
+    assert result.flags["schema_prefill"] is True and result.final_sql == COUNT_SQL
+    plain = make_agent("trustsql").start(example, db)
+    assert [m["role"] for m in plain.messages] == ["system", "user"]
+
+
+def test_schema_prefill_renders_through_the_rollout_driver(example, db) -> None:
+    """The prefilled observation renders as observations do (tool role or wrapped user)."""
+    from tests.helpers.tiny_model import tiny_tokenizer
+    from training.rollout import ChatSegments, EpisodeRunner, RolloutLimits, SamplingParams
+
+    tok = tiny_tokenizer()
+    episode = make_agent("trustsql", schema_prefill=True).start(example, db)
+    runner = EpisodeRunner(episode, ChatSegments(tok), SamplingParams(), RolloutLimits(), example.id)
+    prompt = tok.decode(runner.prompt_ids)
+    assert "CREATE TABLE schools" in prompt
+    assert prompt.count("<|im_start|>assistant\n<think>The full schema") == 1  # the synthetic turn, in the prompt
+    assert prompt.endswith("<|im_start|>assistant\n")  # the model writes the next turn

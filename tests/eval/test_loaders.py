@@ -202,9 +202,17 @@ def test_spider_layout(tmp_path: Path) -> None:
     train = load_examples("spider", root=root, split="train")
     assert [(e.id, e.db_id) for e in train] == [("0", "music"), ("1", "music"), ("2", "shop")]
     assert train[1].gold_columns == ("singer.age", "singer.name") and train[1].evidence == ""
-    assert {e.difficulty for e in train} == {"unknown"}
+    assert [e.difficulty for e in train] == ["easy", "medium", "easy"]  # Spider's hardness rules
     dev = load_examples("spider", root=root, split="dev")
     assert len(dev) == 1 and dev[0].gold_tables == ("item",) and dev[0].split == "dev"
+
+
+def test_spider_train_others_alone_loads_with_a_warning(tmp_path: Path) -> None:
+    root = _write_spider(tmp_path / "spider")
+    (root / "train_spider.json").unlink()
+    with pytest.warns(UserWarning, match="no train_spider.json, training on train_others.json alone"):
+        train = load_examples("spider", root=root, split="train")
+    assert [e.db_id for e in train] == ["shop"]
 
 
 def test_spider_missing_pieces(tmp_path: Path) -> None:
@@ -258,7 +266,7 @@ def test_jsonl_problems(tmp_path: Path) -> None:
 def test_load_from_config_and_compose(bird_root: Path) -> None:
     data = compose_data(["data=bird", f"data.root={bird_root}", "data.split=dev", "data.limit=3"])
     assert data == {"kind": "bird", "root": str(bird_root), "split": "dev", "eval_split": "dev",
-                    "drop_failing_gold": True, "limit": 3, "eval_limit": None}
+                    "drop_failing_gold": True, "limit": 3, "eval_limit": None, "ex_metric": "ex"}
     assert [e.id for e in load_from_config(data, "train")] == ["10", "11", "12"]
     assert len(load_from_config(data, "eval")) == 4
     assert compose_data([])["kind"] == "minibird"
@@ -267,10 +275,11 @@ def test_load_from_config_and_compose(bird_root: Path) -> None:
 
 
 def test_every_data_config_has_the_same_keys() -> None:
-    keys = {"kind", "root", "split", "eval_split", "drop_failing_gold", "limit", "eval_limit"}
+    keys = {"kind", "root", "split", "eval_split", "drop_failing_gold", "limit", "eval_limit", "ex_metric"}
     for kind in ("minibird", "bird", "spider", "jsonl"):
         data = compose_data([f"data={kind}"])
         assert set(data) == keys and data["kind"] == kind and data["root"] is None
+        assert data["ex_metric"] == ("spider" if kind == "spider" else "ex")  # each dataset's official EX
 
 
 def test_stats_output_counts_per_database_and_difficulty(bird_root: Path) -> None:

@@ -341,7 +341,7 @@ def test_eval_config_reuses_the_training_groups_and_recipes() -> None:
     assert raw["rollout"]["temperature"] == 0.8 and raw["model"]["path"] is None
     assert raw["data"]["drop_failing_gold"] is False  # gold errors are an outcome, not dropped
     assert raw["eval"] == {"mode": "sc", "samples": 4, "temperature": None, "limit": None, "out_dir": None,
-                           "fresh": False, "batch_size": 8, "timeout_s": 30.0}
+                           "fresh": False, "batch_size": 8, "timeout_s": 30.0, "ex_metric": None}
     with pytest.raises(ConfigError, match="pass recipe=<name> to evaluate a model .* or predictions=PATH"):
         run(_compose(), set(), say=quiet)
     with pytest.raises(ConfigError, match="unknown eval option"):
@@ -401,3 +401,48 @@ def test_multi_turn_agent_counts_turns_tool_calls_and_tokens(bird: Path, tmp_pat
     record = json.loads((tmp_path / "out" / "records.jsonl").read_text().splitlines()[0])
     assert record["samples"][0]["last_turn"] == turns[-1]
     assert "| 3.00 | 1.00 |" in (tmp_path / "out" / "report.md").read_text()
+
+
+# ----------------------------------------------------------------------------- evaluation settings
+
+def _dry(*overrides: str) -> str:
+    from eval.run import run
+    from training.run import explicit_keys
+
+    lines: list[str] = []
+    assert run(_compose(*overrides, "dry_run=true"), explicit_keys(overrides), say=lines.append) is None
+    return "\n".join(lines)
+
+
+def test_dry_run_prints_the_papers_evaluation_settings_and_exits(tmp_path: Path) -> None:
+    text = _dry("recipe=think2sql", "engine.laptop_profile=off", f"eval.out_dir={tmp_path / 'never'}")
+    assert "decoding: sample: 1 sample(s) at T 0.7, top-p 0.95" in text
+    assert "questions: all" in text and "laptop profile: off" in text
+    assert not (tmp_path / "never").exists()  # nothing evaluated, nothing written
+    text = _dry("recipe=retoolsql", "engine.laptop_profile=off", "eval.mode=sc")
+    assert "sc: 16 sample(s) at T 1.2, top-p 0.95" in text
+    text = _dry("recipe=trustsql", "engine.laptop_profile=off")
+    assert "greedy (temperature 0)" in text and "max_turns_inference=15" in text and "observations: 1024" in text
+
+
+def test_on_cpu_eval_applies_the_laptop_caps_printed_and_overridable() -> None:
+    text = _dry("recipe=think2sql", "engine.device=cpu")
+    assert "[laptop profile] CPU" in text and "evaluation.mode: sample -> greedy" in text
+    assert "decoding: greedy" in text and "questions: 8" in text and "128 per call" in text
+    text = _dry("recipe=retoolsql", "engine.device=cpu", "eval.mode=sc", "eval.limit=3")
+    assert "sc: 4 sample(s) at T 1.2" in text and "questions: 3" in text  # 16 samples capped to 4 on CPU
+    text = _dry("recipe=retoolsql", "engine.device=cpu", "eval.mode=sc", "eval.samples=6")
+    assert "sc: 6 sample(s)" in text
+
+
+def test_report_states_the_evaluation_settings(bird: Path, tmp_path: Path) -> None:
+    from eval.run import decoding_section
+
+    section = decoding_section({"mode": "sample", "samples": 1, "temperature": 0.7, "top_p": 0.95,
+                                "max_new_tokens": 30000, "ex_metric": "ex"})
+    assert "## Evaluation settings" in section and "- temperature: 0.7" in section and "- top_p: 0.95" in section
+    preds = write_jsonl(tmp_path / "preds.jsonl", PREDICTIONS)
+    examples = load_examples("bird", bird, "dev")
+    evaluate_predictions(examples, preds, tmp_path / "out", EvalSettings(timeout_s=1.0), say=quiet, progress=False,
+                         data_info={"ex_metric": "ex"})
+    assert "## Evaluation settings" in (tmp_path / "out" / "report.md").read_text()

@@ -39,7 +39,7 @@ def test_each_recipe_builds_and_selects_its_design(name: str) -> None:
 
 def test_paper_numbers_stay_in_the_recipes() -> None:
     r = build("recipe=retoolsql")
-    assert (r.algorithm.group_size, r.algorithm.batch_size) == (16, 16)
+    assert (r.algorithm.group_size, r.algorithm.batch_size) == (16, 12)  # 12 groups of 16 = 192 completions
     assert r.algorithm.kl_schedule == [[0, 0.005], [40, 0.001], [80, 0.0]]
     assert (r.algorithm.clip_ratio_low, r.algorithm.clip_ratio_high) == (0.2, 0.28)
     assert r.algorithm.dynamic_sampling.enable and r.algorithm.dynamic_sampling.oversample == 12

@@ -29,8 +29,8 @@ import torch
 from training.config import TrainConfig, to_yaml_tree, warmup_steps
 from training.engines import local_policy as lp
 from training.engines import local_state as st
-from training.engines.local_batch import StepBuffer, build_buffer
 from eval.units import pct
+from training.engines.local_batch import CandidatePool, StepBuffer, build_buffer, unkept_to_return
 from training.kl import KLSchedule
 from tools.errors import ConfigError
 
@@ -230,8 +230,12 @@ class LocalTrainer:
                                        top_k=r.top_k if r.top_k > 0 else -1, max_new_tokens=r.max_new_tokens)
         self.eval_sampling = SamplingParams(temperature=r.eval_temperature, top_p=1.0, top_k=-1,
                                             max_new_tokens=r.max_new_tokens)
+        context = r.max_prompt_tokens + r.max_response_tokens
+        model_context = getattr(self.model.config, "max_position_embeddings", None)
+        if isinstance(model_context, int) and model_context > 0:  # no call asks for more than context - prompt
+            context = min(context, model_context)
         self.limits = RolloutLimits(max_response_tokens=r.max_response_tokens,
-                                    max_context_tokens=r.max_prompt_tokens + r.max_response_tokens,
+                                    max_context_tokens=context,
                                     max_tokens_per_turn=r.max_new_tokens,
                                     max_observation_tokens=r.observation_max_tokens,
                                     max_prompt_tokens=r.max_prompt_tokens)
@@ -246,7 +250,7 @@ class LocalTrainer:
         warm = warmup_steps(self.total_steps * cfg.algorithm.mini_batches, o.warmup_ratio)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0)
-        self.sampler = st.DataSampler(len(self.train_examples), seed=cfg.seed)
+        self.sampler = CandidatePool(st.DataSampler(len(self.train_examples), seed=cfg.seed))
         a = cfg.algorithm
         # a track's loss runs only when the estimator produced it (its mask exists)
         weights = (("full", 1.0), (cfg.advantage.schema_track, cfg.advantage.schema_weight))
@@ -283,9 +287,9 @@ class LocalTrainer:
                 self.gen_model, self.tokenizer, [prompts[i] for i in idx],
                 max_new_tokens=params.max_new_tokens, temperature=params.temperature,
                 top_p=params.top_p, top_k=max(params.top_k, 0), stop=params.stop,
-                device=self.device, autocast=None)
+                device=self.device, autocast=None, logprobs=params.temperature > 0)
             for i, row in zip(idx, rows):
-                out[i] = GenerationOutput(token_ids=row.token_ids, logprobs=None, finish_reason=row.finish_reason)
+                out[i] = GenerationOutput(token_ids=row.token_ids, logprobs=row.logprobs, finish_reason=row.finish_reason)
         return out
 
     def _timed_generate(self, prompts: list[list[int]], params: Any) -> list[Any]:
@@ -309,20 +313,26 @@ class LocalTrainer:
         self.watch = Stopwatch()
         start = time.perf_counter()
         count = a.batch_size * (a.dynamic_sampling.oversample if a.dynamic_sampling.enable else 1)
-        examples = [self.train_examples[i] for i in self.sampler.take(count)]
+        drawn = self.sampler.take(count)
+        examples = [self.train_examples[i] for i in drawn]
         with self.watch.measure("rollout"):
             trajectories = self.rollout(examples, a.group_size, self.agent, self.sampling)
+        trajectories, too_long = drop_over_long(trajectories)
         by_id = {ex.id: ex for ex in examples}
         with self.watch.measure("rewards"):
             rewards = [self._score(t, by_id[t.example_id]) for t in trajectories]
         buffer = build_buffer(trajectories, rewards, self.cfg, target_questions=a.batch_size)
         self.last_buffer = buffer
+        if a.dynamic_sampling.enable:
+            back = set(unkept_to_return(buffer, a.dynamic_sampling.return_unkept))
+            self.sampler.give_back([i for i in drawn if self.train_examples[i].id in back])
         self._step_examples = examples
         self._write_samples(trajectories, rewards, buffer)  # step: the metrics row's (self.step + 1)
         beta = self.kl.beta(self.step)
         update_metrics = self.update(buffer, beta) if buffer.size else {"update/skipped": 1.0}
         self.step += 1
         metrics = step_metrics(trajectories, rewards, buffer, beta)
+        metrics["sampling/prompts_too_long"] = float(too_long)
         metrics.update(update_metrics)
         metrics["lr"] = self.scheduler.get_last_lr()[0]
         times = dict(self.watch.totals)
@@ -369,17 +379,29 @@ class LocalTrainer:
 
     # ------------------------------------------------------------------ update
     def update(self, buffer: StepBuffer, beta: float) -> dict[str, float]:
-        """One optimizer pass over the buffer (``mini_batches`` optimizer steps)."""
+        """One optimizer pass over the buffer (``mini_batches`` optimizer steps).
+
+        With ``algorithm.rollout_correction`` on, the old (fp32 training) log-probs of the
+        whole buffer come first, then veRL's IS weights / rejection mask against the
+        generating (bf16) model's log-probs; rejected tokens leave every track's mask."""
         self._sync_reference(beta)
+        corr = self.cfg.algorithm.rollout_correction
         chunks = _split(list(range(buffer.size)), self.cfg.algorithm.mini_batches)
-        old = self._old_log_probs(buffer) if len(chunks) > 1 else None
+        correct = corr.enabled and all(t.logprobs is not None for t in buffer.trajectories)
+        old = self._old_log_probs(buffer) if len(chunks) > 1 or correct else None
         sums: Counter[str] = Counter()
+        is_weights: dict[int, torch.Tensor] | None = None
+        if correct and old is not None:
+            is_weights, corr_metrics = apply_rollout_correction(buffer, old, corr)
+            sums.update(corr_metrics)
+            sums = Counter({k: v * len(chunks) for k, v in sums.items()})  # divided by len(chunks) below
         for rows in chunks:
-            sums.update(self._optimizer_step(buffer, rows, beta, old))
+            sums.update(self._optimizer_step(buffer, rows, beta, old, is_weights))
         return {k: v / len(chunks) for k, v in sums.items()}
 
     def _optimizer_step(self, buffer: StepBuffer, rows: list[int], beta: float,
-                        old: dict[int, torch.Tensor] | None) -> dict[str, float]:
+                        old: dict[int, torch.Tensor] | None,
+                        is_weights: dict[int, torch.Tensor] | None = None) -> dict[str, float]:
         """Accumulate gradients over micro-batches, then clip and step once."""
         totals = lp.track_totals(buffer.mask_tensors(rows))
         losses: Counter[str] = Counter()  # per-micro losses are already globally normalised: sum them
@@ -395,11 +417,17 @@ class LocalTrainer:
                     entropy_grad=self.loss_settings.entropy_coeff > 0)  # [micro, resp_len] x2
                 old_lp = (torch.stack([_pad_to(old[i], logp.shape[1]) for i in micro]).to(logp.device)
                           if old else logp.detach())  # [micro, resp_len]
+                isw = (torch.stack([_pad_to(is_weights[i], logp.shape[1]) for i in micro])
+                       if is_weights else None)  # [micro, resp_len]
                 loss, m = lp.grpo_loss(logp, old_lp, batch.masks, batch.advantages, totals,
-                                       self.loss_settings, beta=beta, ref_log_probs=ref, entropy=entropy)
+                                       self.loss_settings, beta=beta, ref_log_probs=ref, entropy=entropy,
+                                       rollout_is_weights=isw)
                 loss.backward()
             full = batch.masks["full"].to(logp.device)  # [micro, resp_len]
             share = float(full.sum()) / n_full
+            if batch.rollout_log_probs is not None and share > 0:
+                for key, value in mismatch_metrics(old_lp, batch.rollout_log_probs, full).items():
+                    weighted[key] += value * share
             losses.update({k: v for k, v in m.items() if k.startswith("pg_loss/") or k == "kl"})
             weighted["policy/clip_frac"] += m.get("clip_frac/full", 0.0) * share
             weighted["policy/ppo_kl"] += m.get("ppo_kl/full", 0.0) * share
@@ -747,6 +775,65 @@ def step_metrics(trajectories: Sequence[Any], rewards: Sequence[Any], buffer: St
     metrics["sampling/trajectories_updated"] = buffer.size
     metrics.update(buffer.flags)
     return metrics
+
+
+def drop_over_long(trajectories: Sequence[Any]) -> tuple[list[Any], int]:
+    """Trajectories whose prompt exceeded ``rollout.max_prompt_tokens`` (flag
+    ``prompt_too_long``, no tokens generated) leave their group - dropped, never truncated,
+    as on the verl engine; returns the rest and how many questions were dropped."""
+    kept = [t for t in trajectories if "prompt_too_long" not in t.result.flags]
+    dropped = {t.example_id for t in trajectories} - {t.example_id for t in kept}
+    return kept, len(dropped)
+
+
+def mismatch_metrics(train_lp: torch.Tensor, rollout_lp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """Rollout/training mismatch on ``mask``'s tokens (all [rows, resp_len]): veRL's
+    ``compute_offpolicy_metrics`` (kl = mean(rollout - training log-prob), k3_kl, the two
+    perplexities), prefixed ``rollout_corr/`` as veRL logs them. 0 when generation and
+    training share weights and precision."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_offpolicy_metrics
+
+    mask = mask.to(train_lp.device)
+    if float(mask.sum()) == 0:
+        return {}
+    out = compute_offpolicy_metrics(old_log_prob=train_lp.detach(), rollout_log_prob=rollout_lp.to(train_lp.device),
+                                     response_mask=mask)
+    return {f"rollout_corr/{k}": float(v) for k, v in out.items()}
+
+
+def apply_rollout_correction(buffer: StepBuffer, old: dict[int, torch.Tensor],
+                             corr: Any) -> tuple[dict[int, torch.Tensor] | None, dict[str, float]]:
+    """veRL's IS weights and rejection mask for the whole buffer, from the training model's
+    log-probs ``old`` and the generating model's (``trajectory.logprobs``).
+
+    The rejection mask is applied to every track's mask in the buffer (so the loss
+    normalisers count only accepted tokens, as veRL's modified ``response_mask`` does);
+    returns per-row IS weights (None when IS is off) and veRL's ``rollout_corr/*`` metrics.
+    """
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
+
+    rows = list(range(buffer.size))
+    mask = buffer.mask_tensors(rows)["full"]  # [n, W]
+    if float(mask.sum()) == 0:
+        return None, {}
+    width = mask.shape[1]
+    old_t = torch.stack([_pad_to(old[i], width) for i in rows])  # [n, W]
+    roll_t = torch.stack([_pad_to(torch.tensor(buffer.trajectories[i].logprobs, dtype=torch.float32), width)
+                          for i in rows])  # [n, W]
+    weights, kept, metrics = compute_rollout_correction_and_rejection_mask(
+        old_t, roll_t, mask, rollout_is=corr.rollout_is, rollout_is_threshold=corr.rollout_is_threshold,
+        rollout_is_batch_normalize=corr.rollout_is_batch_normalize, rollout_rs=corr.rollout_rs,
+        rollout_rs_threshold=corr.rollout_rs_threshold)
+    kept = kept.float()  # [n, W]
+    for track, per_row in buffer.masks.items():
+        for i in rows:
+            n = len(per_row[i])
+            per_row[i] = [a * b for a, b in zip(per_row[i], kept[i, :n].tolist())]
+    metrics["rollout_corr/rejected_tokens"] = float((mask - kept * mask).sum())
+    if weights is None:
+        return None, metrics
+    w = weights.batch["rollout_is_weights"]  # [n, W]
+    return {i: w[i, : len(buffer.trajectories[i].response_ids)].clone() for i in rows}, metrics
 
 
 def _split(rows: list[int], parts: int) -> list[list[int]]:

@@ -29,6 +29,8 @@ class StepBuffer:
     groups_kept: int = 0
     zero_variance_groups: int = 0
     flags: dict[str, float] = field(default_factory=dict)
+    unkept_varying: list[str] = field(default_factory=list)  # example ids: varied, but beyond the B kept
+    unkept_flat: list[str] = field(default_factory=list)  # example ids: every group had zero variance
 
     @property
     def size(self) -> int:
@@ -59,6 +61,7 @@ class StepBuffer:
             {track: [values[i] for i in rows] for track, values in self.advantages.items()},
             pad_id,
             rows=rows,
+            rollout_log_probs=[t.logprobs for t in trajs],
         )
 
 
@@ -80,9 +83,14 @@ def build_buffer(
         result = dynamic_sampling_filter(metric, groups, len(groups), ds.min_std)
         keep, fill = [True] * len(trajectories), 1.0
     kept = [i for i, k in enumerate(keep) if k]
+    kept_ids = {trajectories[i].example_id for i in kept}
+    flat_groups = set(result.zero_variance_groups)
+    varying_ids = {t.example_id for t, g in zip(trajectories, groups) if g not in flat_groups}
+    unkept = list(dict.fromkeys(t.example_id for t in trajectories if t.example_id not in kept_ids))
     buffer = StepBuffer(
         trajectories=[trajectories[i] for i in kept], masks={}, advantages={}, fill_rate=fill,
         groups_kept=len(set(groups[i] for i in kept)), zero_variance_groups=len(result.zero_variance_groups),
+        unkept_varying=[e for e in unkept if e in varying_ids], unkept_flat=[e for e in unkept if e not in varying_ids],
     )
     if not kept:
         return buffer
@@ -95,6 +103,53 @@ def build_buffer(
     buffer.masks, buffer.flags = track_masks(buffer.trajectories, list(advantages), adv_cfg.schema_track, guardrails)
     buffer.advantages = {k: [float(x) for x in v] for k, v in advantages.items()}
     return buffer
+
+
+RETURN_UNKEPT = ("none", "varying", "all")
+
+
+class CandidatePool:
+    """DAPO's "backup pool" in front of the epoch sampler (``DataSampler``).
+
+    ``take`` serves questions handed back first, then the sampler's seeded order. After a
+    dynamic-sampling step, ``give_back`` returns candidates that were drawn but not used:
+    ``varying`` (the default) returns those whose group varied but fell beyond the B kept
+    (they would have given a gradient); ``all`` also returns zero-variance ones (the policy
+    may change on them later); ``none`` consumes every candidate drawn. The paper draws
+    B*K "from a shuffled backup pool" and does not say more: this is the project's choice
+    (``algorithm.dynamic_sampling.return_unkept``). The queue is part of the checkpoint state.
+
+    >>> from training.engines.local_state import DataSampler
+    >>> pool = CandidatePool(DataSampler(6, seed=0))
+    >>> first = pool.take(3); pool.give_back(first[1:]); pool.take(2) == first[1:]
+    True
+    """
+
+    def __init__(self, sampler: Any) -> None:
+        self.sampler = sampler
+        self.returned: list[int] = []
+
+    def take(self, count: int) -> list[int]:
+        out, self.returned = self.returned[:count], self.returned[count:]
+        return out + self.sampler.take(count - len(out))
+
+    def give_back(self, indices: Sequence[int]) -> None:
+        self.returned.extend(i for i in indices if i not in self.returned)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**self.sampler.state_dict(), "returned": list(self.returned)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        self.returned = [int(i) for i in state.pop("returned", [])]
+        self.sampler.load_state_dict(state)
+
+
+def unkept_to_return(buffer: StepBuffer, mode: str) -> list[str]:
+    """Example ids a dynamic-sampling step hands back to the pool under ``mode``."""
+    if mode == "none":
+        return []
+    return list(buffer.unkept_varying) + (list(buffer.unkept_flat) if mode == "all" else [])
 
 
 def _metric(reward: Any, name: str) -> float:

@@ -37,10 +37,45 @@ def autocast_context(device: str, dtype: AutocastDtype) -> contextlib.AbstractCo
 
 @dataclass(frozen=True)
 class RawGeneration:
-    """One row of a batched generate: new token ids and why the row stopped."""
+    """One row of a batched generate: new token ids, why the row stopped, and the
+    generating model's log-prob of each token (raw logits, before temperature / top-p -
+    the distribution the training log-probs are computed from, for the IS correction)."""
 
     token_ids: list[int]
     finish_reason: str  # "stop" (EOS or a stop string) | "length"
+    logprobs: list[float] | None = None
+
+
+def _logprob_recorder() -> Any:
+    """A logits processor that records log p(token) of every sampled token.
+
+    transformers runs user processors before its sampling warpers (temperature, top-k,
+    top-p), so ``scores`` here are the model's raw logits. At step t+1 the token chosen at
+    step t is the last column of ``input_ids``; only one step's log-softmax is kept.
+    """
+    from transformers import LogitsProcessor
+
+    class Recorder(LogitsProcessor):
+        def __init__(self) -> None:
+            self.prev: torch.Tensor | None = None  # [batch, vocab]
+            self.picked: list[torch.Tensor] = []  # each [batch]
+
+        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+            if self.prev is not None:
+                self.picked.append(self.prev.gather(-1, input_ids[:, -1:]).squeeze(-1))
+            self.prev = torch.log_softmax(scores.float(), dim=-1)
+            return scores
+
+        def result(self, new_tokens: torch.Tensor) -> torch.Tensor:
+            """[batch, new_len] log-probs of ``new_tokens`` ([batch, new_len])."""
+            if self.prev is not None and len(self.picked) < new_tokens.shape[1]:
+                last = new_tokens[:, len(self.picked):len(self.picked) + 1].to(self.prev.device)
+                self.picked.append(self.prev.gather(-1, last).squeeze(-1))
+            if not self.picked:
+                return torch.zeros(new_tokens.shape, dtype=torch.float32)
+            return torch.stack(self.picked, dim=1)[:, : new_tokens.shape[1]].cpu()
+
+    return Recorder()
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,8 +102,10 @@ def batched_generate(
     stop: Sequence[str] = (),
     device: str = "cpu",
     autocast: AutocastDtype = None,
+    logprobs: bool = False,
 ) -> list[RawGeneration]:
-    """Generate for every prompt at once; temperature 0 means greedy."""
+    """Generate for every prompt at once; temperature 0 means greedy. ``logprobs``: also
+    return the generating model's log-prob of each new token."""
     eos_ids = _eos_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
     ids, mask = left_pad(prompts, pad_id)
@@ -84,6 +121,11 @@ def batched_generate(
         kwargs.update(temperature=None, top_p=None, top_k=None)
     if stop:
         kwargs.update(stop_strings=list(stop), tokenizer=tokenizer)
+    recorder = _logprob_recorder() if logprobs else None
+    if recorder is not None:
+        from transformers import LogitsProcessorList
+
+        kwargs["logits_processor"] = LogitsProcessorList([recorder])
     was_training = model.training
     model.eval()
     try:
@@ -91,8 +133,12 @@ def batched_generate(
             out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
     finally:
         model.train(was_training)
-    new = out[:, ids.shape[1]:].tolist()  # [batch, new_len]
-    return [_trim_row(row, eos_ids, pad_id, tokenizer, stop) for row in new]
+    new_t = out[:, ids.shape[1]:]  # [batch, new_len]
+    rows = [_trim_row(row, eos_ids, pad_id, tokenizer, stop) for row in new_t.tolist()]
+    if recorder is None:
+        return rows
+    lps = recorder.result(new_t).tolist()  # [batch, new_len]
+    return [RawGeneration(r.token_ids, r.finish_reason, lp[: len(r.token_ids)]) for r, lp in zip(rows, lps)]
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
@@ -147,6 +193,8 @@ class PolicyBatch:
     advantages: dict[str, torch.Tensor]  # track -> [batch]
     old_log_probs: torch.Tensor | None = None  # [batch, resp_len]
     ref_log_probs: torch.Tensor | None = None  # [batch, resp_len]
+    rollout_log_probs: torch.Tensor | None = None  # [batch, resp_len] the generating model's, 0 beyond
+    rollout_is_weights: torch.Tensor | None = None  # [batch, resp_len] IS correction weights
     rows: list[int] = field(default_factory=list)  # indices into the step's trajectory list
 
 
@@ -157,8 +205,11 @@ def build_policy_batch(
     advantages: Mapping[str, Sequence[float]],
     pad_id: int,
     rows: Sequence[int] = (),
+    rollout_log_probs: Sequence[Sequence[float] | None] | None = None,
 ) -> PolicyBatch:
-    """Pack trajectories so that every response ends at the last column (left padding)."""
+    """Pack trajectories so that every response ends at the last column (left padding).
+    ``rollout_log_probs``: per row, the generating model's log-probs (or None for all
+    rows when any row lacks them)."""
     seqs = [list(p) + list(r) for p, r in zip(prompts, responses)]
     input_ids, attention_mask = left_pad(seqs, pad_id)  # [batch, seq_len]
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [batch, seq_len]
@@ -179,6 +230,9 @@ def build_policy_batch(
         masks=packed,
         advantages=adv,
         rows=list(rows),
+        rollout_log_probs=(_pad_float(rollout_log_probs, resp_len)  # type: ignore[arg-type]
+                           if rollout_log_probs is not None and all(r is not None for r in rollout_log_probs)
+                           else None),
     )
 
 
@@ -304,6 +358,7 @@ def grpo_loss(
     beta: float = 0.0,
     ref_log_probs: torch.Tensor | None = None,  # [batch, resp_len]
     entropy: torch.Tensor | None = None,  # [batch, resp_len]
+    rollout_is_weights: torch.Tensor | None = None,  # [batch, resp_len] IS correction (veRL's)
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Sum over tracks of weight * clipped PG loss (+ beta * KL, - entropy bonus).
 
@@ -328,8 +383,9 @@ def grpo_loss(
         config.global_batch_info.update(
             dp_size=1, batch_num_tokens=n_tokens, global_batch_size=max(totals.sequences[track], 1.0)
         )
+        isw = rollout_is_weights.to(device) if rollout_is_weights is not None else None  # [batch, resp_len]
         loss, pg = compute_policy_loss_vanilla(
-            old_log_probs, log_probs, adv, mask, settings.loss_agg_mode, config
+            old_log_probs, log_probs, adv, mask, settings.loss_agg_mode, config, rollout_is_weights=isw
         )
         total = total + weight * loss
         metrics[f"pg_loss/{track}"] = float(loss.detach())

@@ -19,6 +19,12 @@ propose) with the gold SQL's tables and columns under ``schema_mode``:
   iff the proposal is exact and always prefers full recall.
 
 ``total`` equals the full track (the schema track is a separate advantage).
+
+``schema_in_total`` > 0 is the paper's "w/ schema" baseline (Table 6): R_schema weighted
+into the one terminal reward (total = R_exec + R_format + w·R_schema, w = 0.25) for plain
+GRPO; the reward then has no separate schema track, so ``advantage=two_track`` refuses it
+instead of counting R_schema twice. With Schema-Prefill (agent ``schema_prefill``) the
+prefilled explore turn counts as the explore action for R_format.
 """
 
 from __future__ import annotations
@@ -69,7 +75,7 @@ def exec_reward(score: float, executed: bool) -> float:
 
 def format_reward(result: EpisodeResult) -> float:
     """R_format: 0.1 iff every turn valid, all four actions used, no bad feedback."""
-    phases = {turn.phase for turn in result.turns}
+    phases = {turn.phase for turn in result.turns} | ({"explore_schema"} if result.flags.get("schema_prefill") else set())
     clean = all(turn.tool_outcome not in BAD_FEEDBACK for turn in result.turns)
     return 0.1 if result.all_turns_valid and ACTIONS <= phases and clean else 0.0
 
@@ -113,12 +119,18 @@ class TrustSQLReward:
     exec_metric: str = "ex"
     schema_mode: str = "sparse_coupled"
     timeout_s: float = 30.0
+    schema_in_total: float = 0.0
 
     component_names = ("exec", "r_exec", "format", "schema")
-    track_names = ("full", "schema")
+
+    @property
+    def track_names(self) -> tuple[str, ...]:
+        return ("full",) if self.schema_in_total > 0 else ("full", "schema")
 
     def __post_init__(self) -> None:
         check_exec_metric(self.exec_metric)
+        if not 0 <= self.schema_in_total:
+            raise ConfigError(f"trustsql schema_in_total={self.schema_in_total}: >= 0 (0.25 = the 'w/ schema' baseline)")
         if self.schema_mode not in SCHEMA_MODES:
             raise ConfigError(
                 f"trustsql schema_mode={self.schema_mode!r}; use one of {', '.join(SCHEMA_MODES)}"
@@ -137,9 +149,10 @@ class TrustSQLReward:
         r_schema = schema_reward(
             self.schema_mode, gold_references(example, db), selection_sets(result.schema, db), r_exec
         )
-        full = r_exec + r_format
+        full = r_exec + r_format + self.schema_in_total * r_schema
+        tracks = {"full": full} if self.schema_in_total > 0 else {"full": full, "schema": r_schema}
         return RewardBreakdown(
             total=full,
             components={"exec": score.score if has_sql else 0.0, "r_exec": r_exec, "format": r_format, "schema": r_schema},
-            tracks={"full": full, "schema": r_schema},
+            tracks=tracks,
         )

@@ -127,3 +127,29 @@ def test_schema_reward_pure_function() -> None:
     gold = (frozenset({"t"}), frozenset({"t.a"}))
     assert schema_reward("sparse_coupled", gold, gold, 1.0) == 1.0
     assert schema_reward("sparse_coupled", gold, gold, 0.2) == 0.0
+
+
+def test_w_schema_baseline_sums_the_schema_reward_into_one_track(school_db: Any) -> None:
+    """The paper's "w/ schema" baseline (Table 6): terminal reward + 0.25 R_schema, one track
+    for plain GRPO; the two-track estimator refuses it rather than count R_schema twice."""
+    import torch
+
+    from training.advantages import AdvantageOptions, get_estimator
+
+    out = run(GOOD_SQL, db=school_db, schema_in_total=0.25)
+    assert out.total == pytest.approx(1.0 + 0.1 + 0.25) and set(out.tracks) == {"full"}
+    assert out.components["schema"] == 1.0
+    assert run(WRONG_SQL, db=school_db, schema_in_total=0.25).total == pytest.approx(0.3)  # coupled: no schema term
+    with pytest.raises(Exception, match="needs a reward with a 'schema' track"):
+        get_estimator("two_track")({"full": torch.tensor([1.0, 0.0])}, ["q", "q"], AdvantageOptions())
+
+
+def test_prefilled_explore_counts_for_r_format(school_db: Any) -> None:
+    from dataclasses import replace
+
+    turns = four_phases(skip="explore_schema")
+    plain = trajectory(GOOD_SQL, turns, schema=GOLD_SCHEMA)
+    reward = get_reward("trustsql")
+    assert reward(plain, example(), school_db).components["format"] == 0.0  # an action is missing
+    prefilled = replace(plain, result=replace(plain.result, flags={"schema_prefill": True}))
+    assert reward(prefilled, example(), school_db).components["format"] == 0.1

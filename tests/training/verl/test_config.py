@@ -47,7 +47,7 @@ def test_every_recipe_composes_and_validates(recipe: str, tmp_path: Path) -> Non
     assert arr.actor.optim.lr == pytest.approx(cfg.optim.lr)
     assert arr.actor.clip_ratio_low == pytest.approx(cfg.algorithm.clip_ratio_low)
     assert arr.actor.clip_ratio_high == pytest.approx(cfg.algorithm.clip_ratio_high)
-    assert arr.actor.loss_agg_mode == "token-mean"
+    assert arr.actor.loss_agg_mode == cfg.algorithm.loss_agg_mode  # think2sql: seq-mean-token-mean (eq. 5)
     assert arr.rollout.temperature == pytest.approx(cfg.rollout.temperature)
     assert arr.rollout.top_p == pytest.approx(cfg.rollout.top_p)
     assert arr.rollout.top_k == (cfg.rollout.top_k if cfg.rollout.top_k > 0 else -1)

@@ -300,6 +300,21 @@ class DynamicSamplingConfig:
 ROLLOUT_IS_LEVELS = ("token", "sequence")
 
 
+def _is_threshold(value: float | str) -> bool:
+    """veRL's thresholds: a number, or ``'lower_upper'`` (two numbers joined by ``_``).
+
+    >>> _is_threshold(2.0), _is_threshold("0.5_2.0"), _is_threshold("abc")
+    (True, True, False)
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return True
+    parts = str(value).split("_")
+    try:
+        return len(parts) == 2 and all(float(part) >= 0 for part in parts)
+    except ValueError:
+        return False
+
+
 @dataclass
 class RolloutCorrectionConfig:
     """Importance-sampling correction for the generation/training mismatch (the local
@@ -316,6 +331,13 @@ class RolloutCorrectionConfig:
     rollout_rs_threshold: float | str | None = _f(None, "rejection threshold(s); k1 options take 'lower_upper'")
 
     def __post_init__(self) -> None:
+        key = "algorithm.rollout_correction."
+        _need(_is_threshold(self.rollout_is_threshold),
+              f"{key}rollout_is_threshold={self.rollout_is_threshold!r}: expected a number or text "
+              "'lower_upper' with two numbers (e.g. 2.0 or '0.5_2.0')")
+        _need(self.rollout_rs_threshold is None or _is_threshold(self.rollout_rs_threshold),
+              f"{key}rollout_rs_threshold={self.rollout_rs_threshold!r}: expected a number or text or null; "
+              "text is 'lower_upper' with two numbers (e.g. '0.5_2.0')")
         _need(self.rollout_is is None or self.rollout_is in ROLLOUT_IS_LEVELS,
               f"algorithm.rollout_correction.rollout_is={self.rollout_is!r}; choose token, sequence or null")
         _need(self.rollout_rs is None or self.rollout_rs_threshold is not None,

@@ -15,7 +15,7 @@ import pytest
 from eval.view import load_rows, serve, write_view
 from eval.view_page import PAGE_SIZE
 from tests.helpers.browser import chromium, console_errors
-from tests.training.test_local_engine import examples, trainer  # noqa: F401 - the fixture is used below
+from tests.training.test_local_engine import examples, fit_keeping_buffers, trainer  # noqa: F401 - the fixture is used below
 
 
 @pytest.fixture(scope="module")
@@ -23,17 +23,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory, examples: list) -> tuple[P
     """A two-step run; returns its directory and the update's buffer of each step."""
     run = tmp_path_factory.mktemp("run")
     t = trainer("trustsql", run, examples, "algorithm.dynamic_sampling.enable=false", "trainer.total_steps=2")
-    buffers: list[Any] = []
-    original = t.train_step
-
-    def step_and_keep() -> dict[str, Any]:
-        out = original()
-        buffers.append(t.last_buffer)
-        return out
-
-    t.train_step = step_and_keep  # type: ignore[method-assign]
-    t.fit()
-    return run, buffers
+    return run, fit_keeping_buffers(t)
 
 
 def _js(driver: Any, script: str) -> Any:

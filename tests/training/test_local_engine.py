@@ -457,11 +457,9 @@ def test_the_summary_line_shows_ex_in_percent_and_the_disk_used() -> None:
     text = summary_text(summary, {"checkpoints": 2 * 1024**3, "warm_start": 1024**3, "run.log": 10})
     assert "EX before 0.0% -> after warm start 12.5% -> after 37.5% on 8 held-out questions" in text
     assert "run directory runs/trustsql: 3.0 GB on disk (checkpoints 2.0 GB, warm_start 1.0 GB)" in text
-def test_samples_records_match_the_update_and_the_metrics_step(tmp_path: Path, examples: list[Example]) -> None:
-    """samples.jsonl: the metrics row's step, the question / gold SQL / database, and per
-    token the masks the update used (training/records.py), prompts stored once."""
-    t = trainer("trustsql", tmp_path, examples, "algorithm.dynamic_sampling.enable=false", "trainer.total_steps=2")
-    buffers = []
+def fit_keeping_buffers(t: Any) -> list[Any]:
+    """Run ``t.fit()`` and return the update buffer of each step (the masks the loss used)."""
+    buffers: list[Any] = []
     original = t.train_step
 
     def step_and_keep() -> dict[str, Any]:
@@ -471,6 +469,14 @@ def test_samples_records_match_the_update_and_the_metrics_step(tmp_path: Path, e
 
     t.train_step = step_and_keep  # type: ignore[method-assign]
     t.fit()
+    return buffers
+
+
+def test_samples_records_match_the_update_and_the_metrics_step(tmp_path: Path, examples: list[Example]) -> None:
+    """samples.jsonl: the metrics row's step, the question / gold SQL / database, and per
+    token the masks the update used (training/records.py), prompts stored once."""
+    t = trainer("trustsql", tmp_path, examples, "algorithm.dynamic_sampling.enable=false", "trainer.total_steps=2")
+    buffers = fit_keeping_buffers(t)
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     train_steps = [json.loads(x)["step"] for x in lines if json.loads(x)["kind"] == "train"]
     samples = [json.loads(x) for x in (tmp_path / "samples.jsonl").read_text().splitlines()]

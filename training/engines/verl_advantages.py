@@ -16,7 +16,9 @@ schema_mask``, where the ratio of the batch's token counts makes the schema term
 over the schema mask's own tokens, as the paper normalises it. (This equals the sum of
 the two surrogates exactly where the ratio is not clipped.)
 
-Also here: the project-format step and evaluation records (``metrics.jsonl``).
+Also here: the project-format step and evaluation records (``metrics.jsonl``) and the
+sampled-trajectory records (``samples.jsonl``, :func:`sample_rows`, with the masks and
+advantages of the update that :func:`phase_aware_advantages` leaves in ``meta_info``).
 """
 
 from __future__ import annotations
@@ -203,16 +205,28 @@ def eval_record(val_metrics: Mapping[str, Any], exec_metric: str) -> dict[str, f
     return out
 
 
+def row_key(key: str) -> tuple[str, int, int]:
+    """(prompt uid, session, output index) of a veRL row key ``{uid}_{session}_{index}``.
+
+    >>> row_key("9f2c-41_1_0")
+    ('9f2c-41', 1, 0)
+    """
+    uid, session, index = str(key).rsplit("_", 2)
+    return uid, int(session), int(index)
+
+
 def sample_rows(
-    *, step: int, design: str, extra: Sequence[Any], uids: Sequence[str], prompts: Sequence[Sequence[int]],
+    *, step: int, design: str, extra: Sequence[Any], keys: Sequence[str], prompts: Sequence[Sequence[int]],
     responses: Sequence[Sequence[int]], update: Mapping[int, tuple[dict[str, list[float]], dict[str, float]]],
     examples: Mapping[str, Any], tokenizer: Any, count: int, tables: Any = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """samples.jsonl records (``training.records.sample_record``, as the local engine writes
-    them) of the step's first ``count`` rows, whole groups in order (prompt uid, then
-    session), and their prompts. ``update[row]`` holds the masks and advantages the update
-    used (absent: not in the update); ``tables(example, final_sql)`` the result tables and
-    outcome. The prompt is veRL's (chat template applied), recorded as one message.
+    them) of the step's first ``count`` rows, whole groups in order (veRL's row keys
+    ``{uid}_{session}_{index}``: prompt uid, then session, then output), and their prompts.
+    A record's ``sample`` is the session (the rollout's number in its GRPO group).
+    ``update[row]`` holds the masks and advantages the update used (absent: not in the
+    update); ``tables(example, final_sql)`` the result tables and outcome. The prompt is
+    veRL's (chat template applied), recorded as one message.
 
     The episode record carries each turn's phase and format flag, not its tool call: a
     turn's ``tool`` / ``arguments`` / ``tool_outcome`` are None here (the call and its
@@ -220,7 +234,7 @@ def sample_rows(
     """
     from training.records import prompt_id, sample_record
 
-    order = sorted(range(len(extra)), key=lambda i: (str(uids[i]), _field(extra[i], EPISODE_KEY, i)["sample_index"], i))
+    order = sorted(range(len(extra)), key=lambda i: (*row_key(keys[i]), i))
     records, prompt_texts = [], {}
     for i in order[:count]:
         ep, reward = _field(extra[i], EPISODE_KEY, i), _field(extra[i], REWARD_KEY, i)
@@ -234,7 +248,7 @@ def sample_rows(
                  for t, (phase, ok) in enumerate(zip(ep["phases"], ep["format_ok"]))]
         records.append(sample_record(
             step=step, engine="verl", design=design, example=example, role=ep["role"], group=ep["group"],
-            sample=ep["sample_index"], prompt=key, tokens=tokenizer.batch_decode([[x] for x in responses[i][:n]]),
+            sample=row_key(keys[i])[1], prompt=key, tokens=tokenizer.batch_decode([[x] for x in responses[i][:n]]),
             turn_index=ep["turn_index"][:n], response_mask=ep["policy_mask"][:n],
             loss_masks={k: v[:n] for k, v in masks.items()} if masks is not None else None, advantages=adv,
             reward=reward["total"], components=reward.get("components") or {}, tracks=reward.get("tracks") or {},

@@ -4,6 +4,9 @@ the project's advantages, KL schedule and dynamic sampling.
 - Advantages: :mod:`training.engines.verl_advantages` (per-role groups, two tracks).
 - Dynamic sampling: :mod:`training.engines.verl_sampling` (SPEC's one draw or veRL's refill).
 - One optimizer step per mini-batch of questions, whatever the rows per question (DualSQL).
+- The project's records: ``metrics.jsonl`` rows per step and evaluation, and the first
+  ``trainer.samples_per_step`` rollouts of each step in ``samples.jsonl`` (the local
+  engine's record builder, with the loss masks of the update).
 - Every requested step (veRL's loop also stops at ``trainer.total_epochs``), the final
   weights exported, the post-training evaluation logged to veRL's loggers, and veRL's
   metrics file kept across a resume.
@@ -288,7 +291,7 @@ class SqlAgentTrainer(PPOTrainerSync):
         records, prompts = sample_rows(
             step=int(self.global_steps), design=self.settings.agent,
             extra=[proto.non_tensor_batch["extra_fields"][i] for i in rows],
-            uids=[str(proto.non_tensor_batch["uid"][i]) for i in rows],
+            keys=[str(batch.keys[i]) for i in rows],
             prompts=[_ids(t) for t in _rows(ids["prompts"])], responses=[_ids(t) for t in _rows(ids["responses"])],
             update={j: update[i] for j, i in enumerate(rows) if i in update}, examples=self._examples(),
             tokenizer=self.tokenizer, count=count, tables=partial(_result_tables, scorer=scorer))

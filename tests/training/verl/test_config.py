@@ -262,7 +262,8 @@ def test_prepare_writes_prompts_veRLs_dataset_reads(tmp_path: Path, monkeypatch:
     config_records = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
                       if r["kind"] == "config"]  # the launch's effective config, as the local engine writes it
     assert len(config_records) == 1 and config_records[0]["step"] == 0
-    assert config_records[0]["config"]["run_dir"] == str(run) and config_records[0]["config"]["engine"]["name"] == "verl"
+    launched = config_records[0]["config"]
+    assert launched["run_dir"] == str(run) and launched["engine"]["name"] == "verl"
     dataset = RLHFDataset(data_files=[verl_cfg.data.train_files], tokenizer=tiny_tokenizer(), config=verl_cfg.data)
     item = dataset[0]
     example = common.example_from_json(item["extra_info"]["example"])

@@ -205,6 +205,11 @@ def eval_record(val_metrics: Mapping[str, Any], exec_metric: str) -> dict[str, f
     return out
 
 
+def _decoded(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+    """One string per token (``batch_decode([])`` would give one empty string)."""
+    return tokenizer.batch_decode([[x] for x in ids]) if len(ids) else []
+
+
 def row_key(key: str) -> tuple[str, int, int]:
     """(prompt uid, session, output index) of a veRL row key ``{uid}_{session}_{index}``.
 
@@ -248,7 +253,7 @@ def sample_rows(
                  for t, (phase, ok) in enumerate(zip(ep["phases"], ep["format_ok"]))]
         records.append(sample_record(
             step=step, engine="verl", design=design, example=example, role=ep["role"], group=ep["group"],
-            sample=row_key(keys[i])[1], prompt=key, tokens=tokenizer.batch_decode([[x] for x in responses[i][:n]]),
+            sample=row_key(keys[i])[1], prompt=key, tokens=_decoded(tokenizer, responses[i][:n]),
             turn_index=ep["turn_index"][:n], response_mask=ep["policy_mask"][:n],
             loss_masks={k: v[:n] for k, v in masks.items()} if masks is not None else None, advantages=adv,
             reward=reward["total"], components=reward.get("components") or {}, tracks=reward.get("tracks") or {},

@@ -16,7 +16,7 @@ the part it replaces, read from veRL 0.9.1's source:
   ``dp_size`` / ``batch_num_tokens`` / ``global_batch_size``, one optimizer step per
   mini-batch (gradients averaged over the simulated ranks as FSDP does), gradient
   clipping, and the LR scheduler stepped once per call (each call's rows - prompt,
-  response, loss mask, advantages - kept in ``updates``). One micro-batch per rank:
+  response, loss mask, advantages - kept in ``batches``). One micro-batch per rank:
   veRL's token-budget micro-batching changes memory, not the gradient.
   Checkpoints use the FSDP checkpoint manager's file layout for one rank
   (``model_world_size_1_rank_0.pt``, ``optim_...``, ``extra_state_...``,
@@ -160,6 +160,7 @@ class TinyActorWorkerGroup:
         self.world_size = self.dp_size
         self._dispatch_info: dict[str, list[int]] = {}
         self.updates: list[dict[str, Any]] = []  # one record per update_actor call
+        self.batches: list[dict[str, list]] = []  # the rows each update_actor call trained on
         self.loss_fns: list[Any] = [self.loss_fn]
 
     # ------------------------------------------------------------------ RayWorkerGroup surface
@@ -231,7 +232,8 @@ class TinyActorWorkerGroup:
             for key, value in step_metrics.items():
                 metrics.setdefault(key, []).append(value)
             steps += 1
-        self.updates.append({"rows": n, "mini_batch_size": mini, "optimizer_steps": steps, "batch": received})
+        self.updates.append({"rows": n, "mini_batch_size": mini, "optimizer_steps": steps})
+        self.batches.append(received)
         metrics["mfu"] = [0.0]
         return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": metrics})
 

@@ -88,8 +88,7 @@ def test_samples_are_the_local_engines_records_with_the_masks_of_the_update(run:
         assert [s["sample"] for s in rows] == [0, 1, 0]  # the session: the rollout's number in its group
         assert all(s["tables"]["gold"]["columns"] and s["outcome"] for s in rows)
     tokenizer, checked = run["trainer"].tokenizer, 0
-    for step, update in zip(train_steps, run["trainer"].actor_rollout_wg.updates):
-        batch = update["batch"]
+    for step, batch in zip(train_steps, run["trainer"].actor_rollout_wg.batches):
         trained = {(prompt_id(p), tuple(tokenizer.batch_decode([[x] for x in r]))): (m, a)
                    for p, r, m, a in zip(batch["prompts"], batch["responses"], batch["loss_mask"], batch["advantages"])}
         for s in (s for s in samples if s["step"] == step):

@@ -93,3 +93,62 @@ def test_a_sweep_refuses_one_run_dir_for_every_job(tmp_path: Path) -> None:
          "engine=local", "engine.device=cpu", f"hydra.sweep.dir={tmp_path / 's'}"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(repo)))
     assert proc.returncode == 2 and "hydra.sweep.dir" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _printed_configs(stdout: str) -> list[dict]:
+    """The veRL configs a multirun dry run printed, one per job (Hydra's log lines between them)."""
+    import yaml
+
+    chunks = stdout.split("# engine=verl")[1:]
+    return [yaml.safe_load("\n".join(line for line in chunk.splitlines()[1:] if not line.startswith("[")))
+            for chunk in chunks]
+
+
+def test_verl_sweep_dry_run_names_each_job_and_carries_group_and_tags(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    sweep_dir = tmp_path / "trustsql" / "s1"
+    proc = subprocess.run(
+        [sys.executable, "-m", "training.run", "-m", "recipe=trustsql", "engine=verl", "dry_run=true", "seed=0,1",
+         f"hydra.sweep.dir={sweep_dir}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(repo)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    configs = _printed_configs(proc.stdout)
+    assert len(configs) == 2
+    names = [c["trainer"]["experiment_name"] for c in configs]
+    assert names == ["trustsql-0-seed=0", "trustsql-1-seed=1"]
+    for seed, config in enumerate(configs):
+        env_vars = config["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
+        assert env_vars == {"WANDB_RUN_GROUP": "trustsql/s1", "WANDB_TAGS": f"seed={seed}"}
+        assert config["ray_kwargs"]["ray_init"]["runtime_env"]["py_executable"] is None  # veRL's keys kept
+        assert config["sqlagent"]["run_dir"] == str((sweep_dir / str(seed)).resolve())
+
+
+def test_a_verl_sweep_job_launches_in_a_process_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a sweep job's train() runs: the resolved config written to the run directory and
+    read back by ``python -m training.engines.verl_launch`` in a child process, which
+    launches on it (here ``--dry-run``: it prints what it would launch)."""
+    from dataclasses import replace
+
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from training.config import TrainConfig
+    from training.engines import verl_config as C
+    from training.engines import verl_launch as L
+
+    run = tmp_path / "trustsql" / "s" / "3"
+    with initialize_config_module(config_module="recipes", version_base=None):
+        raw = OmegaConf.to_container(compose(config_name="config", overrides=[
+            "recipe=trustsql", "engine=verl", f"run_dir={run}"]), resolve=True)
+    cfg = replace(TrainConfig.from_mapping(raw), sweep="trustsql/s", ablation={"advantage": "grpo", "seed": 1})
+    job = SweepJob(sweep=cfg.sweep, run_dir=str(run), ablation=dict(cfg.ablation))
+    for key, value in job.wandb_env().items():  # apply_sweep exports them in the job's process
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+    verl_cfg = C.verl_config_for(cfg, model_path="m", num_train_examples=64)
+    said: list[str] = []
+    printed = json.loads(L.launch_in_child(verl_cfg, str(run), said.append, dry_run=True).strip().splitlines()[-1])
+    assert printed["experiment_name"] == "trustsql-3-advantage=grpo-seed=1"
+    wandb = {"WANDB_RUN_GROUP": "trustsql/s", "WANDB_TAGS": "advantage=grpo,seed=1"}
+    assert printed["runtime_env"]["env_vars"] == wandb and printed["environment"] == wandb
+    assert (run / L.CHILD_CONFIG).is_file() and "own process" in said[0]

@@ -16,7 +16,9 @@ schema_mask``, where the ratio of the batch's token counts makes the schema term
 over the schema mask's own tokens, as the paper normalises it. (This equals the sum of
 the two surrogates exactly where the ratio is not clipped.)
 
-Also here: the project-format step and evaluation records (``metrics.jsonl``).
+Also here: the project-format step and evaluation records (``metrics.jsonl``) and the
+sampled-trajectory records (``samples.jsonl``, :func:`sample_rows`, with the masks and
+advantages of the update that :func:`phase_aware_advantages` leaves in ``meta_info``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from verl.protocol import DataProto
 
 from training.engines.verl_common import EPISODE_KEY, REWARD_KEY, TRAINER_MODE, AdvantageSettings
 
-__all__ = ["AdvantageSettings", "eval_record", "phase_aware_advantages", "step_record"]
+__all__ = ["AdvantageSettings", "eval_record", "phase_aware_advantages", "sample_rows", "step_record"]
 
 
 def _padded(rows: Sequence[Sequence[int]], width: int) -> torch.Tensor:
@@ -76,11 +78,30 @@ def phase_aware_advantages(
         seq_adv = get_estimator(settings.estimator)(_track_scores(rewards), groups, options)
         schema_masks = [r["schema_mask"] for r in records]
         advantages[real], metrics = _token_level(seq_adv, mask[real], schema_masks, settings)
+        data.meta_info[UPDATE_KEY] = update_rows(real, seq_adv, mask[real], schema_masks, settings)
         metrics.update(_reward_metrics(records, rewards, seq_adv))
         metrics["sqlagent/dropped_rows"] = float(len(dropped))
     data.batch["advantages"] = advantages
     data.batch["returns"] = advantages.clone()
     return data, metrics
+
+
+UPDATE_KEY = "sqlagent_update"
+"""``DataProto.meta_info`` key of :func:`update_rows` (read back for samples.jsonl)."""
+
+
+def update_rows(
+    real: Sequence[int], seq_adv: Mapping[str, torch.Tensor], mask: torch.Tensor,
+    schema_masks: Sequence[Sequence[int]], settings: AdvantageSettings,
+) -> dict[int, tuple[dict[str, list[float]], dict[str, float]]]:
+    """Row -> (per-track token masks, per-track sequence advantages) of the rows in the
+    update, as :func:`_token_level` uses them: ``full`` is the loss mask, the schema track
+    (when the estimator made one) the phase-prefix mask times it."""
+    tracks = {"full": mask}  # [n_real, resp_len]
+    if settings.schema_track in seq_adv:
+        tracks[settings.schema_track] = _padded(schema_masks, mask.shape[1]) * mask  # [n_real, resp_len]
+    return {row: ({k: v[j].tolist() for k, v in tracks.items()}, {k: float(v[j]) for k, v in seq_adv.items()})
+            for j, row in enumerate(real)}
 
 
 def _track_scores(rewards: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
@@ -182,3 +203,60 @@ def eval_record(val_metrics: Mapping[str, Any], exec_metric: str) -> dict[str, f
         if len(parts) == 4 and parts[2] in names and parts[3].startswith("mean@"):
             out[names[parts[2]]] = float(value)
     return out
+
+
+def _decoded(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+    """One string per token (``batch_decode([])`` would give one empty string)."""
+    return tokenizer.batch_decode([[x] for x in ids]) if len(ids) else []
+
+
+def row_key(key: str) -> tuple[str, int, int]:
+    """(prompt uid, session, output index) of a veRL row key ``{uid}_{session}_{index}``.
+
+    >>> row_key("9f2c-41_1_0")
+    ('9f2c-41', 1, 0)
+    """
+    uid, session, index = str(key).rsplit("_", 2)
+    return uid, int(session), int(index)
+
+
+def sample_rows(
+    *, step: int, design: str, extra: Sequence[Any], keys: Sequence[str], prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]], update: Mapping[int, tuple[dict[str, list[float]], dict[str, float]]],
+    examples: Mapping[str, Any], tokenizer: Any, count: int, tables: Any = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """samples.jsonl records (``training.records.sample_record``, as the local engine writes
+    them) of the step's first ``count`` rows, whole groups in order (veRL's row keys
+    ``{uid}_{session}_{index}``: prompt uid, then session, then output), and their prompts.
+    A record's ``sample`` is the session (the rollout's number in its GRPO group).
+    ``update[row]`` holds the masks and advantages the update used (absent: not in the
+    update); ``tables(example, final_sql)`` the result tables and outcome. The prompt is
+    veRL's (chat template applied), recorded as one message.
+
+    The episode record carries each turn's phase and format flag, not its tool call: a
+    turn's ``tool`` / ``arguments`` / ``tool_outcome`` are None here (the call and its
+    observation are in the tokens).
+    """
+    from training.records import prompt_id, sample_record
+
+    order = sorted(range(len(extra)), key=lambda i: (*row_key(keys[i]), i))
+    records, prompt_texts = [], {}
+    for i in order[:count]:
+        ep, reward = _field(extra[i], EPISODE_KEY, i), _field(extra[i], REWARD_KEY, i)
+        n = min(len(responses[i]), len(ep["policy_mask"]), len(ep["turn_index"]))  # dropped rows: n = 0
+        key = prompt_id(prompts[i])
+        prompt_texts.setdefault(key, [{"role": "prompt", "content": tokenizer.decode(list(prompts[i]))}])
+        masks, adv = update.get(i, (None, None))
+        example = examples[ep["example_id"]]
+        found = dict(tables(example, ep["final_sql"]) if tables is not None else {})
+        turns = [{"index": t, "phase": phase, "format_ok": ok}
+                 for t, (phase, ok) in enumerate(zip(ep["phases"], ep["format_ok"]))]
+        records.append(sample_record(
+            step=step, engine="verl", design=design, example=example, role=ep["role"], group=ep["group"],
+            sample=row_key(keys[i])[1], prompt=key, tokens=_decoded(tokenizer, responses[i][:n]),
+            turn_index=ep["turn_index"][:n], response_mask=ep["policy_mask"][:n],
+            loss_masks={k: v[:n] for k, v in masks.items()} if masks is not None else None, advantages=adv,
+            reward=reward["total"], components=reward.get("components") or {}, tracks=reward.get("tracks") or {},
+            reward_error=reward.get("error"), outcome=found.pop("outcome", None), final_sql=ep["final_sql"],
+            end_reason=ep["end_reason"], turns=turns, tables=found))
+    return records, prompt_texts

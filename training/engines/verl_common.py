@@ -178,6 +178,7 @@ class WorkerSettings:
     exec_metric: str = "ex"
     eval_after: bool = False
     few_shot_pool: str | None = None
+    samples_per_step: int = 0  # rollouts per step written to samples.jsonl (the driver sets trainer.samples_per_step)
 
     @property
     def schema_track(self) -> str:
@@ -210,6 +211,7 @@ class WorkerSettings:
             "exec_metric": self.exec_metric,
             "eval_after": bool(self.eval_after),
             "few_shot_pool": self.few_shot_pool,
+            "samples_per_step": int(self.samples_per_step),
         }
 
     @classmethod
@@ -239,6 +241,7 @@ class WorkerSettings:
             exec_metric=str(data.get("exec_metric") or defaults.exec_metric),
             eval_after=bool(data.get("eval_after", defaults.eval_after)),
             few_shot_pool=data.get("few_shot_pool"),
+            samples_per_step=int(data.get("samples_per_step") or defaults.samples_per_step),
         )
 
     @classmethod

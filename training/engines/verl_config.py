@@ -125,7 +125,9 @@ class VerlSettings:
     fsdp_offload: bool = False  # actor + reference parameters (and the actor's optimizer) on CPU between passes
     agent_workers: int = 8
     project_name: str = "sqlagent-rl"
-    experiment_name: str = "run"
+    experiment_name: str = "run"  # unique per sweep job (training.sweep.verl_runtime_env)
+    wandb_env: Mapping[str, str] = field(default_factory=dict)  # WANDB_RUN_GROUP / WANDB_TAGS of a sweep job
+    samples_per_step: int = 0  # rollouts per step the trainer writes to samples.jsonl
     output_dir: str = "outputs/verl"
     resume: bool = False  # continue from the latest checkpoint under output_dir/checkpoints
     loggers: tuple[str, ...] = ("console", "file")
@@ -212,6 +214,9 @@ def fill_from_settings(cfg: DictConfig, s: VerlSettings) -> DictConfig:
             OmegaConf.update(cfg, dotted, value, merge=False)
     with open_dict(cfg):
         cfg[PROJECT_NAMESPACE] = OmegaConf.create(worker_settings(s).to_dict())
+        if s.wandb_env:  # veRL's Tracking calls wandb.init without group or tags; wandb reads these
+            runtime_env = cfg.ray_kwargs.ray_init.runtime_env
+            runtime_env.env_vars = {**(runtime_env.get("env_vars") or {}), **s.wandb_env}
     return cfg
 
 
@@ -398,6 +403,7 @@ def worker_settings(s: VerlSettings) -> WorkerSettings:
         final_dir=str(run_dir / "final") if s.save_weights else None,
         exec_metric=str(s.reward_options.get("exec_metric", "ex")),
         eval_after=s.val_before_train,
+        samples_per_step=s.samples_per_step,
     )
 
 
@@ -634,8 +640,10 @@ def _rollout_fields(cfg: TrainConfig) -> dict[str, Any]:
 def _run_fields(cfg: TrainConfig, num_train_examples: int) -> dict[str, Any]:
     """Steps and epochs, checkpoints, validation, logging, the run directory."""
     from training.engines.verl_data import epochs_for
+    from training.sweep import verl_runtime_env
 
     tr = cfg.trainer
+    wandb_env, experiment = verl_runtime_env(cfg.sweep, cfg.ablation, cfg.recipe_name or "run", cfg.run_dir)
     epochs, steps = epochs_for(tr.total_steps, num_train_examples, cfg.algorithm.batch_size)
     loggers = ["file"] + [VERL_LOGGERS[name] for name in cfg.logger if VERL_LOGGERS[name] != "file"]
     return {
@@ -647,7 +655,9 @@ def _run_fields(cfg: TrainConfig, num_train_examples: int) -> dict[str, Any]:
         "test_freq": tr.val_every if tr.val_every > 0 else -1,
         "val_before_train": tr.eval_before_after,
         "project_name": tr.project,
-        "experiment_name": cfg.recipe_name or "run",
+        "experiment_name": experiment,
+        "wandb_env": wandb_env,
+        "samples_per_step": tr.samples_per_step,
         "output_dir": cfg.run_dir,
         "resume": cfg.resume,
         "loggers": tuple(loggers),

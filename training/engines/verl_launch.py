@@ -68,18 +68,80 @@ def describe(cfg: TrainConfig) -> str:
 
 
 def train(cfg: TrainConfig, say: Say = print) -> dict[str, Any]:
-    """Prepare the run and run veRL's trainer on Ray (blocks until training ends)."""
+    """Prepare the run and run veRL's trainer on Ray (blocks until training ends).
+
+    A job of a Hydra multirun (``cfg.sweep`` set) launches in a child process of its own:
+    Hydra's basic launcher runs every job in this one process, and veRL's ``run_ppo``
+    starts Ray only when it is not running yet (the second job would join the first
+    job's Ray session, with its runtime environment: the first job's wandb group, tags
+    and worker settings) and keeps module state (registries, TransferQueue) across calls.
+    """
     verl_cfg, summary = prepare(cfg, say)
-    launch(verl_cfg)
+    if cfg.sweep:
+        launch_in_child(verl_cfg, cfg.run_dir, say)
+    else:
+        launch(verl_cfg)
     return summary
+
+
+CHILD_CONFIG = "verl_config.yaml"
+"""The resolved veRL config a sweep job's child process launches (in the run directory)."""
+
+
+def launch_in_child(verl_cfg: DictConfig, run_dir: str, say: Say = print, dry_run: bool = False) -> str:
+    """Write ``verl_cfg`` to ``run_dir/verl_config.yaml`` and run ``python -m
+    training.engines.verl_launch <file>`` on it (the child inherits this environment:
+    the logging and wandb variables). ``dry_run``: the child prints what it would launch
+    instead (the experiment name and Ray runtime environment). Returns the child's output
+    in a dry run; a failed child is a ``ToolkitError`` naming its exit status."""
+    import subprocess
+    import sys
+
+    from omegaconf import OmegaConf
+
+    path = Path(run_dir).resolve() / CHILD_CONFIG
+    path.parent.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(verl_cfg, path, resolve=True)
+    command = [sys.executable, "-m", "training.engines.verl_launch", str(path)] + (["--dry-run"] if dry_run else [])
+    say(f"[verl] sweep job: launching veRL in its own process ({' '.join(command[1:])})")
+    done = subprocess.run(command, capture_output=dry_run, text=True, check=False)
+    if done.returncode != 0:
+        detail = f":\n{done.stderr}" if dry_run else " (its output is above)"
+        raise ToolkitError(f"the veRL process of sweep job {run_dir} exited with status {done.returncode}{detail}")
+    return done.stdout if dry_run else ""
+
+
+def child_main(argv: list[str] | None = None) -> int:
+    """``python -m training.engines.verl_launch CONFIG.yaml [--dry-run]``: launch veRL on a
+    config written by :func:`launch_in_child` (``--dry-run``: print its experiment name and
+    Ray runtime environment instead)."""
+    import argparse
+    import json
+
+    from omegaconf import OmegaConf
+
+    parser = argparse.ArgumentParser(prog="python -m training.engines.verl_launch")
+    parser.add_argument("config", help="a veRL config written by a sweep job (run_dir/verl_config.yaml)")
+    parser.add_argument("--dry-run", action="store_true", help="print what would launch, start nothing")
+    args = parser.parse_args(argv)
+    cfg = OmegaConf.load(args.config)
+    if args.dry_run:
+        runtime_env = OmegaConf.to_container(cfg.ray_kwargs.ray_init.runtime_env, resolve=True)
+        print(json.dumps({"experiment_name": cfg.trainer.experiment_name, "runtime_env": runtime_env,
+                          "environment": {k: os.environ.get(k) for k in ("WANDB_RUN_GROUP", "WANDB_TAGS")}}))
+        return 0
+    launch(cfg)
+    return 0
 
 
 def prepare(cfg: TrainConfig, say: Say = print, check_devices: bool = True) -> tuple[DictConfig, dict[str, Any]]:
     """Everything before the Ray launch, failing before anything is downloaded or written:
     the validated veRL config, the start-up checks, the GPU count; then the model
     directory, the run-directory rules, the prompt files and the logging environment."""
+    from training.config import to_yaml_tree
     from training.engines.verl_checks import check_run
     from training.engines.verl_data import data_files, write_prompt_file
+    from training.records import write_config_record
 
     train_examples = _load(cfg, cfg.data.split, cfg.data.limit)
     val_examples = _load(cfg, cfg.data.eval_split, cfg.data.eval_limit)
@@ -97,6 +159,7 @@ def prepare(cfg: TrainConfig, say: Say = print, check_devices: bool = True) -> t
     verl_cfg = verl_config_for(cfg, model_path, len(train_examples))
     _check_model_directory(verl_cfg, model_path, say)
     prepare_run_dir(cfg.run_dir, cfg.resume, cfg.fresh, say)
+    write_config_record(cfg.run_dir, resumed_step(cfg.run_dir) if cfg.resume else 0, to_yaml_tree(cfg))
     train_file, val_file = data_files(cfg.run_dir)
     write_prompt_file(train_examples, train_file)
     write_prompt_file(val_examples, val_file)
@@ -249,6 +312,15 @@ def prepare_run_dir(run_dir: str | Path, resume: bool, fresh: bool, say: Say = p
         )
 
 
+def resumed_step(run_dir: str | Path) -> int:
+    """The step of the latest veRL checkpoint of a run (0 when there is none)."""
+    from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+
+    ckpt = checkpoint_dir(run_dir)
+    latest = find_latest_ckpt_path(str(ckpt)) if ckpt.exists() else None
+    return int(Path(latest).name.rsplit("_", 1)[-1]) if latest else 0
+
+
 def check_gpus(verl_cfg: DictConfig) -> None:
     """On one node, fail fast when the config asks for more GPUs than are visible (Ray
     would otherwise wait for resources that never come)."""
@@ -286,3 +358,9 @@ def _set_logging_env(verl_cfg: DictConfig, run_dir: str) -> str:
         runtime_env = verl_cfg.ray_kwargs.ray_init.runtime_env
         runtime_env.env_vars = {**(runtime_env.get("env_vars") or {}), **env}
     return metrics
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(child_main())

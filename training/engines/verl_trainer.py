@@ -4,6 +4,9 @@ the project's advantages, KL schedule and dynamic sampling.
 - Advantages: :mod:`training.engines.verl_advantages` (per-role groups, two tracks).
 - Dynamic sampling: :mod:`training.engines.verl_sampling` (SPEC's one draw or veRL's refill).
 - One optimizer step per mini-batch of questions, whatever the rows per question (DualSQL).
+- The project's records: ``metrics.jsonl`` rows per step and evaluation, and the first
+  ``trainer.samples_per_step`` rollouts of each step in ``samples.jsonl`` (the local
+  engine's record builder, with the loss masks of the update).
 - Every requested step (veRL's loop also stops at ``trainer.total_epochs``), the final
   weights exported, the post-training evaluation logged to veRL's loggers, and veRL's
   metrics file kept across a resume.
@@ -43,10 +46,12 @@ from verl.utils.skip import SkipManager
 from tools.errors import ConfigError
 
 from training.engines.verl_advantages import (
+    UPDATE_KEY,
     _field,
     _like,
     eval_record,
     phase_aware_advantages,
+    sample_rows,
     step_record,
 )
 from training.engines.verl_common import (
@@ -230,6 +235,7 @@ class SqlAgentTrainer(PPOTrainerSync):
         proto, adv_metrics = phase_aware_advantages(proto, self._advantage_settings(), excluded)
         metrics.update(adv_metrics)
         self._remember_step(proto, is_padding)
+        self._write_samples(batch, proto, is_padding)
         output = {key: _like(proto.batch[key], nested_mask) for key in ("advantages", "returns")}
         if corr is not None or any(zero):
             mask = proto.batch["response_mask"].clone()
@@ -263,6 +269,48 @@ class SqlAgentTrainer(PPOTrainerSync):
         records = [_field(extra[i], EPISODE_KEY, i) for i in real]
         rewards = [_field(extra[i], REWARD_KEY, i) for i in real]
         self._step_values = step_record(records, rewards)
+
+    def _write_samples(self, batch: Any, proto: DataProto, is_padding: Sequence[bool]) -> None:
+        """Append the step's first ``trainer.samples_per_step`` rows (veRL's padding rows
+        left out) to samples.jsonl with the masks and advantages of the update, through the
+        record builder the local engine uses (training/records.py). The step is veRL's
+        ``global_steps``, the ``step`` of this step's metrics.jsonl row."""
+        import transfer_queue as tq
+        from rex import ExecScorer
+
+        from training.records import SampleWriter
+
+        count, run_dir = self.settings.samples_per_step, self.settings.run_dir
+        if count <= 0 or not run_dir:
+            return
+        rows = [i for i, pad in enumerate(is_padding) if not pad]
+        ids = tq.kv_batch_get(keys=[batch.keys[i] for i in rows], partition_id=batch.partition_id,
+                              select_fields=["prompts", "responses"])
+        update = proto.meta_info.get(UPDATE_KEY, {})
+        scorer = ExecScorer()
+        records, prompts = sample_rows(
+            step=int(self.global_steps), design=self.settings.agent,
+            extra=[proto.non_tensor_batch["extra_fields"][i] for i in rows],
+            keys=[str(batch.keys[i]) for i in rows],
+            prompts=[_ids(t) for t in _rows(ids["prompts"])], responses=[_ids(t) for t in _rows(ids["responses"])],
+            update={j: update[i] for j, i in enumerate(rows) if i in update}, examples=self._examples(),
+            tokenizer=self.tokenizer, count=count, tables=partial(_result_tables, scorer=scorer))
+        writer = getattr(self, "_sample_writer", None)
+        if writer is None:
+            writer = self._sample_writer = SampleWriter(run_dir)
+        writer.write(records, prompts)
+
+    def _examples(self) -> dict[str, Any]:
+        """The training examples by id (read once from veRL's training files, which the
+        driver writes one example per row)."""
+        cached = getattr(self, "_examples_by_id", None)
+        if cached is None:
+            from training.engines.verl_common import examples_from_parquet
+
+            files = self.config.data.train_files
+            files = [files] if isinstance(files, str) else list(files)
+            cached = self._examples_by_id = {ex.id: ex for path in files for ex in examples_from_parquet(str(path))}
+        return cached
 
     def on_step_end(self) -> None:
         super().on_step_end()
@@ -405,6 +453,27 @@ class SqlAgentTrainer(PPOTrainerSync):
             cached = actor_config_from(self.config)
             self._cached_actor_config = cached
         return cached
+
+
+def _rows(tensor: torch.Tensor) -> list[torch.Tensor]:
+    """The rows of a TransferQueue field: jagged (each its own length) or dense."""
+    return list(tensor.unbind(0))
+
+
+def _ids(row: torch.Tensor) -> list[int]:
+    return [int(x) for x in row.tolist()]
+
+
+def _result_tables(example: Any, final_sql: str | None, scorer: Any) -> dict[str, Any]:
+    """Gold and predicted tables and the EX outcome (as the local engine records them), when
+    the example's database is readable from the trainer's process; else none."""
+    from pathlib import Path
+
+    from training.records import result_tables
+
+    if not Path(example.db_path).is_file():
+        return {}
+    return result_tables(example, final_sql, scorer)
 
 
 def actor_config_from(config: Any, with_model: bool = True) -> Any:

@@ -8,6 +8,7 @@ directory and parses the printed YAML.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -257,6 +258,12 @@ def test_prepare_writes_prompts_veRLs_dataset_reads(tmp_path: Path, monkeypatch:
     assert verl_cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH == summary["verl_metrics"]
     assert verl_cfg.sqlagent.run_dir == str(run.resolve()) and verl_cfg.sqlagent.exec_metric == "ex"
     assert verl_cfg.trainer.logger == ["file", "console"]
+    assert verl_cfg.sqlagent.samples_per_step == cfg.trainer.samples_per_step == 16  # the trainer's samples.jsonl
+    config_records = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+                      if r["kind"] == "config"]  # the launch's effective config, as the local engine writes it
+    assert len(config_records) == 1 and config_records[0]["step"] == 0
+    launched = config_records[0]["config"]
+    assert launched["run_dir"] == str(run) and launched["engine"]["name"] == "verl"
     dataset = RLHFDataset(data_files=[verl_cfg.data.train_files], tokenizer=tiny_tokenizer(), config=verl_cfg.data)
     item = dataset[0]
     example = common.example_from_json(item["extra_info"]["example"])

@@ -15,7 +15,8 @@ the part it replaces, read from veRL 0.9.1's source:
   ``make_iterator`` per shard, the installed loss (``set_loss_fn``) called with veRL's
   ``dp_size`` / ``batch_num_tokens`` / ``global_batch_size``, one optimizer step per
   mini-batch (gradients averaged over the simulated ranks as FSDP does), gradient
-  clipping, and the LR scheduler stepped once per call. One micro-batch per rank:
+  clipping, and the LR scheduler stepped once per call (each call's rows - prompt,
+  response, loss mask, advantages - kept in ``batches``). One micro-batch per rank:
   veRL's token-budget micro-batching changes memory, not the gradient.
   Checkpoints use the FSDP checkpoint manager's file layout for one rank
   (``model_world_size_1_rank_0.pt``, ``optim_...``, ``extra_state_...``,
@@ -159,6 +160,7 @@ class TinyActorWorkerGroup:
         self.world_size = self.dp_size
         self._dispatch_info: dict[str, list[int]] = {}
         self.updates: list[dict[str, Any]] = []  # one record per update_actor call
+        self.batches: list[dict[str, list]] = []  # the rows each update_actor call trained on
         self.loss_fns: list[Any] = [self.loss_fn]
 
     # ------------------------------------------------------------------ RayWorkerGroup surface
@@ -216,6 +218,8 @@ class TinyActorWorkerGroup:
         assert mini % self.dp_size == 0, f"Got mini_batch_size={mini} and get_data_parallel_size()={self.dp_size}"
         assert n % self.dp_size == 0, f"batch of {n} rows cannot be dispatched to {self.dp_size} dp ranks"
         per_rank, per_gpu = n // self.dp_size, mini // self.dp_size
+        received = {key: [row.tolist() for row in rows_of(data[key])]  # what the update trains on, per row
+                    for key in ("prompts", "responses", "loss_mask", "advantages")}
         shards = tu.chunk_tensordict(data, self.dp_size)  # what the dp dispatch hands each rank
         iterators = [tu.make_iterator(s, mini_batch_size=per_gpu, epochs=epochs, seed=seed + r,
                                       dataloader_kwargs=dict(loader_kwargs)) for r, s in enumerate(shards)]
@@ -229,6 +233,7 @@ class TinyActorWorkerGroup:
                 metrics.setdefault(key, []).append(value)
             steps += 1
         self.updates.append({"rows": n, "mini_batch_size": mini, "optimizer_steps": steps})
+        self.batches.append(received)
         metrics["mfu"] = [0.0]
         return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": metrics})
 

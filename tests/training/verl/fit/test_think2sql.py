@@ -16,6 +16,7 @@ The trainer runs veRL's own loop with only the GPU pieces replaced; the seam (a
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,13 @@ def test_three_steps_past_one_epoch_with_a_dropped_prompt(first: dict[str, Any])
     assert weights_changed(first["initial"], trainer.actor_rollout_wg.state_dict()) > 0
     group = trainer.actor_rollout_wg
     assert [u["optimizer_steps"] for u in group.updates] == [1, 1, 1]
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    for step in (1, 2, 3):
+        rows = [s for s in samples if s["step"] == step]
+        dropped = [s for s in rows if s["advantage"] is None]  # recorded as taking no part in the update
+        assert len(rows) == 4 and len(dropped) == 2
+        assert all(s["tokens"] == [] and s["why"] == {"full": ""} and s["end_reason"] for s in dropped)
+        assert all(s["why"]["full"] and set(s["why"]["full"]) <= set("Lo") for s in rows if s not in dropped)
 
 
 def test_checkpoints_rotate_and_validation_runs_before_and_after(first: dict[str, Any]) -> None:

@@ -384,7 +384,7 @@ def evaluate_endpoint(cfg: Any, settings: Any, decoding: Any, examples: Sequence
     spec = EndpointSpec(base_url=m.base_url, model=m.name, api_key_env=m.api_key_env,
                         reasoning_tag=reasoning_tag(cfg.agent.name))
     source = EndpointSource(spec)
-    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(resolve_model_path(m.path, say),
+    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(resolve_model_path(m.path, say, tokenizer_only=True),
                                                                 trust_remote_code=m.trust_remote_code))
     sampling, limits = sampling_and_limits(decoding)  # the recipe's evaluation decoding (eval/run.py)
     name = f"{cfg.recipe_name}-{m.name.replace('/', '_')}"
@@ -393,7 +393,7 @@ def evaluate_endpoint(cfg: Any, settings: Any, decoding: Any, examples: Sequence
             "data_root": cfg.data.root, "split": cfg.data.eval_split, "agent_options": _plain_options(options),
             "seed": cfg.seed, **asdict(decoding)}
     say(f"[eval] scoring the endpoint {m.base_url} (model {m.name}); tools run here, text carried by "
-        f"the {resolve_model_path(m.path, lambda _: None)} tokenizer")
+        f"the {resolve_model_path(m.path, lambda _: None, tokenizer_only=True)} tokenizer")
     generate = TextGenerate(source)
     try:
         summary = evaluate_policy(examples, agent, tokenizer, generate, sampling, limits, out, settings, info, say)

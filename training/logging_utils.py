@@ -104,9 +104,13 @@ class RunLogger:
         try:
             import wandb
 
+            # A sweep's group and tags arrive as WANDB_RUN_GROUP / WANDB_TAGS (training/sweep.py);
+            # passed explicitly, since wandb reads its environment once per process.
+            tags = [tag for tag in os.environ.get("WANDB_TAGS", "").split(",") if tag]
             run = wandb.init(
                 project=project, name=name, config=dict(config or {}), dir=str(self.run_dir),
                 mode=mode, id=run_id, resume="allow" if run_id else None, reinit="finish_previous",
+                group=os.environ.get("WANDB_RUN_GROUP") or None, tags=tags or None,
             )
         except Exception as err:  # noqa: BLE001 - logging must not stop training; said aloud
             self.say(f"[log] wandb could not start ({type(err).__name__}: {err}); continuing without it")

@@ -154,18 +154,21 @@ def _align_special_tokens(tokenizer: Any, config: Any) -> None:
     tokenizer.clean_up_tokenization_spaces = False
 
 
-def resolve_model_path(path: str | None, say: Say = print) -> str:
+def resolve_model_path(path: str | None, say: Say = print, tokenizer_only: bool = False) -> str:
     """``None`` means the embedded default; anything else is a HF directory or hub name.
 
     A value that can only be a directory (absolute, ``./``, ``~``, two or more ``/``) and
     does not exist, or a directory without ``config.json``, is refused here with the
-    directory named, before transformers reads it as a malformed hub id.
+    directory named, before transformers reads it as a malformed hub id. With
+    ``tokenizer_only`` (an endpoint's text carried by a local tokenizer) a directory with
+    only tokenizer files is accepted.
     """
     if path is None or path == "" or path == "embedded":
         return str(ensure_embedded_checkpoint(say))
     local = Path(path).expanduser()
     if local.is_dir():
-        if not (local / "config.json").is_file():
+        names = ("config.json", "tokenizer.json", "tokenizer_config.json") if tokenizer_only else ("config.json",)
+        if not any((local / name).is_file() for name in names):
             raise ConfigError(
                 f"model.path={path!r}: the directory {local.resolve()} holds no config.json, so it is not a HF "
                 "model directory (a training run's model is <run_dir>/final)")

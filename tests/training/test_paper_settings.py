@@ -118,7 +118,7 @@ def test_laptop_profile_gives_trustsql_the_four_turns_r_format_needs() -> None:
 # ----------------------------------------------------------------------------- 5. Think2SQL loss
 
 def test_think2sql_normalises_per_sequence_on_both_engines() -> None:
-    from training.engines.verl_engine import verl_config_for
+    from training.engines.verl_config import verl_config_for
 
     cfg = recipe("think2sql")
     assert cfg.algorithm.loss_agg_mode == "seq-mean-token-mean"  # paper eq. 5: 1/|o_i| per sample
@@ -153,7 +153,7 @@ def test_dualsql_asks_for_sequence_masked_is_on_both_engines() -> None:
     corr = cfg.algorithm.rollout_correction
     assert (corr.rollout_is, corr.rollout_is_threshold, corr.rollout_rs, corr.rollout_rs_threshold) == (
         "sequence", 2.0, "seq_sum_k1", "0.5_2.0")
-    from training.engines.verl_engine import verl_config_for
+    from training.engines.verl_config import verl_config_for
 
     verl_corr = verl_config_for(cfg).algorithm.rollout_correction
     assert (verl_corr.rollout_is, verl_corr.rollout_rs, verl_corr.rollout_rs_threshold) == (

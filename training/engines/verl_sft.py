@@ -230,10 +230,10 @@ def train(cfg: Any, say: Any = print) -> dict[str, Any]:
     hf = latest_hf_checkpoint(Path(cfg.run_dir) / "supervised" / "sft_verl")
     summary: dict[str, Any] = {"sft_checkpoint": str(hf)}
     if cfg.stage.name == "sft_rl":
-        from training.engines import verl_engine
+        from training.engines import verl_launch
 
         rl = dataclasses.replace(cfg, stage=dataclasses.replace(cfg.stage, name="rl", init_from=str(hf)))
-        summary["rl"] = verl_engine.train(rl, say)
+        summary["rl"] = verl_launch.train(rl, say)
     return summary
 
 

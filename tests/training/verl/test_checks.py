@@ -156,13 +156,15 @@ def test_attention_defaults_to_sdpa_with_a_budget_sized_for_its_mask() -> None:
 
 
 def test_epochs_cover_total_steps_and_the_lr_schedule_is_sized_on_them() -> None:
-    per_epoch = MINIBIRD_TRAIN // 16  # 41 steps of 16 questions
-    cfg = verl_cfg("retoolsql", "trainer.total_steps=100")  # past the KL change at step 80
-    assert (cfg.trainer.total_epochs, cfg.trainer.total_training_steps) == (3, 100)
-    assert cfg.actor_rollout_ref.actor.optim.total_training_steps == 100
-    one = verl_cfg("retoolsql")  # total_steps null = one epoch
+    per_epoch = MINIBIRD_TRAIN // 12  # 55 steps of ReToolSQL's B = 12 questions
+    cfg = verl_cfg("retoolsql", "trainer.total_steps=150")
+    assert (cfg.trainer.total_epochs, cfg.trainer.total_training_steps) == (3, 150)
+    assert cfg.actor_rollout_ref.actor.optim.total_training_steps == 150
+    recipe = verl_cfg("retoolsql")  # the recipe's own 80 steps reach the KL change at step 80
+    assert (recipe.trainer.total_epochs, recipe.trainer.total_training_steps) == (2, 80)
+    one = verl_cfg("retoolsql", "trainer.total_steps=null")  # null = one epoch
     assert (one.trainer.total_epochs, one.trainer.total_training_steps) == (1, per_epoch)
-    with pytest.raises(ConfigError, match="3 training example.* algorithm.batch_size=16"):
+    with pytest.raises(ConfigError, match="3 training example.* algorithm.batch_size=12"):
         verl_cfg("retoolsql", examples=3)
 
 

@@ -465,6 +465,7 @@ class TrainerConfig:
     eval_before_after: bool = _f(True, "greedy EX on the held-out subset before and after training")
     project: str = _f("sqlagent-rl", "wandb project")
     save_weights: bool = _f(True, "write model weights into checkpoints")
+    shared_run_dir_check: bool = _f(True, "engine=verl with nnodes > 1: refuse a run_dir only this node sees")
     samples_per_step: int = _f(16, "rollouts per step written to samples.jsonl with their masks (0 = none)")
 
     def __post_init__(self) -> None:
@@ -518,7 +519,8 @@ class TrainConfig:
     recipe_name: str | None = _f(None, "set by recipe=<name>; one of recipes/recipe/*.yaml")
     seed: int = _f(0, "seeds python, numpy and torch")
     dry_run: bool = _f(False, "print the effective configuration and exit")
-    resume: bool = _f(False, "continue from the latest checkpoint in run_dir")
+    resume: bool | str = _f("never", "never | auto | must: what an existing run_dir means (training/run_dir.py); "
+                                     "true = auto, false = never")
     fresh: bool = _f(False, "delete run_dir's checkpoints and start over")
     run_dir: str = _f("runs/default", "checkpoints, metrics.jsonl and the wandb run go here")
     logger: list[str] = _f(["console", "wandb"], "console | jsonl | wandb (metrics.jsonl is always written)")
@@ -551,7 +553,10 @@ class TrainConfig:
               f"unknown recipe {self.recipe_name!r}; available: {', '.join(recipes)}")
         bad = [name for name in self.logger if name not in LOGGERS]
         _need(not bad, f"logger={self.logger}: unknown {bad}; choose from {', '.join(LOGGERS)}")
-        _need(not (self.resume and self.fresh), "resume=true and fresh=true contradict; pick one")
+        from training.run_dir import resume_mode
+
+        self.resume = resume_mode(self.resume)
+        _need(not (self.resume != "never" and self.fresh), f"resume={self.resume} and fresh=true contradict; pick one")
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "TrainConfig":

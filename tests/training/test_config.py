@@ -232,8 +232,8 @@ def test_every_field_refuses_a_value_of_the_wrong_type(path: str, hint: Any) -> 
 
 
 def test_type_errors_name_the_key_the_type_and_the_allowed_values() -> None:
-    with pytest.raises(ConfigError, match=r"^resume='maybe': expected a boolean \(true or false\)$"):
-        build("recipe=trustsql", "resume=maybe")
+    with pytest.raises(ConfigError, match=r"^fresh='maybe': expected a boolean \(true or false\)$"):
+        build("recipe=trustsql", "fresh=maybe")
     with pytest.raises(ConfigError, match=r"^trainer.total_steps='abc': expected an integer or null$"):
         build("recipe=trustsql", "trainer.total_steps=abc")
     with pytest.raises(ConfigError, match=r"engine.laptop_profile=\[1\]: expected text; allowed values: auto, on, off"):

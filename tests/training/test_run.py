@@ -59,7 +59,8 @@ def test_bad_values_exit_with_the_fix(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("override,message", [
-    ("resume=maybe", "resume='maybe': expected a boolean (true or false)"),
+    ("fresh=maybe", "fresh='maybe': expected a boolean (true or false)"),
+    ("resume=maybe", "resume='maybe': choose one of auto, never, must (true = auto, false = never)"),
     ("trainer.total_steps=abc", "trainer.total_steps='abc': expected an integer or null"),
     ("engine.laptop_profile=[on]", "expected text; allowed values: auto, on, off"),
 ])

@@ -545,11 +545,14 @@ class LocalTrainer:
                 (Path(cfg.run_dir) / name).unlink(missing_ok=True)
             shutil.rmtree(Path(cfg.run_dir) / FINAL_DIR, ignore_errors=True)
             shutil.rmtree(warm_start_dir(cfg.run_dir), ignore_errors=True)
-        elif cfg.resume:
+        elif cfg.resume != "never":  # auto | must (training/run_dir.py)
             finished = self._finished_summary()
             if finished is not None:
                 return finished
             if not self.restore():
+                if cfg.resume == "must":
+                    raise ConfigError(f"resume=must but {cfg.run_dir} holds no checkpoint to continue; pass "
+                                      "resume=auto to start from step 0 when there is none")
                 self.say(f"[resume] no checkpoint in {cfg.run_dir}; starting from step 0")
             elif self.step < self.total_steps:
                 _relabel_records(Path(cfg.run_dir) / METRICS, "eval_after", "eval_val", before_step=self.total_steps)
@@ -620,7 +623,7 @@ class LocalTrainer:
         self._sync_generation_copy()
         if self._initial_state_model is not None:  # a given model's KL reference: the warm-started one
             self._initial_state_model = _frozen_copy(self.model)
-        if not (self.cfg.resume and self._recorded("warm_start", 0)):
+        if not (self.cfg.resume != "never" and self._recorded("warm_start", 0)):
             self.logger.log(0, result, kind="warm_start")
         if self.cfg.stage.warm_start.eval_after and self.cfg.trainer.eval_before_after:
             result["ex"] = self._eval_once("warm_start").get("ex")
@@ -635,7 +638,7 @@ class LocalTrainer:
     def _eval_once(self, tag: str) -> dict[str, Any]:
         """Evaluate and log, unless a resumed run already recorded this evaluation at this
         step (killed after it): then that record is the result, and no duplicate is written."""
-        if self.cfg.resume:
+        if self.cfg.resume != "never":
             found = self._recorded(f"eval_{tag}", self.step)
             if found:
                 return found

@@ -129,7 +129,7 @@ class VerlSettings:
     wandb_env: Mapping[str, str] = field(default_factory=dict)  # WANDB_RUN_GROUP / WANDB_TAGS of a sweep job
     samples_per_step: int = 0  # rollouts per step the trainer writes to samples.jsonl
     output_dir: str = "outputs/verl"
-    resume: bool = False  # continue from the latest checkpoint under output_dir/checkpoints
+    resume: str = "never"  # never | auto | must (training/run_dir.py); prepare() points veRL at the exact step
     loggers: tuple[str, ...] = ("console", "file")
     seed: int = 0
     trust_remote_code: bool = False
@@ -361,7 +361,7 @@ def trainer_values(s: VerlSettings) -> dict[str, Any]:
         "trainer.project_name": s.project_name,
         "trainer.experiment_name": s.experiment_name,
         "trainer.default_local_dir": str(checkpoint_dir(s.output_dir)),
-        "trainer.resume_mode": "auto" if s.resume else "disable",
+        "trainer.resume_mode": "disable" if s.resume == "never" else "auto",
         "trainer.logger": list(s.loggers),
         "trainer.critic_warmup": 0,
     }
@@ -400,7 +400,7 @@ def worker_settings(s: VerlSettings) -> WorkerSettings:
             oversample=s.oversample,
         ),
         run_dir=str(run_dir),
-        final_dir=str(run_dir / "final") if s.save_weights else None,
+        final_dir=str(run_dir / "final"),  # every run ends with final/ (training/export.py without hf_model)
         exec_metric=str(s.reward_options.get("exec_metric", "ex")),
         eval_after=s.val_before_train,
         samples_per_step=s.samples_per_step,

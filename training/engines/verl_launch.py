@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from tools.errors import ConfigError, ToolkitError
 from training.engines.verl_common import VERL_METRICS_FILE
 from training.engines.verl_config import PPO_CONFIG_MODULE, checkpoint_dir, policy_path, to_yaml, verl_config_for
+from training.run_dir import ResumeDecision, check_shared_storage
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -77,6 +78,8 @@ def train(cfg: TrainConfig, say: Say = print) -> dict[str, Any]:
     and worker settings) and keeps module state (registries, TransferQueue) across calls.
     """
     verl_cfg, summary = prepare(cfg, say)
+    if summary.get("finished"):
+        return summary
     if cfg.sweep:
         launch_in_child(verl_cfg, cfg.run_dir, say)
     else:
@@ -155,11 +158,19 @@ def prepare(cfg: TrainConfig, say: Say = print, check_devices: bool = True) -> t
         say(f"[verl] {item}")
     if check_devices:
         check_gpus(verl_cfg)
+    _say_note(check_shared_storage(cfg.run_dir, int(verl_cfg.trainer.nnodes), cfg.trainer.shared_run_dir_check), say)
     model_path = _model_directory(cfg, say)
     verl_cfg = verl_config_for(cfg, model_path, len(train_examples))
     _check_model_directory(verl_cfg, model_path, say)
-    prepare_run_dir(cfg.run_dir, cfg.resume, cfg.fresh, say)
-    write_config_record(cfg.run_dir, resumed_step(cfg.run_dir) if cfg.resume else 0, to_yaml_tree(cfg))
+    decision = prepare_run_dir(cfg.run_dir, cfg.resume, cfg.fresh, say)
+    apply_resume(verl_cfg, decision)
+    total = int(verl_cfg.trainer.total_training_steps)
+    if decision.step >= total and (Path(cfg.run_dir) / "final").is_dir():
+        say(f"[resume] {cfg.run_dir} is finished ({decision.step} steps; trainer.total_steps={total}): nothing to "
+            "do, nothing changed. Pass a larger trainer.total_steps to continue it, or fresh=true to start over.")
+        return verl_cfg, {"engine": "verl", "run_dir": cfg.run_dir, "finished": True,
+                          "final_dir": str(Path(cfg.run_dir).resolve() / "final")}
+    write_config_record(cfg.run_dir, decision.step, to_yaml_tree(cfg))
     train_file, val_file = data_files(cfg.run_dir)
     write_prompt_file(train_examples, train_file)
     write_prompt_file(val_examples, val_file)
@@ -289,36 +300,54 @@ def _check_model_directory(verl_cfg: DictConfig, model_path: str, say: Say) -> N
 # ----------------------------------------------------------------------------- run directory, devices, logging
 
 
-def prepare_run_dir(run_dir: str | Path, resume: bool, fresh: bool, say: Say = print) -> None:
-    """The project's resume rules (as the local engine applies them) for veRL checkpoints:
-    ``fresh`` deletes them, ``resume`` continues, neither refuses to overwrite."""
+def prepare_run_dir(run_dir: str | Path, resume: str | bool, fresh: bool, say: Say = print) -> ResumeDecision:
+    """The run-directory policy of :mod:`training.run_dir` for veRL checkpoints: ``fresh``
+    deletes them (and the records and wandb id of the old run); otherwise ``resume``
+    (never | auto | must) decides, half-written checkpoints newer than the resume point are
+    removed, and veRL's tracker names that point."""
     import shutil
 
-    from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+    from training.run_dir import apply_verl_decision, resume_decision
 
     ckpt = checkpoint_dir(run_dir)
     if fresh:
         shutil.rmtree(ckpt, ignore_errors=True)
-        (Path(run_dir) / "metrics.jsonl").unlink(missing_ok=True)
-        return
-    latest = find_latest_ckpt_path(str(ckpt)) if ckpt.exists() else None
-    if resume:
-        where = f"continuing from {latest}" if latest else f"no checkpoint in {ckpt}; starting from step 0"
-        say(f"[resume] {where}")
-    elif latest is not None:
-        raise ConfigError(
-            f"{run_dir} already holds veRL checkpoint {latest}; pass resume=true to continue it, "
-            "fresh=true to start over, or run_dir=<another directory>"
-        )
+        for name in ("metrics.jsonl", "samples.jsonl", "prompts.jsonl", VERL_METRICS_FILE, WANDB_ID_FILE):
+            (Path(run_dir) / name).unlink(missing_ok=True)
+        shutil.rmtree(Path(run_dir) / "final", ignore_errors=True)
+        resume = "never"
+    decision = resume_decision(run_dir, resume)
+    for note in decision.notes:
+        say(note)
+    if decision.action == "resume" or decision.discard:
+        apply_verl_decision(decision, ckpt)
+    if decision.action == "resume" or resume != "never":
+        say(decision.message)
+    return decision
+
+
+def apply_resume(verl_cfg: DictConfig, decision: ResumeDecision) -> None:
+    """Point veRL's loader at the decided step (``resume_path``) or switch it off."""
+    from omegaconf import OmegaConf, open_dict
+
+    from training.run_dir import verl_resume_values
+
+    with open_dict(verl_cfg):
+        for key, value in verl_resume_values(decision).items():
+            OmegaConf.update(verl_cfg, key, value, merge=False)
 
 
 def resumed_step(run_dir: str | Path) -> int:
-    """The step of the latest veRL checkpoint of a run (0 when there is none)."""
-    from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+    """The step of the latest complete veRL checkpoint of a run (0 when there is none)."""
+    from training.run_dir import latest_verl_checkpoint
 
-    ckpt = checkpoint_dir(run_dir)
-    latest = find_latest_ckpt_path(str(ckpt)) if ckpt.exists() else None
-    return int(Path(latest).name.rsplit("_", 1)[-1]) if latest else 0
+    latest = latest_verl_checkpoint(checkpoint_dir(run_dir))
+    return latest.step if latest is not None else 0
+
+
+def _say_note(note: str, say: Say) -> None:
+    if note:
+        say(note)
 
 
 def check_gpus(verl_cfg: DictConfig) -> None:
@@ -344,7 +373,8 @@ def _set_logging_env(verl_cfg: DictConfig, run_dir: str) -> str:
     """veRL's file logger and wandb read environment variables: set them here and in the
     Ray runtime environment (every actor gets them). wandb goes offline unless the user
     is logged in (``WANDB_API_KEY`` or ``~/.netrc``, as the local engine decides) or set
-    ``WANDB_MODE``. Returns veRL's metrics JSONL path."""
+    ``WANDB_MODE``, and resumes the run's own wandb run (:func:`wandb_resume_env`).
+    Returns veRL's metrics JSONL path."""
     from omegaconf import open_dict
 
     from training.logging_utils import wandb_mode
@@ -352,12 +382,33 @@ def _set_logging_env(verl_cfg: DictConfig, run_dir: str) -> str:
     metrics = str(Path(run_dir).resolve() / VERL_METRICS_FILE)
     env = {"VERL_FILE_LOGGER_PATH": metrics}
     if "wandb" in verl_cfg.trainer.logger:
-        env["WANDB_MODE"] = wandb_mode()
+        env.update(wandb_resume_env(run_dir), WANDB_MODE=wandb_mode())
     os.environ.update(env)
     with open_dict(verl_cfg):
         runtime_env = verl_cfg.ray_kwargs.ray_init.runtime_env
         runtime_env.env_vars = {**(runtime_env.get("env_vars") or {}), **env}
     return metrics
+
+
+WANDB_ID_FILE = "wandb_run_id"
+"""The run's wandb id, kept in the run directory so every process of the run logs to one wandb run."""
+
+
+def wandb_resume_env(run_dir: str | Path) -> dict[str, str]:
+    """wandb's variables for veRL's ``Tracking`` (its ``wandb.init`` takes no id or resume
+    argument, and wandb reads these instead): the run's id - made once and kept in
+    ``run_dir/wandb_run_id``, so a resumed or requeued job logs to the same wandb run -,
+    ``WANDB_RESUME=allow`` and ``WANDB_DIR`` (the offline run stays in the run directory)."""
+    import secrets
+    import string
+
+    path = Path(run_dir).resolve() / WANDB_ID_FILE
+    run_id = path.read_text().strip() if path.is_file() else ""
+    if not run_id:
+        run_id = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(run_id + "\n")
+    return {"WANDB_RUN_ID": run_id, "WANDB_RESUME": "allow", "WANDB_DIR": str(path.parent)}
 
 
 if __name__ == "__main__":

@@ -343,6 +343,7 @@ class SqlAgentTrainer(PPOTrainerSync):
         for one and veRL's periodic validation did not already run at the last step),
         logged to veRL's loggers (wandb, console, file) too, and the final weights."""
         self._previous_file_log = self._read_metrics_file()
+        self._drop_records_after_resume()
         super().fit(agent_loop_manager)
         last = getattr(self, "_last_step", None)
         if last is not None:
@@ -394,10 +395,13 @@ class SqlAgentTrainer(PPOTrainerSync):
             self._previous_file_log = b""
 
     def _export_final(self, last: int) -> None:
-        """Copy the last step's HF weights to ``final_dir`` (saving that step's checkpoint
-        first when ``save_freq`` did not)."""
-        import shutil
+        """The last step as a HF model in ``final_dir`` (saving that step's checkpoint first
+        when ``save_freq`` did not): veRL's ``hf_model`` copy when the checkpoint holds one,
+        else veRL's model merger on the FSDP shards (training/export.py). Written under a
+        temporary name and renamed, so a kill never leaves a ``final/`` that looks done."""
         from pathlib import Path
+
+        from training.export import copy_hf_dir, merge_fsdp_actor
 
         final = self.settings.final_dir
         if not final:
@@ -407,13 +411,39 @@ class SqlAgentTrainer(PPOTrainerSync):
             self._save_checkpoint()
         hf_dir = step_dir / "actor" / "huggingface"
         weights = [*hf_dir.glob("*.safetensors"), *hf_dir.glob("*.bin")] if hf_dir.exists() else []
-        if not weights:
-            raise ConfigError(
-                f"{hf_dir} holds no HF weights to export to {final}: add 'hf_model' to "
-                "actor_rollout_ref.actor.checkpoint.save_contents (the verl engine does with trainer.save_weights=true)"
-            )
-        shutil.copytree(hf_dir, final, dirs_exist_ok=True)
+        if weights:
+            copy_hf_dir(hf_dir, final)
+        else:
+            merge_fsdp_actor(step_dir / "actor", final,
+                             trust_remote_code=bool(self.config.actor_rollout_ref.model.get("trust_remote_code")))
         log.info("final weights of step %d exported to %s", last, final)
+
+    def _save_checkpoint(self) -> None:
+        """veRL's save, then its rotation over the checkpoints of earlier processes of this
+        run too (veRL's own list only holds those this process saved, so every resume would
+        otherwise leave ``trainer.keep_checkpoints`` more behind)."""
+        from training.run_dir import prune_verl_checkpoints
+
+        super()._save_checkpoint()
+        keep = self.config.trainer.get("max_actor_ckpt_to_keep", None)
+        for path in prune_verl_checkpoints(self.config.trainer.default_local_dir, keep):
+            log.info("removed %s (trainer.keep_checkpoints=%s)", path, keep)
+
+    def _drop_records_after_resume(self) -> None:
+        """A resumed run redoes the steps after its checkpoint: the records a killed process
+        wrote for them (metrics.jsonl, samples.jsonl) are removed first, so no step is
+        recorded twice."""
+        from pathlib import Path
+
+        from training.run_dir import drop_records_after
+
+        run_dir = self.settings.run_dir
+        if run_dir and int(self.global_steps) > 0:
+            for name in ("metrics.jsonl", "samples.jsonl"):
+                dropped = drop_records_after(Path(run_dir) / name, int(self.global_steps))
+                if dropped:
+                    log.info("%s: %d record(s) of steps after %d removed (redone now)", name, dropped,
+                             self.global_steps)
 
     # ------------------------------------------------------------------ KL schedule
 

@@ -186,7 +186,7 @@ def test_wandb_is_online_for_users_logged_in_through_netrc(
     netrc: str | None, mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
-    for key in ("WANDB_MODE", "WANDB_API_KEY", "VERL_FILE_LOGGER_PATH"):
+    for key in ("WANDB_MODE", "WANDB_API_KEY", "VERL_FILE_LOGGER_PATH", "WANDB_RUN_ID", "WANDB_RESUME", "WANDB_DIR"):
         monkeypatch.setenv(key, "")  # recorded, so the values the engine sets are undone after the test
         monkeypatch.delenv(key)
     if netrc:

@@ -216,11 +216,12 @@ def test_run_dir_rules_match_the_local_engine(tmp_path: Path) -> None:
     (ckpt / "global_step_3").mkdir(parents=True)
     Path(get_checkpoint_tracker_filename(str(ckpt))).write_text("3")
     (run / "metrics.jsonl").write_text("{}\n")
-    with pytest.raises(ConfigError, match="resume=true to continue"):
-        L.prepare_run_dir(run, resume=False, fresh=False)
+    with pytest.raises(ConfigError, match=r"resume=auto \(or resume=true\) to continue"):
+        L.prepare_run_dir(run, resume="never", fresh=False)
     said: list[str] = []
-    L.prepare_run_dir(run, resume=True, fresh=False, say=said.append)
-    assert "global_step_3" in said[0]
+    decision = L.prepare_run_dir(run, resume=True, fresh=False, say=said.append)  # an empty step: half-written
+    assert "discarding half-written checkpoint" in said[0] and "global_step_3" in said[0]
+    assert decision.action == "start" and "starting from step 0" in said[1] and not (ckpt / "global_step_3").exists()
     L.prepare_run_dir(run, resume=False, fresh=True)
     assert not ckpt.exists() and not (run / "metrics.jsonl").exists()
     L.prepare_run_dir(run, resume=False, fresh=False)  # nothing left to protect

@@ -1,0 +1,83 @@
+"""Real veRL FSDP checkpoints on CPU: ``python -m tests.helpers.fsdp_checkpoint RUN_DIR --steps N``.
+
+The tiny test model is wrapped with PyTorch's FSDP2 (``fully_shard`` on a one-rank CPU
+device mesh, gloo process group), trained one AdamW step per "training step", and saved by
+veRL's own ``FSDPCheckpointManager`` - the class veRL's FSDP engine saves actor checkpoints
+with - into the layout veRL's trainer writes: ``RUN_DIR/checkpoints/global_step_N/actor/``
+(DTensor model/optim/extra shards, ``fsdp_config.json``, ``huggingface/`` with config,
+tokenizer, chat template and generation config, plus HF weights with ``--hf``), then
+``global_step_N/data.pt`` and ``latest_checkpointed_iteration.txt`` in that order, as
+``PPOTrainer._save_checkpoint`` does. The full weights after each step are saved to
+``RUN_DIR/expected_step_N.pt`` for comparison.
+
+Run in a subprocess: it initialises a process group and wraps modules in place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("run_dir")
+    parser.add_argument("--steps", type=int, default=1)
+    parser.add_argument("--keep", type=int, default=None)
+    parser.add_argument("--hf", action="store_true", help="save_contents includes hf_model")
+    args = parser.parse_args(argv)
+
+    import torch
+    import torch.distributed as dist
+    from omegaconf import OmegaConf
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from transformers import AutoModelForCausalLM
+    from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+
+    from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    run_dir = Path(args.run_dir)
+    source = run_dir / "policy"  # veRL loads the actor from a model directory (architectures, name_or_path)
+    tiny_tokenizer().save_pretrained(source)
+    tiny_model().save_pretrained(source)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("fsdp",))
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _step: 1.0)
+    contents = ["model", "optimizer", "extra"] + (["hf_model"] if args.hf else [])
+    checkpoint = OmegaConf.create({"save_contents": contents, "load_contents": ["model", "optimizer", "extra"],
+                                   "async_save": False})
+    manager = FSDPCheckpointManager(model=model, optimizer=optimizer, lr_scheduler=scheduler,
+                                    processing_class=tiny_tokenizer(), checkpoint_config=checkpoint)
+    ckpt = run_dir / "checkpoints"
+    generator = torch.Generator().manual_seed(0)
+    for step in range(1, args.steps + 1):
+        ids = torch.randint(3, 500, (2, 16), generator=generator)
+        model(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        scheduler.step()
+        step_dir = ckpt / f"global_step_{step}"
+        manager.save_checkpoint(str(step_dir / "actor"), global_step=step, max_ckpt_to_keep=args.keep)
+        torch.save({"_iterator_finished": False, "step": step}, step_dir / "data.pt")  # the dataloader state
+        with open(ckpt / "latest_checkpointed_iteration.txt", "w") as tracker:
+            tracker.write(str(step))
+        full = {k: v.full_tensor().detach().clone() for k, v in model.state_dict().items()}
+        torch.save(full, run_dir / f"expected_step_{step}.pt")
+    dist.destroy_process_group()
+    os.sync()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -59,8 +59,8 @@ def test_any_saved_step_becomes_a_hf_model_through_verls_merger(verl_run: Path) 
 
 
 def test_the_newest_step_by_default_and_a_missing_step_named(verl_run: Path, tmp_path: Path) -> None:
-    from training.export import export_step
     from tools.errors import ConfigError
+    from training.export import export_step
 
     said: list[str] = []
     path = export_step(verl_run, out=tmp_path / "newest", say=said.append)

@@ -56,6 +56,8 @@ def describe(cfg: TrainConfig) -> str:
         card = expected_card(cfg)
         report = check_run(verl_cfg, card)
     report.raise_first()
+    shared = check_shared_storage(cfg.run_dir, int(verl_cfg.trainer.nnodes), cfg.trainer.shared_run_dir_check)
+    notes += [shared.removeprefix("[run] ")] if shared else []
     if card.known:
         notes.append(f"model {card.path}: {card.max_position_embeddings} positions, {card.num_attention_heads} "
                      f"heads, {card.num_key_value_heads} KV heads - {card.origin}")

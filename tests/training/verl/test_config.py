@@ -288,3 +288,14 @@ def test_command_line_beats_the_recipes_verl_block() -> None:
     cfg = project_config("dualsql", "verl.algorithm.rollout_correction.rollout_is=token")
     corr = C.verl_config_for(cfg, model_path="m").algorithm.rollout_correction
     assert corr.rollout_is == "token" and corr.rollout_rs == "seq_sum_k1"  # the rest of the block stays
+
+
+def test_several_nodes_refuse_a_run_dir_only_one_node_sees(tmp_path: Path) -> None:
+    run = tmp_path / "run"  # under /tmp: local to each node
+    cfg = project_config("trustsql", f"run_dir={run}", "+verl.trainer.nnodes=2", "data.limit=32")
+    with pytest.raises(ConfigError, match=r"trainer.nnodes=2: run_dir .*, which is local to each node"):
+        L.describe(cfg)
+    override = project_config("trustsql", f"run_dir={run}", "+verl.trainer.nnodes=2", "data.limit=32",
+                              "trainer.shared_run_dir_check=false")
+    assert "# warning: trainer.nnodes=2" in L.describe(override)
+    assert "trainer.nnodes=" not in L.describe(project_config("trustsql", f"run_dir={run}", "data.limit=32"))

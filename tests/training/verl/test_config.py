@@ -259,6 +259,7 @@ def test_prepare_writes_prompts_veRLs_dataset_reads(tmp_path: Path, monkeypatch:
     assert verl_cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH == summary["verl_metrics"]
     assert verl_cfg.sqlagent.run_dir == str(run.resolve()) and verl_cfg.sqlagent.exec_metric == "ex"
     assert verl_cfg.trainer.logger == ["file", "console"]
+    assert verl_cfg.trainer.resume_mode == "disable" and summary["final_dir"] == str((run / "final").resolve())
     assert verl_cfg.sqlagent.samples_per_step == cfg.trainer.samples_per_step == 16  # the trainer's samples.jsonl
     config_records = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
                       if r["kind"] == "config"]  # the launch's effective config, as the local engine writes it

@@ -339,14 +339,6 @@ def apply_resume(verl_cfg: DictConfig, decision: ResumeDecision) -> None:
             OmegaConf.update(verl_cfg, key, value, merge=False)
 
 
-def resumed_step(run_dir: str | Path) -> int:
-    """The step of the latest complete veRL checkpoint of a run (0 when there is none)."""
-    from training.run_dir import latest_verl_checkpoint
-
-    latest = latest_verl_checkpoint(checkpoint_dir(run_dir))
-    return latest.step if latest is not None else 0
-
-
 def _say_note(note: str, say: Say) -> None:
     if note:
         say(note)

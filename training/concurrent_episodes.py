@@ -80,11 +80,13 @@ def run_concurrent_episodes(agent: Any, requests: Sequence[Any], tokenizer: Any,
             done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
             for future in done:
                 members = in_flight.pop(future)
-                for i, text in zip(members, future.result()):
+                for i, text in zip(members, future.result(), strict=True):
                     if text is None:
                         failed.add(i)
                         continue
-                    slots[i].runner.feed(GenerationOutput(token_ids=segments.encode(text) + eos))
+                    runner = slots[i].runner
+                    assert runner is not None  # it asked, so it was running
+                    runner.feed(GenerationOutput(token_ids=segments.encode(text) + eos))
                     slots[i].advance(agent, segments, sampling, limits)
                     queue(i)
     done_trajectories = [t for i, s in enumerate(slots) if i not in failed for t in s.trajectories]

@@ -331,7 +331,7 @@ def run_text_episodes(agent: Any, requests: Sequence[Any], tokenizer: Any, sourc
             futures = {key: pool.submit(_ask, source, *asks[key], len(members)) for key, members in groups.items()}
             for key, members in groups.items():
                 texts = futures[key].result()
-                for i, text in zip(members, texts):
+                for i, text in zip(members, texts, strict=True):
                     if text is None:
                         failed.add(i)
                         continue

@@ -122,10 +122,17 @@ class EngineConfig:
     name: str = _f("auto", "auto | local | verl; auto picks verl with CUDA + vLLM, else local")
     device: str = _f("auto", "local engine device: auto | cpu | cuda | cuda:N")
     laptop_profile: str = _f("auto", "auto (on for the local engine on CPU) | on | off", ("auto", "on", "off"))
+    cache_check: str = _f("refuse", "engine=verl with trainer.nnodes > 1: training databases whose tool caches are "
+                                    "not built (python -m tools build-cache) refuse | warn | off",
+                          ("refuse", "warn", "off"))
+    node_check: bool = _f(True, "engine=verl with trainer.nnodes > 1: probe every Ray node first (the sqlagent_rl "
+                                "plugin and agent loop resolve; databases, run_dir and caches visible)")
 
     def __post_init__(self) -> None:
         _need(self.laptop_profile in ("auto", "on", "off"),
               f"engine.laptop_profile={self.laptop_profile!r}; choose auto, on or off")
+        _need(self.cache_check in ("refuse", "warn", "off"),
+              f"engine.cache_check={self.cache_check!r}; choose refuse, warn or off")
 
 
 @dataclass

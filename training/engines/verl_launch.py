@@ -77,6 +77,9 @@ def train(cfg: TrainConfig, say: Say = print) -> dict[str, Any]:
     and worker settings) and keeps module state (registries, TransferQueue) across calls.
     """
     verl_cfg, summary = prepare(cfg, say)
+    from training.cluster import prepare_multinode
+
+    prepare_multinode(cfg, verl_cfg, say)  # the cache root for every worker; trainer.nnodes > 1: node checks
     if cfg.sweep:
         launch_in_child(verl_cfg, cfg.run_dir, say)
     else:

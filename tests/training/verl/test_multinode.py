@@ -148,3 +148,24 @@ def test_the_verl_launch_checks_a_two_node_config(ray_cluster: Any, shared: dict
     cl.prepare_multinode(cfg, verl_cfg, said.append)
     assert "2 node(s) checked" in said[-1]
     assert verl_cfg.ray_kwargs.ray_init.runtime_env.env_vars[CACHE_ENV] == shared["cache"]
+
+
+def test_the_standalone_check_command(ray_cluster: Any, shared: dict[str, Any], tmp_path: Path) -> None:
+    """``python -m training.cluster <the training overrides>`` on the running cluster."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(shared["dbs"][1]).parent
+    row = {"id": "q0", "db_id": "beta", "question": "How many cities?", "sql": "SELECT COUNT(*) FROM t"}
+    for split in ("train", "dev"):
+        (root / f"{split}.jsonl").write_text(json.dumps(row) + "\n")
+    build([shared["dbs"][1]], progress=False, say=lambda _: None)
+    repo = Path(__file__).resolve().parents[3]
+    proc = subprocess.run(
+        [sys.executable, "-m", "training.cluster", "recipe=think2sql", "data=jsonl", f"data.root={root}",
+         f"run_dir={shared['run_dir']}", "+verl.trainer.nnodes=2", "+verl.trainer.n_gpus_per_node=1"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=400,
+        env=dict(os.environ, PYTHONPATH=str(repo), RAY_ADDRESS=ray_cluster.address))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "2 node(s) checked" in proc.stdout

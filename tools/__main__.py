@@ -5,6 +5,8 @@
     python -m tools bm25_search_sqlite --db x.sqlite --table t --column c --query "new york"
     python -m tools profile --db x.sqlite
     python -m tools schema --db x.sqlite --format mschema|ddl|compact [--tables a,b]
+    python -m tools build-cache data=bird data.root=PATH      # every profile and index, once (tools/build_cache.py)
+    python -m tools build-cache --db x.sqlite --db y.sqlite
 
 Exit status: 0 when the tool succeeded, 1 when it returned an error, 2 on bad usage.
 """
@@ -63,6 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument("--format", choices=("mschema", "ddl", "compact"), default="mschema")
     schema.add_argument("--tables", help="comma-separated tables to keep")
     schema.add_argument("--columns", help="comma-separated table.column names to keep")
+    build = sub.add_parser("build-cache", help="build every database profile and search index once, before training")
+    build.add_argument("overrides", nargs="*", metavar="data=<kind> data.<key>=<value>",
+                       help="the benchmark whose training and held-out databases to build (default data=minibird)")
+    build.add_argument("--db", dest="db_paths", action="append", default=[], help="a .sqlite file (repeatable)")
+    build.add_argument("--only", help="comma-separated subset of profile,fts,bm25 (default: all three)")
+    build.add_argument("--bm25-columns", choices=("all", "text"), default="all",
+                       help="BM25 indexes for every column (default) or only columns holding text")
     return parser
 
 
@@ -72,6 +81,14 @@ def _split(text: str | None) -> list[str] | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.tool == "build-cache":
+        from tools.build_cache import main as build_cache
+
+        try:
+            return build_cache(args.overrides, args.db_paths, args.only, args.bm25_columns)
+        except ToolkitError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     try:
         db = get_database(args.db, args.db_id)
     except ToolkitError as exc:

@@ -315,6 +315,15 @@ def get_index(db: Database, table: str, column: str, engine: str = DEFAULT_ENGIN
         return index
 
 
+def ensure_index_on_disk(db: Database, table: str, column: str, engine: str = DEFAULT_ENGINE) -> Path:
+    """Build and save the index of ``table.column`` unless it is on disk already; its folder
+    (``python -m tools build-cache``: the disk is checked, never this process's memory)."""
+    folder = index_folder(db, table, column, engine)
+    if not (folder / "meta.json").is_file():
+        _load_or_build(db, table, column, engine)
+    return folder
+
+
 def _load_or_build(db: Database, table: str, column: str, engine: str) -> ValueIndex:
     folder = index_folder(db, table, column, engine)
     if (folder / "meta.json").is_file():

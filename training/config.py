@@ -122,10 +122,17 @@ class EngineConfig:
     name: str = _f("auto", "auto | local | verl; auto picks verl with CUDA + vLLM, else local")
     device: str = _f("auto", "local engine device: auto | cpu | cuda | cuda:N")
     laptop_profile: str = _f("auto", "auto (on for the local engine on CPU) | on | off", ("auto", "on", "off"))
+    cache_check: str = _f("refuse", "engine=verl with trainer.nnodes > 1: training databases whose tool caches are "
+                                    "not built (python -m tools build-cache) refuse | warn | off",
+                          ("refuse", "warn", "off"))
+    node_check: bool = _f(True, "engine=verl with trainer.nnodes > 1: probe every Ray node first (the sqlagent_rl "
+                                "plugin and agent loop resolve; databases, run_dir and caches visible)")
 
     def __post_init__(self) -> None:
         _need(self.laptop_profile in ("auto", "on", "off"),
               f"engine.laptop_profile={self.laptop_profile!r}; choose auto, on or off")
+        _need(self.cache_check in ("refuse", "warn", "off"),
+              f"engine.cache_check={self.cache_check!r}; choose refuse, warn or off")
 
 
 @dataclass
@@ -150,6 +157,10 @@ class ModelConfig:
                                     "of loading weights; the tokenizer of model.path carries its text")
     name: str | None = _f(None, "the endpoint's served model name (with model.base_url)")
     api_key_env: str = _f("OPENAI_API_KEY", "environment variable holding the endpoint's API key")
+    concurrency: int = _f(32, "with model.base_url: requests in flight at once; each episode sends its next turn "
+                              "as soon as its tool call ran (1 = one request at a time)")
+    timeout_s: float = _f(300.0, "with model.base_url: seconds one request may take before it is retried "
+                                 "(then counted as failed)")
 
     def __post_init__(self) -> None:
         _need(self.attn_implementation in ("sdpa", "flash_attention_2", "eager"),
@@ -158,6 +169,9 @@ class ModelConfig:
               f"model.context_factor={self.context_factor}: null (native context) or a factor > 1")
         _need(self.base_url is None or bool(self.name),
               f"model.base_url={self.base_url!r} needs model.name=<the served model name>")
+        _need(isinstance(self.concurrency, int) and self.concurrency >= 1,
+              f"model.concurrency={self.concurrency!r}: the most requests in flight, a positive integer")
+        _need(self.timeout_s > 0, f"model.timeout_s={self.timeout_s}: a positive number of seconds")
         _need(self.autocast in ("auto", "bf16", "off"), f"model.autocast={self.autocast!r}; auto, bf16 or off")
         _need(self.generation_dtype in ("auto", "bf16", "fp32"),
               f"model.generation_dtype={self.generation_dtype!r}; auto, bf16 or fp32")

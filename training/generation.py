@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -131,13 +132,21 @@ class EndpointSource:
 
         key = os.environ.get(self.spec.api_key_env, "")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
+        # one connection per request in flight: httpx's default pool (100, 20 kept alive) would
+        # queue requests above it, and the wait for a connection counts against the timeout
+        limits = httpx.Limits(max_connections=self.spec.concurrency, max_keepalive_connections=self.spec.concurrency)
         self._client = httpx.Client(base_url=self.spec.base_url.rstrip("/"), headers=headers,
-                                    timeout=self.spec.timeout_s)
+                                    timeout=self.spec.timeout_s, limits=limits)
+        self._stats_lock = threading.Lock()  # worker threads count their requests here
         self._n_ok = self.spec.supports_n
         self.name = f"endpoint:{self.spec.model}@{self.spec.base_url}"
 
     def close(self) -> None:
         self._client.close()
+
+    def _count(self, key: str) -> None:
+        with self._stats_lock:
+            self.stats[key] += 1
 
     def complete(self, messages: list[Message], params: Any, n: int) -> list[str | None]:
         if n > 1 and self._n_ok:
@@ -183,9 +192,9 @@ class EndpointSource:
         last = ""
         for attempt in range(self.spec.retries + 1):
             if attempt:
-                self.stats["retries"] += 1
+                self._count("retries")
                 self.sleep(self.spec.backoff_s * 2 ** (attempt - 1))
-            self.stats["requests"] += 1
+            self._count("requests")
             try:
                 response = self._client.post("/chat/completions", json=body)
             except httpx.HTTPError as err:  # timeouts, refused connections, broken bodies
@@ -197,13 +206,13 @@ class EndpointSource:
             if response.status_code >= 400:
                 if n > 1 and "n" in response.text:  # servers that refuse n > 1 say so with a 400
                     self._n_ok = False
-                self.stats["failed"] += 1
+                self._count("failed")
                 raise RequestFailed(f"HTTP {response.status_code}: {response.text[:200]}")
             try:
                 return self._texts(response.json(), params.stop)
             except (ValueError, KeyError, TypeError, IndexError) as err:
                 last = f"malformed response: {err}"
-        self.stats["failed"] += 1
+        self._count("failed")
         raise RequestFailed(last)
 
     def _texts(self, data: Mapping[str, Any], stops: Sequence[str]) -> list[str]:
@@ -322,7 +331,7 @@ def run_text_episodes(agent: Any, requests: Sequence[Any], tokenizer: Any, sourc
             futures = {key: pool.submit(_ask, source, *asks[key], len(members)) for key, members in groups.items()}
             for key, members in groups.items():
                 texts = futures[key].result()
-                for i, text in zip(members, texts):
+                for i, text in zip(members, texts, strict=True):
                     if text is None:
                         failed.add(i)
                         continue
@@ -352,37 +361,21 @@ def endpoint_from_mapping(raw: Mapping[str, Any], agent_name: str) -> EndpointSp
 
 # ----------------------------------------------------------------------------- eval.run
 
-@dataclass
-class TextGenerate:
-    """A text source in ``eval.run``'s place of a token ``GenerateFn``: it drives its own
-    episodes (``run_episodes``, same signature as the rollout driver's); a failed request
-    leaves its sample without an answer."""
-
-    source: Any
-    failed: list[tuple[str, int]] = field(default_factory=list)
-
-    def __call__(self, prompts: Any, params: Any) -> Any:
-        raise ConfigError("an endpoint answers chat messages, not token ids; drive it with run_episodes")
-
-    def run_episodes(self, agent: Any, requests: Sequence[Any], tokenizer: Any, _generate: Any, sampling: Any,
-                     limits: Any) -> list[Trajectory]:
-        batch = run_text_episodes(agent, requests, tokenizer, self.source, sampling, limits)
-        self.failed.extend(batch.failed)
-        return batch.trajectories
-
-
 def evaluate_endpoint(cfg: Any, settings: Any, decoding: Any, examples: Sequence[Example], agent: Any,
                       options: Mapping[str, Any], say: Callable[[str], None] = print) -> dict[str, Any]:
     """``eval.run model.base_url=... model.name=...``: score an OpenAI-compatible endpoint
-    with the design's agent, exactly like a local model (same sampling, limits, records)."""
+    with the design's agent, exactly like a local model (same sampling, limits, records).
+    Up to ``model.concurrency`` requests are in flight, each episode at its own pace
+    (``training/concurrent_episodes.py``); ``model.concurrency=1`` is the sequential path."""
     from transformers import AutoTokenizer
 
     from eval.run import _plain_options, default_out_dir, evaluate_policy, sampling_and_limits
+    from training.concurrent_episodes import ConcurrentTextGenerate, questions_per_batch
     from training.model import prepare_tokenizer, resolve_model_path
 
     m = cfg.model
-    spec = EndpointSpec(base_url=m.base_url, model=m.name, api_key_env=m.api_key_env,
-                        reasoning_tag=reasoning_tag(cfg.agent.name))
+    spec = EndpointSpec(base_url=m.base_url, model=m.name, api_key_env=m.api_key_env, timeout_s=m.timeout_s,
+                        concurrency=m.concurrency, reasoning_tag=reasoning_tag(cfg.agent.name))
     source = EndpointSource(spec)
     tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(resolve_model_path(m.path, say, tokenizer_only=True),
                                                                 trust_remote_code=m.trust_remote_code))
@@ -392,14 +385,17 @@ def evaluate_endpoint(cfg: Any, settings: Any, decoding: Any, examples: Sequence
     info = {"recipe": cfg.recipe_name, "model": f"{m.name} @ {m.base_url}", "data_kind": cfg.data.kind,
             "data_root": cfg.data.root, "split": cfg.data.eval_split, "agent_options": _plain_options(options),
             "seed": cfg.seed, **asdict(decoding)}
-    say(f"[eval] scoring the endpoint {m.base_url} (model {m.name}); tools run here, text carried by "
-        f"the {resolve_model_path(m.path, lambda _: None, tokenizer_only=True)} tokenizer")
-    generate = TextGenerate(source)
+    settings = replace(settings, batch_size=questions_per_batch(settings.batch_size, m.concurrency,
+                                                                settings.num_samples))
+    say(f"[eval] scoring the endpoint {m.base_url} (model {m.name}), up to {m.concurrency} requests in flight "
+        f"(model.concurrency); tools run here, text carried by the "
+        f"{resolve_model_path(m.path, lambda _: None, tokenizer_only=True)} tokenizer")
+    generate = ConcurrentTextGenerate(source, m.concurrency)
     try:
         summary = evaluate_policy(examples, agent, tokenizer, generate, sampling, limits, out, settings, info, say)
     finally:
         source.close()
     if generate.failed or source.stats["failed"]:
         say(f"[eval] {len(generate.failed)} samples had a failed request (no answer); endpoint stats {source.stats}")
-    summary["endpoint"] = {**source.stats, "failed_samples": len(generate.failed)}
+    summary["endpoint"] = {**source.stats, "failed_samples": len(generate.failed), "concurrency": m.concurrency}
     return summary

@@ -3,7 +3,9 @@
 ``FakeOpenAI(reply)`` listens on ``127.0.0.1:<free port>`` in a thread; ``reply(body)``
 gets each request's JSON body and returns a ``Reply`` (status, JSON body or raw text, a
 delay before answering). ``choice(...)`` builds one OpenAI choice. Every request body is
-kept in ``requests``, so tests can check what the client sent (n, stop, messages).
+kept in ``requests``, so tests can check what the client sent (n, stop, messages);
+``max_in_flight`` is the most requests the server was answering at the same moment (a
+client's real concurrency, delays included).
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ class FakeOpenAI:
         self.reply = reply
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -50,9 +55,16 @@ class FakeOpenAI:
                 if self.path.rstrip("/") != "/v1/chat/completions":
                     self._send(404, {"error": f"no route {self.path}"})
                     return
-                answer = server.reply(body)
-                if answer.delay_s:
-                    time.sleep(answer.delay_s)
+                with server._lock:
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    answer = server.reply(body)
+                    if answer.delay_s:
+                        time.sleep(answer.delay_s)
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
                 self._send(answer.status, answer.body)
 
             def _send(self, status: int, body: Any) -> None:
@@ -77,7 +89,7 @@ class FakeOpenAI:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
-    def __enter__(self) -> "FakeOpenAI":
+    def __enter__(self) -> FakeOpenAI:
         self.thread.start()
         return self
 

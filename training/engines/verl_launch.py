@@ -82,6 +82,9 @@ def train(cfg: TrainConfig, say: Say = print) -> dict[str, Any]:
     verl_cfg, summary = prepare(cfg, say)
     if summary.get("finished"):
         return summary
+    from training.cluster import prepare_multinode
+
+    prepare_multinode(cfg, verl_cfg, say)  # the cache root for every worker; trainer.nnodes > 1: node checks
     if cfg.sweep:
         launch_in_child(verl_cfg, cfg.run_dir, say)
     else:

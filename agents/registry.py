@@ -12,7 +12,8 @@ from typing import Any, Callable
 
 from agents.types import Agent
 from tools.errors import ConfigError
-from tools.registry import Registry, did_you_mean
+from tools.registry import Registry
+from tools.spelling import did_you_mean
 
 AGENTS: Registry[type] = Registry("agent")
 

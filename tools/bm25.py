@@ -37,9 +37,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from tools.cache import cache_root
-from tools.connection import Database, QueryLimits, execute
-from tools.names import quote_identifier, resolve_columns, resolve_table
+from tools.connection import Database, execute
+from tools.limits import QueryLimits
+from tools.names import resolve_columns, resolve_table
 from tools.results import ToolError, json_cell
+from tools.spelling import quote_identifier
 
 INDEX_VERSION = 1
 DEFAULT_ENGINE = "bm25s"

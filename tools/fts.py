@@ -18,7 +18,7 @@ from typing import Any
 from tools.bm25 import tokenize
 from tools.cache import cache_root
 from tools.connection import Database
-from tools.names import quote_identifier
+from tools.spelling import quote_identifier
 
 FTS_VERSION = 1
 VALUES_PER_COLUMN = 5

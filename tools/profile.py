@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from tools.cache import cache_root
 from tools.results import json_cell
+from tools.spelling import quote_identifier
 
 if TYPE_CHECKING:
     from tools.connection import Database
@@ -194,10 +195,6 @@ def build_profile(db: Database) -> DatabaseProfile:
     return DatabaseProfile(db.db_id, db.content_hash, tables, tuple(declared) + tuple(inferred))
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 _NUMERIC_TEXT = (
     "(typeof({c}) = 'text' AND trim({c}) GLOB '[0-9+.-]*' AND trim({c}) GLOB '*[0-9]*' AND trim({c}) NOT GLOB '*[^0-9.eE+-]*'"
     " AND trim({c}) NOT GLOB '*.*.*' AND trim({c}) NOT GLOB '*[eE]*[eE]*'"
@@ -210,7 +207,7 @@ _IS_NUMBER = "typeof({c}) IN ('integer', 'real')"
 def _stats_sql(table: str, columns: list[str]) -> str:
     parts = ["COUNT(*)"]
     for col in columns:
-        c = _q(col)
+        c = quote_identifier(col)
         num_text = _NUMERIC_TEXT.format(c=c)
         is_num = _IS_NUMBER.format(c=c)
         parts += [
@@ -226,7 +223,7 @@ def _stats_sql(table: str, columns: list[str]) -> str:
             f"MIN(CASE WHEN {is_num} OR {num_text} THEN CAST({c} AS REAL) END)",
             f"MAX(CASE WHEN {is_num} OR {num_text} THEN CAST({c} AS REAL) END)",
         ]
-    return f"SELECT {', '.join(parts)} FROM {_q(table)}"
+    return f"SELECT {', '.join(parts)} FROM {quote_identifier(table)}"
 
 
 _STATS_PER_COLUMN = 11
@@ -301,16 +298,16 @@ def _tidy_number(value: Any) -> Any:
 
 
 def _top_values(db: Database, table: str, column: str) -> tuple[tuple[Any, int], ...]:
-    c = _q(column)
+    c = quote_identifier(column)
     rows = db.query_internal(
-        f"SELECT {c}, COUNT(*) AS n FROM {_q(table)} WHERE {c} IS NOT NULL GROUP BY {c} ORDER BY n DESC, {c} LIMIT {TOP_K}"
+        f"SELECT {c}, COUNT(*) AS n FROM {quote_identifier(table)} WHERE {c} IS NOT NULL GROUP BY {c} ORDER BY n DESC, {c} LIMIT {TOP_K}"
     )
     return tuple((_short(v), int(n)) for v, n in rows)
 
 
 def _examples(db: Database, table: str, column: str) -> tuple[Any, ...]:
-    c = _q(column)
-    rows = db.query_internal(f"SELECT DISTINCT {c} FROM {_q(table)} WHERE {c} IS NOT NULL LIMIT {EXAMPLES}")
+    c = quote_identifier(column)
+    rows = db.query_internal(f"SELECT DISTINCT {c} FROM {quote_identifier(table)} WHERE {c} IS NOT NULL LIMIT {EXAMPLES}")
     return tuple(_short(v) for (v,) in rows)
 
 
@@ -427,8 +424,8 @@ def _overlap(db: Database, table: str, column: str, ref_table: str, ref_column: 
     if distinct == 0:
         return 0.0
     (hits,) = db.query_internal(
-        f"SELECT COUNT(DISTINCT {_q(column)}) FROM {_q(table)} "
-        f"WHERE {_q(column)} IN (SELECT {_q(ref_column)} FROM {_q(ref_table)})"
+        f"SELECT COUNT(DISTINCT {quote_identifier(column)}) FROM {quote_identifier(table)} "
+        f"WHERE {quote_identifier(column)} IN (SELECT {quote_identifier(ref_column)} FROM {quote_identifier(ref_table)})"
     )[0]
     return int(hits or 0) / distinct
 

@@ -13,15 +13,14 @@ import dataclasses
 import hashlib
 import io
 import json
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tools.cache import cache_root
+from tools.files import atomic_write_text
 from tools.results import json_cell
 from tools.spelling import quote_identifier
 
@@ -158,7 +157,7 @@ def load_or_build_profile(db: Database) -> DatabaseProfile:
         except (ValueError, KeyError, TypeError):
             pass  # a corrupt or old cache file is rebuilt below
     profile = build_profile(db)
-    _atomic_write(path, json.dumps(profile.to_json(), ensure_ascii=False))
+    atomic_write_text(path, json.dumps(profile.to_json(), ensure_ascii=False))
     return profile
 
 
@@ -170,14 +169,6 @@ def profile_cache_path(db: Database) -> Path:
     folder = cache_root() / "profiles"
     folder.mkdir(parents=True, exist_ok=True)
     return folder / f"{db.db_id}-{key}.json"
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    """Write via a temporary file + rename, so concurrent readers never see half a file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
 
 
 # --------------------------------------------------------------------------- building

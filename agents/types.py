@@ -19,6 +19,19 @@ Message = dict[str, Any]
 Difficulty = str
 """BIRD labels ``simple`` / ``moderate`` / ``challenging``; ``unknown`` when absent."""
 
+DIFFICULTY_ORDER: tuple[Difficulty, ...] = ("simple", "moderate", "challenging")
+"""BIRD's labels, easiest first: the one order every table and report lists them in."""
+
+
+def difficulty_order(labels: Sequence[str]) -> list[str]:
+    """The distinct ``labels``: BIRD's order first, then any other labels alphabetically.
+
+    >>> difficulty_order(["unknown", "challenging", "simple", "simple"])
+    ['simple', 'challenging', 'unknown']
+    """
+    known = [d for d in DIFFICULTY_ORDER if d in labels]
+    return known + sorted(set(labels) - set(known))
+
 
 @dataclass(frozen=True)
 class Example:

@@ -192,7 +192,7 @@ class Study:
 def study(views: Sequence[Any], baseline: str | None = None, seed_keys: Sequence[str] = SEED_KEYS,
           samples_per_arm: int = 3) -> Study:
     """Arms, baseline and deltas of a set of runs (see the module docstring)."""
-    from eval.report import difficulty_order
+    from agents.types import difficulty_order
 
     arms = make_arms(views, seed_keys)
     base = pick_baseline(arms, baseline)

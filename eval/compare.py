@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eval.report import difficulty_order
+from agents.types import difficulty_order
 from tools.errors import ConfigError, DataError, ToolkitError
 
 Say = Callable[[str], None]

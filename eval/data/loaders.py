@@ -26,9 +26,6 @@ from tools.registry import Registry
 
 log = logging.getLogger(__name__)
 
-DIFFICULTIES = ("simple", "moderate", "challenging")
-
-
 @dataclass(frozen=True)
 class Fields:
     """Which record keys hold what, per dataset kind (first present key wins)."""

@@ -15,7 +15,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from agents.types import EpisodeResult, Example, RewardBreakdown, RewardFn, SchemaSelection, Trajectory
+from agents.types import Example, RewardBreakdown, RewardFn, SchemaSelection, Trajectory
 from rex.scorer import METRICS, ExecScore, ExecScorer, check_metric
 from rex.sql import referenced_schema
 from tools.errors import ConfigError
@@ -254,11 +254,6 @@ def precision_recall_f1(gold: frozenset[str], pred: frozenset[str]) -> tuple[flo
     recall = common / len(gold) if gold else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return precision, recall, f1
-
-
-def final_turn(result: EpisodeResult) -> Any:
-    """The last turn record, or None for an episode without turns."""
-    return result.turns[-1] if result.turns else None
 
 
 __all__ = [

@@ -11,6 +11,7 @@ trainer logs and counts it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
@@ -18,11 +19,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 from agents.types import Example, RewardBreakdown, RewardFn, SchemaSelection, Trajectory
 from rex.scorer import METRICS, ExecScore, ExecScorer, check_metric
 from rex.sql import referenced_schema
-from tools.errors import ConfigError
+from tools.errors import ConfigError, DataError
 from tools.registry import Registry
 
 if TYPE_CHECKING:
     from tools import Database
+
+log = logging.getLogger(__name__)
 
 REWARDS: Registry[type] = Registry("reward")
 
@@ -178,12 +181,23 @@ def gold_references(example: Example, db: "Database | None") -> tuple[frozenset[
     return frozenset(ref.tables), frozenset(ref.columns)
 
 
+_SCHEMA_WARNED: set[str] = set()
+
+
 def _db_schema(db: "Database | None") -> dict[str, list[str]] | None:
+    """The database schema, or None when it cannot be read. A schema only helps expand
+    ``*`` in the gold SQL, so the reward goes on without it, but says why (once per
+    database and cause, not once per rollout)."""
     if db is None:
         return None
     try:
         return db.schema()
-    except Exception:  # noqa: BLE001 - a schema is a help for `*`, not a requirement
+    except (DataError, OSError) as err:  # unreadable or vanished file; a failed schema query
+        key = f"{db.path}: {err}"
+        if key not in _SCHEMA_WARNED:
+            _SCHEMA_WARNED.add(key)
+            log.warning("reward: cannot read the schema of %s (%s); gold columns behind `*` are not expanded",
+                        db.path, err)
         return None
 
 

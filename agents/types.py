@@ -7,8 +7,9 @@ tools -> rex -> agents -> eval.data -> training -> eval.run / eval.compare.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:  # tools.Database is the runtime type of every ``db`` argument
     from tools import Database
@@ -169,7 +170,7 @@ class Agent(Protocol):
     name: str
 
     def start(
-        self, example: Example, db: "Database", previous: Sequence[EpisodeResult] = ()
+        self, example: Example, db: Database, previous: Sequence[EpisodeResult] = ()
     ) -> Episode | None: ...
 
 

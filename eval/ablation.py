@@ -93,7 +93,8 @@ def seed_curves(runs: Sequence[Any]) -> dict[str, dict[int, tuple[float, float, 
     for key in sorted({k for r in runs for k in r.curves}):
         points: dict[int, list[float]] = {}
         for r in runs:
-            for step, y in zip(r.steps, r.curves.get(key, [])):
+            # zip(strict=False): a run may lack this curve (then no points)
+            for step, y in zip(r.steps, r.curves.get(key, []), strict=False):
                 if y is not None:
                     points.setdefault(step, []).append(y)
         out[key] = {s: (float(np.mean(ys)), float(np.std(ys)), len(ys)) for s, ys in sorted(points.items())}

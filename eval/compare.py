@@ -51,7 +51,7 @@ class RunView:
     qatch: float | None = None
     sc_ex: float | None = None
     pass_at_k: dict[str, float] = field(default_factory=dict)
-    by_difficulty: dict[str, float] = field(default_factory=dict)
+    by_difficulty: dict[str, float | None] = field(default_factory=dict)
     steps: list[int] = field(default_factory=list)
     curves: dict[str, list[float | None]] = field(default_factory=dict)
     sweep: str | None = None
@@ -115,7 +115,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The records of a JSONL file; a line cut by a killed run is skipped."""
-    out = []
+    out: list[dict[str, Any]] = []
     if not path.is_file():
         return out
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -293,9 +293,10 @@ def plot_training_curves(views: Sequence[RunView], path: Path) -> Path | None:
         return None
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(CURVES), figsize=(5.0 * len(CURVES), 3.6))
-    for ax, (key, label) in zip(axes, CURVES):
+    for ax, (key, label) in zip(axes, CURVES, strict=True):
         for v in runs:
-            points = [(s, y) for s, y in zip(v.steps, v.curves.get(key, [])) if y is not None]
+            # zip(strict=False): a run may lack this curve (then no points)
+            points = [(s, y) for s, y in zip(v.steps, v.curves.get(key, []), strict=False) if y is not None]
             if points:
                 line = ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=v.name)[0]
                 if key == "ex/batch":

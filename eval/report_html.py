@@ -35,7 +35,8 @@ def plot_curves(s: Study, keys: list[str], path: Path) -> Path | None:
     cols = min(3, len(keys))
     rows = math.ceil(len(keys) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.2 * rows), squeeze=False)
-    for ax, key in zip(axes.flat, keys):
+    # zip(strict=False): the grid may have more cells than keys
+    for ax, key in zip(axes.flat, keys, strict=False):
         for arm in s.arms:
             points = arm.curves.get(key, {})
             if not points:
@@ -44,7 +45,7 @@ def plot_curves(s: Study, keys: list[str], path: Path) -> Path | None:
             mean = [points[x][0] for x in steps]
             std = [points[x][1] for x in steps]
             line = ax.plot(steps, mean, marker="o", label=f"{arm.label} (n={arm.seeds})")[0]
-            ax.fill_between(steps, [m - d for m, d in zip(mean, std)], [m + d for m, d in zip(mean, std)],
+            ax.fill_between(steps, [m - d for m, d in zip(mean, std, strict=True)], [m + d for m, d in zip(mean, std, strict=True)],
                             color=line.get_color(), alpha=0.2)
         ax.set_title(key, fontsize="small")
         ax.set_xlabel("step")
@@ -67,7 +68,7 @@ def plot_scores(s: Study, path: Path) -> Path | None:
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(SCORES), figsize=(4.2 * len(SCORES), 3.4), squeeze=False)
     width = 0.8 / max(1, len(s.arms))
-    for ax, (key, name) in zip(axes.flat, SCORES):
+    for ax, (key, name) in zip(axes.flat, SCORES, strict=True):
         for i, arm in enumerate(s.arms):
             means = [100 * arm.scores.get(sl, {}).get(key, (0.0, 0.0))[0] for sl in slices]
             errs = [100 * arm.scores.get(sl, {}).get(key, (0.0, 0.0))[1] for sl in slices]

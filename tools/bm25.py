@@ -81,7 +81,7 @@ class Bm25sRanker:
         import bm25s
 
         tokens = bm25s.tokenize(
-            list(texts), lower=True, token_pattern=r"(?u)\b\w+\b", stopwords=None, show_progress=False
+            list(texts), lower=True, token_pattern=r"(?u)\b\w+\b", stopwords=[], show_progress=False
         )
         retriever = bm25s.BM25(method="lucene")
         retriever.index(tokens, show_progress=False)
@@ -396,7 +396,8 @@ def _filtered_index(db: Database, table: str, column: str, where: str) -> tuple[
     c = quote_identifier(column)
     result = execute(
         db,
-        f"SELECT DISTINCT {c} FROM {quote_identifier(table)} WHERE ({where}) AND {c} IS NOT NULL AND typeof({c}) <> 'blob'",
+        f"SELECT DISTINCT {c} FROM {quote_identifier(table)} "
+        f"WHERE ({where}) AND {c} IS NOT NULL AND typeof({c}) <> 'blob'",
         WHERE_LIMITS,
     )
     if isinstance(result, ToolError):

@@ -20,6 +20,7 @@ connection and never see "database is locked" from each other.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import sqlite3
 import threading
@@ -165,7 +166,7 @@ _DATABASES: dict[tuple[str, str], Database] = {}
 _DATABASES_LOCK = threading.Lock()
 
 
-def get_database(path: str | Path, db_id: str | None = None) -> Database:
+def get_database(path: str | os.PathLike[str], db_id: str | None = None) -> Database:
     """The process-wide ``Database`` for ``path`` (one object per path and db_id)."""
     resolved = Path(path).expanduser().resolve()
     key = (str(resolved), db_id or resolved.stem)

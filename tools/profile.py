@@ -187,7 +187,8 @@ def build_profile(db: Database) -> DatabaseProfile:
 
 
 _NUMERIC_TEXT = (
-    "(typeof({c}) = 'text' AND trim({c}) GLOB '[0-9+.-]*' AND trim({c}) GLOB '*[0-9]*' AND trim({c}) NOT GLOB '*[^0-9.eE+-]*'"
+    "(typeof({c}) = 'text' AND trim({c}) GLOB '[0-9+.-]*' AND trim({c}) GLOB '*[0-9]*'"
+    " AND trim({c}) NOT GLOB '*[^0-9.eE+-]*'"
     " AND trim({c}) NOT GLOB '*.*.*' AND trim({c}) NOT GLOB '*[eE]*[eE]*'"
     " AND (trim({c}) NOT GLOB '?*[+-]*' OR trim({c}) NOT GLOB '*[^eE][+-]*' AND trim({c}) NOT GLOB '?*[^eE][+-]*'))"
 )
@@ -291,7 +292,8 @@ def _tidy_number(value: Any) -> Any:
 def _top_values(db: Database, table: str, column: str) -> tuple[tuple[Any, int], ...]:
     c = quote_identifier(column)
     rows = db.query_internal(
-        f"SELECT {c}, COUNT(*) AS n FROM {quote_identifier(table)} WHERE {c} IS NOT NULL GROUP BY {c} ORDER BY n DESC, {c} LIMIT {TOP_K}"
+        f"SELECT {c}, COUNT(*) AS n FROM {quote_identifier(table)} WHERE {c} IS NOT NULL "
+        f"GROUP BY {c} ORDER BY n DESC, {c} LIMIT {TOP_K}"
     )
     return tuple((_short(v), int(n)) for v, n in rows)
 
@@ -416,7 +418,8 @@ def _overlap(db: Database, table: str, column: str, ref_table: str, ref_column: 
         return 0.0
     (hits,) = db.query_internal(
         f"SELECT COUNT(DISTINCT {quote_identifier(column)}) FROM {quote_identifier(table)} "
-        f"WHERE {quote_identifier(column)} IN (SELECT {quote_identifier(ref_column)} FROM {quote_identifier(ref_table)})"
+        f"WHERE {quote_identifier(column)} IN "
+        f"(SELECT {quote_identifier(ref_column)} FROM {quote_identifier(ref_table)})"
     )[0]
     return int(hits or 0) / distinct
 
@@ -459,7 +462,8 @@ def _read_description_csv(path: Path) -> dict[str, dict[str, str]]:
     keys = [_norm_header(h) for h in header]
     rows: dict[str, dict[str, str]] = {}
     for raw in reader:
-        record = {k: _clean(v) for k, v in zip(keys, raw) if k in DESCRIPTION_FIELDS}
+        # zip(strict=False): description CSV rows may be ragged
+        record = {k: _clean(v) for k, v in zip(keys, raw, strict=False) if k in DESCRIPTION_FIELDS}
         original = record.get("original_column_name", "")
         if original:
             rows[original.lower()] = record

@@ -10,8 +10,9 @@ engine in its actor.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from tools.errors import ConfigError
 
@@ -30,7 +31,7 @@ class KLSchedule:
     points: tuple[tuple[int, float], ...]
 
     @classmethod
-    def from_pairs(cls, pairs: Sequence[Sequence[Any]]) -> "KLSchedule":
+    def from_pairs(cls, pairs: Sequence[Sequence[Any]]) -> KLSchedule:
         """Validate ``[[step, beta], ...]``; the first step must be 0."""
         points: list[tuple[int, float]] = []
         for pair in pairs:

@@ -20,9 +20,10 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tools.cache import cache_root
 from tools.errors import ConfigError, ToolkitError
@@ -123,7 +124,7 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
 
     folder, name = str(gguf_path.parent), gguf_path.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
+    model: Any = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)  # the GGUF's architecture
     _align_special_tokens(tokenizer, model.config)
     model.hf_quantizer = None  # the weights are dequantised: save a plain checkpoint
     if hasattr(model.config, "quantization_config"):
@@ -208,7 +209,7 @@ def load_model(
     say(f"[model] loading {resolved} on {device}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(resolved, trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(
+        model: Any = AutoModelForCausalLM.from_pretrained(  # whichever architecture the checkpoint names
             resolved, dtype=torch.float32, trust_remote_code=trust_remote_code
         )
     except (OSError, ValueError) as err:  # transformers raises ValueError / HFValidationError for bad ids

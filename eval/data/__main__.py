@@ -14,8 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from agents.types import difficulty_order
 from tools.errors import ConfigError, ToolkitError

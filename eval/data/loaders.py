@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from agents.types import Example
 from eval.data.layout import Layout, Problems, resolve_bird, resolve_jsonl, resolve_spider, show_ids

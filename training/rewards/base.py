@@ -14,7 +14,8 @@ import dataclasses
 import logging
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from agents.types import Example, RewardBreakdown, RewardFn, SchemaSelection, Trajectory
 from rex.scorer import METRICS, ExecScore, ExecScorer, check_metric
@@ -83,7 +84,8 @@ def check_positive(name: str, value: float) -> None:
 
 
 def execution(
-    trajectory: Trajectory, example: Example, db: "Database | None", metric: str, timeout_s: float
+    trajectory: Trajectory, example: Example, db: Database | str | os.PathLike[str] | None, metric: str,
+    timeout_s: float,
 ) -> tuple[ExecScore | None, str | None]:
     """Score the episode's final SQL against the gold SQL, or say why it cannot be.
 
@@ -122,7 +124,7 @@ def guarded(fn: Callable[..., RewardBreakdown]) -> Callable[..., RewardBreakdown
     (with its type and message) instead of killing a rollout worker. Bugs stay visible:
     the error is logged and counted by the trainer, never turned into a silent 0."""
 
-    def wrapper(self: Any, trajectory: Trajectory, example: Example, db: "Database | None") -> RewardBreakdown:
+    def wrapper(self: Any, trajectory: Trajectory, example: Example, db: Database | None) -> RewardBreakdown:
         try:
             return fn(self, trajectory, example, db)
         except Exception as err:  # noqa: BLE001 - reported, counted, never silent
@@ -165,7 +167,7 @@ def dapo_overlong_penalty(length: int, max_length: int, buffer: int) -> float:
 # --------------------------------------------------------------------------- schema sets
 
 
-def gold_references(example: Example, db: "Database | None") -> tuple[frozenset[str], frozenset[str]]:
+def gold_references(example: Example, db: Database | None) -> tuple[frozenset[str], frozenset[str]]:
     """Gold tables and ``table.column``s: the example's, or read from its gold SQL.
 
     Loaders fill ``Example.gold_tables`` / ``gold_columns``; an example without them
@@ -184,7 +186,7 @@ def gold_references(example: Example, db: "Database | None") -> tuple[frozenset[
 _SCHEMA_WARNED: set[str] = set()
 
 
-def _db_schema(db: "Database | None") -> dict[str, list[str]] | None:
+def _db_schema(db: Database | None) -> dict[str, list[str]] | None:
     """The database schema, or None when it cannot be read. A schema only helps expand
     ``*`` in the gold SQL, so the reward goes on without it, but says why (once per
     database and cause, not once per rollout)."""
@@ -207,7 +209,7 @@ def _clean(name: str) -> str:
 
 
 def selection_sets(
-    selection: SchemaSelection | None, db: "Database | None"
+    selection: SchemaSelection | None, db: Database | None
 ) -> tuple[frozenset[str], frozenset[str]]:
     """Predicted tables and ``table.column``s from a proposed / linked / annotated schema.
 

@@ -230,3 +230,12 @@ def arm_samples(arm: Arm, count: int) -> list[dict[str, Any]]:
                      "difficulty": r.get("difficulty"), "gold_sql": r.get("gold_sql"), "final_sql": r.get("final_sql"),
                      "reward": r.get("reward"), "outcome": r.get("outcome")} for r in chosen]
     return []
+
+
+def curve_keys(s: Study) -> list[str]:
+    """Curves the runs logged, in ``training.records.CURVES`` order, then reward components."""
+    from training.records import CURVES
+
+    logged = {k for arm in s.arms for k in arm.curves}
+    known = [k for k, _ in CURVES if k in logged]
+    return known + sorted(k for k in logged if k.startswith("reward/") and k not in known)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.types import difficulty_order
+from eval.plotting import pyplot
 from tools.errors import ConfigError, DataError, ToolkitError
 
 Say = Callable[[str], None]
@@ -267,7 +268,7 @@ def plot_ex_by_difficulty(views: Sequence[RunView], path: Path) -> Path | None:
     runs = [v for v in views if v.by_difficulty]
     if not runs:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     labels = [*difficulty_order([d for v in runs for d in v.by_difficulty]), "all"]
     width = 0.8 / len(runs)
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(labels) + 0.4 * len(runs)), 4.0))
@@ -291,7 +292,7 @@ def plot_training_curves(views: Sequence[RunView], path: Path) -> Path | None:
     runs = [v for v in views if v.kind == "train" and v.steps]
     if not runs:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(CURVES), figsize=(5.0 * len(CURVES), 3.6))
     for ax, (key, label) in zip(axes, CURVES, strict=True):
         for v in runs:
@@ -312,15 +313,6 @@ def plot_training_curves(views: Sequence[RunView], path: Path) -> Path | None:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
-
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 # ----------------------------------------------------------------------------- wandb

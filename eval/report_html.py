@@ -15,7 +15,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from eval.ablation import SCORES, Study
+from eval.ablation import SCORES, Study, curve_keys
+from eval.plotting import pyplot
 from eval.units import pct
 
 PAGE = "report.html"
@@ -27,11 +28,9 @@ code{font-size:12px}"""
 
 def plot_curves(s: Study, keys: list[str], path: Path) -> Path | None:
     """One subplot per curve: each arm's mean over seeds with a +-1 std band."""
-    from eval.compare import _pyplot
-
     if not keys:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     cols = min(3, len(keys))
     rows = math.ceil(len(keys) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.2 * rows), squeeze=False)
@@ -60,12 +59,10 @@ def plot_curves(s: Study, keys: list[str], path: Path) -> Path | None:
 
 def plot_scores(s: Study, path: Path) -> Path | None:
     """Bars per slice (all, then difficulties) for each score: arm means with seed std."""
-    from eval.compare import _pyplot
-
     slices = ["all", *s.difficulties]
     if not any(arm.scores for arm in s.arms):
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(SCORES), figsize=(4.2 * len(SCORES), 3.4), squeeze=False)
     width = 0.8 / max(1, len(s.arms))
     for ax, (key, name) in zip(axes.flat, SCORES, strict=True):
@@ -129,8 +126,6 @@ def samples_table(s: Study) -> str:
 
 def write_html(s: Study, out: Path) -> Path:
     """Write the PNGs and the page; return the page's path."""
-    from eval.wandb_report import curve_keys
-
     curves = plot_curves(s, curve_keys(s), out / "report_curves.png")
     scores = plot_scores(s, out / "report_scores.png")
     statements = "".join(f"<li>{html.escape(d.statement())}</li>" for d in s.deltas if d.slice == "all")

@@ -366,8 +366,7 @@ def files_of(run_dir: Path) -> dict[str, bytes]:
 
 
 def records(run_dir: Path) -> list[dict[str, Any]]:
-    """metrics.jsonl's evaluation and training rows (config rows are checked by the
-    validation-and-summary test above)."""
+    """metrics.jsonl's evaluation and training rows (config rows: the validation-and-summary test)."""
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [r for r in rows if r["kind"] != "config"]
 

@@ -2,7 +2,7 @@
 
 | term | signal (component value) | default weight |
 |---|---|---|
-| format | 1 iff every turn followed the template, the final turn carries both annotations, and an answer ended it (*) | 0.2 |
+| format | 1 iff every turn followed the template, the final turn has both annotations, an answer ended it (*) | 0.2 |
 | syntax | 1 iff the final SQL executes | 0.5 |
 | exec | execution score under ``exec_metric`` (EX 1/0, REX, QATCH mean) | 2.0 |
 | tables | 1 iff the annotated tables ⊇ the gold SQL's tables | 0.5 |

@@ -4,8 +4,7 @@
 the next ``Episode``. Importing this package registers the four designs.
 """
 
-from agents.registry import AGENTS, agent_options, get_agent, list_agents, make_agent, register_agent
-
 from agents import dualsql, retoolsql, think2sql, trustsql  # noqa: E402,F401  (registers the designs)
+from agents.registry import AGENTS, agent_options, get_agent, list_agents, make_agent, register_agent
 
 __all__ = ["AGENTS", "agent_options", "get_agent", "list_agents", "make_agent", "register_agent"]

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from agents.parsing import ParsedCall, ToolCallParser, cut_at_stop
 from agents.types import EndReason, EpisodeResult, Message, SchemaSelection, Step, ToolCall, TurnRecord

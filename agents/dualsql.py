@@ -86,7 +86,8 @@ class DualSQLEpisode(BaseEpisode):
         n_blocks = len(fences) + int(unclosed)
         if n_calls + n_blocks != 1:
             return self._fail(
-                f"expected exactly one <tool_call> or one ``` code block, found {n_calls} tool call(s) and {n_blocks} code block(s)"
+                f"expected exactly one <tool_call> or one ``` code block, "
+                f"found {n_calls} tool call(s) and {n_blocks} code block(s)"
             )
         if n_calls:
             return self._tool_turn(rest)

@@ -12,8 +12,9 @@ format is added by writing another parser and passing it to an agent.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from agents.types import SchemaSelection, ToolCall
 

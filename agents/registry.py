@@ -8,11 +8,13 @@ of valid ones, so a typo in a YAML file fails at start-up, not mid-training.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from agents.types import Agent
 from tools.errors import ConfigError
-from tools.registry import Registry, did_you_mean
+from tools.registry import Registry
+from tools.spelling import did_you_mean
 
 AGENTS: Registry[type] = Registry("agent")
 
@@ -38,10 +40,10 @@ def list_agents() -> list[str]:
 
 def agent_options(name: str) -> dict[str, Any]:
     """Every option ``make_agent(name, ...)`` accepts, with its default."""
-    params = inspect.signature(get_agent(name).__init__).parameters
+    params = inspect.signature(get_agent(name)).parameters  # the class's: __init__ without self
     return {
         p.name: (None if p.default is inspect.Parameter.empty else p.default)
-        for p in list(params.values())[1:]
+        for p in params.values()
         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
     }
 

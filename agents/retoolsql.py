@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from agents import prompts
 from agents.base import (
@@ -52,11 +53,14 @@ class FewShotRetriever:
 
     def __init__(self, pool: Sequence[Example]) -> None:
         self.pool = list(pool)
-        self._bm25 = None
+        self._bm25: Any = None
         if self.pool:
             from rank_bm25 import BM25Okapi
 
             self._bm25 = BM25Okapi([_words(ex.question) or ["_"] for ex in self.pool])
+        # Pool indices, cached per retriever (a cache on the method would keep every
+        # retriever alive): a GRPO group asks for the same question G times.
+        self._ranked = functools.lru_cache(maxsize=4096)(self._rank)
 
     def retrieve(self, example: Example, k: int) -> list[Example]:
         """The ``k`` best-scoring pool examples from other databases (ties: pool order)."""
@@ -64,9 +68,8 @@ class FewShotRetriever:
             return []
         return [self.pool[i] for i in self._ranked(example.id, example.db_id, example.question, k)]
 
-    @functools.lru_cache(maxsize=4096)
-    def _ranked(self, example_id: str, db_id: str, question: str, k: int) -> tuple[int, ...]:
-        """Pool indices, cached: a GRPO group asks for the same question G times."""
+    def _rank(self, example_id: str, db_id: str, question: str, k: int) -> tuple[int, ...]:
+        """Indices of the ``k`` best pool examples from other databases (see ``_ranked``)."""
         scores = self._bm25.get_scores(_words(question))
         order = sorted(range(len(self.pool)), key=lambda i: (-scores[i], i))
         return tuple(i for i in order if self.pool[i].db_id != db_id and self.pool[i].id != example_id)[:k]
@@ -76,7 +79,7 @@ class ReToolSQLEpisode(BaseEpisode):
     def __init__(
         self,
         messages: list,
-        toolbox: "ToolBox",
+        toolbox: ToolBox,
         tool_names: Sequence[str],
         parser: ToolCallParser,
         max_turns: int,
@@ -187,7 +190,7 @@ class ReToolSQLAgent:
         )
         return prompts.render("retoolsql_few_shot", examples=items) + "\n"
 
-    def messages(self, example: Example, db: "Database", schemas: list) -> list[dict]:
+    def messages(self, example: Example, db: Database, schemas: list) -> list[dict]:
         system = prompts.render("retoolsql_system", tools=tools_block(schemas), max_turns=self.max_turns)
         user = prompts.render(
             "retoolsql_user",
@@ -199,7 +202,7 @@ class ReToolSQLAgent:
         )
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
-    def start(self, example: Example, db: "Database", previous: Sequence[EpisodeResult] = ()) -> ReToolSQLEpisode | None:
+    def start(self, example: Example, db: Database, previous: Sequence[EpisodeResult] = ()) -> ReToolSQLEpisode | None:
         if previous:
             return None
         toolbox = make_toolbox(db, self.tools, self.preset)

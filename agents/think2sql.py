@@ -9,7 +9,8 @@ reads the turn text from the record.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from agents import prompts
 from agents.base import BaseEpisode, TurnOutcome, schema_renderer, sql_from_text
@@ -50,7 +51,7 @@ class Think2SQLAgent:
         self.schema_scope = schema_scope
         self.render_schema = schema_renderer(schema_format)
 
-    def messages(self, example: Example, db: "Database") -> tuple[list[dict], bool]:
+    def messages(self, example: Example, db: Database) -> tuple[list[dict], bool]:
         """The prompt, and whether it fell back to the full schema (no gold tables known)."""
         tables = list(example.gold_tables) if self.schema_scope == "gold_tables" else None
         fallback = self.schema_scope == "gold_tables" and not tables
@@ -64,7 +65,7 @@ class Think2SQLAgent:
         )
         return [{"role": "system", "content": prompts.render("think2sql_system")}, {"role": "user", "content": user}], fallback
 
-    def start(self, example: Example, db: "Database", previous: Sequence[EpisodeResult] = ()) -> Think2SQLEpisode | None:
+    def start(self, example: Example, db: Database, previous: Sequence[EpisodeResult] = ()) -> Think2SQLEpisode | None:
         if previous:
             return None
         messages, fallback = self.messages(example, db)

@@ -19,7 +19,8 @@ explore action for R_format (flag ``schema_prefill``).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from agents import prompts
 from agents.base import (
@@ -46,7 +47,7 @@ TOOL = "execute_sql_query"
 PREFILL_SQL = "SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name"
 
 
-def prefill_messages(toolbox: "ToolBox", db_id: str) -> list[dict]:
+def prefill_messages(toolbox: ToolBox, db_id: str) -> list[dict]:
     """Schema-Prefill: one synthetic explore turn (assistant call + the tool's real answer)."""
     arguments = {"db_id": db_id, "sql": PREFILL_SQL}
     run = run_tool(toolbox, ToolCall(TOOL, arguments))
@@ -70,7 +71,7 @@ def schema_span_turn(turns: Sequence[TurnRecord]) -> tuple[int, str]:
 
 class TrustSQLEpisode(BaseEpisode):
     def __init__(
-        self, messages: list, toolbox: "ToolBox", parser: ToolCallParser, max_turns: int, formats: str
+        self, messages: list, toolbox: ToolBox, parser: ToolCallParser, max_turns: int, formats: str
     ) -> None:
         stop = tuple(dict.fromkeys((*parser.stop, "</schema>", "</answer>")))
         super().__init__("agent", messages, toolbox.schemas(), stop, max_turns)
@@ -176,7 +177,7 @@ class TrustSQLAgent:
         )
         return [{"role": "system", "content": system}, {"role": "user", "content": user}], formats
 
-    def start(self, example: Example, db: "Database", previous: Sequence[EpisodeResult] = ()) -> TrustSQLEpisode | None:
+    def start(self, example: Example, db: Database, previous: Sequence[EpisodeResult] = ()) -> TrustSQLEpisode | None:
         if previous:
             return None
         toolbox = make_toolbox(db, (TOOL,), self.preset)

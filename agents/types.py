@@ -7,8 +7,9 @@ tools -> rex -> agents -> eval.data -> training -> eval.run / eval.compare.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:  # tools.Database is the runtime type of every ``db`` argument
     from tools import Database
@@ -18,6 +19,19 @@ Message = dict[str, Any]
 
 Difficulty = str
 """BIRD labels ``simple`` / ``moderate`` / ``challenging``; ``unknown`` when absent."""
+
+DIFFICULTY_ORDER: tuple[Difficulty, ...] = ("simple", "moderate", "challenging")
+"""BIRD's labels, easiest first: the one order every table and report lists them in."""
+
+
+def difficulty_order(labels: Sequence[str]) -> list[str]:
+    """The distinct ``labels``: BIRD's order first, then any other labels alphabetically.
+
+    >>> difficulty_order(["unknown", "challenging", "simple", "simple"])
+    ['simple', 'challenging', 'unknown']
+    """
+    known = [d for d in DIFFICULTY_ORDER if d in labels]
+    return known + sorted(set(labels) - set(known))
 
 
 @dataclass(frozen=True)
@@ -156,7 +170,7 @@ class Agent(Protocol):
     name: str
 
     def start(
-        self, example: Example, db: "Database", previous: Sequence[EpisodeResult] = ()
+        self, example: Example, db: Database, previous: Sequence[EpisodeResult] = ()
     ) -> Episode | None: ...
 
 

@@ -13,13 +13,12 @@ same budgets) vs. through ``run_episodes``; the ratio is driver time / bare time
 from __future__ import annotations
 
 import argparse
-import sys
 import dataclasses
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests.helpers
 

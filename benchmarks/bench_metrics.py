@@ -29,8 +29,8 @@ import sqlite3
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 Pair = tuple[str, str, str]  # (db_path, gold_sql, pred_sql)
 
@@ -91,7 +91,8 @@ def generated_pairs(n: int, folder: Path) -> tuple[list[Pair], str]:
     golds = [
         "SELECT city, COUNT(*) FROM customers GROUP BY city",
         "SELECT name FROM customers WHERE score > {v} ORDER BY score DESC LIMIT 10",
-        "SELECT c.name, SUM(o.amount) FROM customers c JOIN orders o ON o.customer_id = c.id WHERE o.status = 'paid' GROUP BY c.id HAVING SUM(o.amount) > {w}",
+        "SELECT c.name, SUM(o.amount) FROM customers c JOIN orders o ON o.customer_id = c.id "
+        "WHERE o.status = 'paid' GROUP BY c.id HAVING SUM(o.amount) > {w}",
         "SELECT AVG(amount) FROM orders WHERE year = 2021",
         "SELECT id, amount FROM orders WHERE customer_id = {c}",
         "SELECT COUNT(DISTINCT customer_id) FROM orders WHERE amount > {v}",
@@ -248,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     pool.close()
     ours = [int(s == 1.0) for s in results["ex/1 process, gold cache"]]
-    agree = sum(a == b for a, b in zip(ours, base))
+    agree = sum(a == b for a, b in zip(ours, base, strict=True))
     print(f"EX agreement with the official loop: {agree}/{len(pairs)}; accuracy ours {sum(ours) / len(ours):.4f}, "
           f"official {sum(base) / len(base):.4f}")
     mean = {m: sum(results[f"{m}/1 process, gold cache"]) / len(pairs) for m in ("rex", "qatch")}

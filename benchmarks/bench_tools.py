@@ -69,7 +69,8 @@ def overhead_queries(rows: int, n: int, rng: random.Random, cities: list[str]) -
             out.append(f"SELECT name, price FROM items WHERE city = '{rng.choice(cities)}' ORDER BY price DESC LIMIT 20")
         elif kind == 2:
             lo = rng.randint(1, max(1, rows - rows // 20))
-            out.append(f"SELECT category, COUNT(*), AVG(price) FROM items WHERE id BETWEEN {lo} AND {lo + rows // 20} GROUP BY category")
+            out.append(f"SELECT category, COUNT(*), AVG(price) FROM items "
+                       f"WHERE id BETWEEN {lo} AND {lo + rows // 20} GROUP BY category")
         else:
             out.append(f"SELECT COUNT(*), MAX(price) FROM items WHERE qty = {rng.randint(0, 99)}")
     return out
@@ -102,9 +103,9 @@ def bench_overhead(path: Path, rows: int, n: int, repeat: int) -> dict[str, Any]
             print(f"  tool error on {sql!r}: {first}", file=sys.stderr)
             continue
         assert [tuple(r) for r in raw.execute(sql).fetchall()] == list(first.rows)
-        t_raw = _best_of(lambda: raw.execute(sql).fetchall(), repeat)
-        t_tool = _best_of(lambda: sqlite_query(db, sql), repeat)
-        t_box = _best_of(lambda: box.call("sqlite_query", {"db_id": db.db_id, "sql": sql}).text, repeat)
+        t_raw = _best_of(lambda sql=sql: raw.execute(sql).fetchall(), repeat)
+        t_tool = _best_of(lambda sql=sql: sqlite_query(db, sql), repeat)
+        t_box = _best_of(lambda sql=sql: box.call("sqlite_query", {"db_id": db.db_id, "sql": sql}).text, repeat)
         raw_times.append(t_raw)
         tool_times.append(t_tool)
         ratios.append(t_tool / t_raw)
@@ -250,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     if db_path.exists():
         db_path.unlink()
     vocab = make_database(db_path, args.rows)
-    print(f"database: {args.rows:,} rows, {db_path.stat().st_size / 1e6:.0f} MB, built in {time.perf_counter() - start:.1f} s")
+    size_mb = db_path.stat().st_size / 1e6
+    print(f"database: {args.rows:,} rows, {size_mb:.0f} MB, built in {time.perf_counter() - start:.1f} s")
 
     figures: dict[str, Any] = {"rows": args.rows}
     parts = set(args.parts.split(","))

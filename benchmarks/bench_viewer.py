@@ -73,7 +73,7 @@ def chromium_load(page: Path) -> dict[str, float] | None:
     driver = webdriver.Chrome(service=Service(driver_path), options=options)
     try:
         out = {}
-        for attempt in range(3):
+        for _ in range(3):
             driver.get(page.as_uri())
             out.setdefault("ready_ms", []).append(driver.execute_script("return window.viewReadyMs"))
         out["dom_rows"] = driver.execute_script("return document.querySelectorAll('.traj').length")

@@ -33,8 +33,9 @@ import hashlib
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -68,10 +69,9 @@ def weights_digest(model: Any) -> str:
 
 def held_out(trainer: Any) -> dict[str, Any]:
     """Greedy EX per held-out question (1/0), in the trainer's eval-example order."""
+    from eval.run import model_generate
     from rex import ExecScorer
     from tools import get_database
-
-    from eval.run import model_generate
     from tools import get_database as db_of
     from training.rollout import run_episodes
 
@@ -228,9 +228,9 @@ def arm_result(args: argparse.Namespace, overrides: list[str], warm_dir: Path, w
 def summarise(args: argparse.Namespace, warm_ev: dict[str, Any], arms: dict[str, dict[str, Any]],
               after: dict[str, dict[str, Any]]) -> dict[str, Any]:
     last = min(args.last, args.steps)
-    ex_diff = [g - c for g, c in zip(after["grpo"]["match"], after["control"]["match"])]
+    ex_diff = [g - c for g, c in zip(after["grpo"]["match"], after["control"]["match"], strict=True)]
     reward_diff = []
-    for sg, sc in zip(arms["grpo"]["steps"][-last:], arms["control"]["steps"][-last:]):
+    for sg, sc in zip(arms["grpo"]["steps"][-last:], arms["control"]["steps"][-last:], strict=True):
         for qid, values in sg["per_question"].items():
             if qid in sc["per_question"]:
                 reward_diff.append(float(np.mean(values)) - float(np.mean(sc["per_question"][qid])))
@@ -245,8 +245,8 @@ def summarise(args: argparse.Namespace, warm_ev: dict[str, Any], arms: dict[str,
         "executable_after": {a: float(np.mean(after[a]["executable"])) for a in after},
         "reward_per_step": rewards,
         "reward_last_mean": {a: float(np.mean(r[-last:])) for a, r in rewards.items()},
-        "ex_diff": dict(zip(("mean", "low", "high"), ex_ci)),
-        "reward_diff": dict(zip(("mean", "low", "high"), reward_ci)),
+        "ex_diff": dict(zip(("mean", "low", "high"), ex_ci, strict=True)),
+        "reward_diff": dict(zip(("mean", "low", "high"), reward_ci, strict=True)),
         "grpo_weights_moved": arms["grpo"]["moved"], "control_weights_moved": arms["control"]["moved"],
         "zero_variance_groups": {a: [s["zero_variance_groups"] for s in arms[a]["steps"]] for a in arms},
         "grad_norm": {a: [s["grad_norm"] for s in arms[a]["steps"]] for a in arms},

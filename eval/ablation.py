@@ -93,7 +93,8 @@ def seed_curves(runs: Sequence[Any]) -> dict[str, dict[int, tuple[float, float, 
     for key in sorted({k for r in runs for k in r.curves}):
         points: dict[int, list[float]] = {}
         for r in runs:
-            for step, y in zip(r.steps, r.curves.get(key, [])):
+            # zip(strict=False): a run may lack this curve (then no points)
+            for step, y in zip(r.steps, r.curves.get(key, []), strict=False):
                 if y is not None:
                     points.setdefault(step, []).append(y)
         out[key] = {s: (float(np.mean(ys)), float(np.std(ys)), len(ys)) for s, ys in sorted(points.items())}
@@ -192,7 +193,7 @@ class Study:
 def study(views: Sequence[Any], baseline: str | None = None, seed_keys: Sequence[str] = SEED_KEYS,
           samples_per_arm: int = 3) -> Study:
     """Arms, baseline and deltas of a set of runs (see the module docstring)."""
-    from eval.report import difficulty_order
+    from agents.types import difficulty_order
 
     arms = make_arms(views, seed_keys)
     base = pick_baseline(arms, baseline)
@@ -229,3 +230,12 @@ def arm_samples(arm: Arm, count: int) -> list[dict[str, Any]]:
                      "difficulty": r.get("difficulty"), "gold_sql": r.get("gold_sql"), "final_sql": r.get("final_sql"),
                      "reward": r.get("reward"), "outcome": r.get("outcome")} for r in chosen]
     return []
+
+
+def curve_keys(s: Study) -> list[str]:
+    """Curves the runs logged, in ``training.records.CURVES`` order, then reward components."""
+    from training.records import CURVES
+
+    logged = {k for arm in s.arms for k in arm.curves}
+    known = [k for k, _ in CURVES if k in logged]
+    return known + sorted(k for k in logged if k.startswith("reward/") and k not in known)

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eval.report import difficulty_order
+from agents.types import difficulty_order
+from eval.plotting import pyplot
 from tools.errors import ConfigError, DataError, ToolkitError
 
 Say = Callable[[str], None]
@@ -51,7 +52,7 @@ class RunView:
     qatch: float | None = None
     sc_ex: float | None = None
     pass_at_k: dict[str, float] = field(default_factory=dict)
-    by_difficulty: dict[str, float] = field(default_factory=dict)
+    by_difficulty: dict[str, float | None] = field(default_factory=dict)
     steps: list[int] = field(default_factory=list)
     curves: dict[str, list[float | None]] = field(default_factory=dict)
     sweep: str | None = None
@@ -115,7 +116,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The records of a JSONL file; a line cut by a killed run is skipped."""
-    out = []
+    out: list[dict[str, Any]] = []
     if not path.is_file():
         return out
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -267,7 +268,7 @@ def plot_ex_by_difficulty(views: Sequence[RunView], path: Path) -> Path | None:
     runs = [v for v in views if v.by_difficulty]
     if not runs:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     labels = [*difficulty_order([d for v in runs for d in v.by_difficulty]), "all"]
     width = 0.8 / len(runs)
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(labels) + 0.4 * len(runs)), 4.0))
@@ -291,11 +292,12 @@ def plot_training_curves(views: Sequence[RunView], path: Path) -> Path | None:
     runs = [v for v in views if v.kind == "train" and v.steps]
     if not runs:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(CURVES), figsize=(5.0 * len(CURVES), 3.6))
-    for ax, (key, label) in zip(axes, CURVES):
+    for ax, (key, label) in zip(axes, CURVES, strict=True):
         for v in runs:
-            points = [(s, y) for s, y in zip(v.steps, v.curves.get(key, [])) if y is not None]
+            # zip(strict=False): a run may lack this curve (then no points)
+            points = [(s, y) for s, y in zip(v.steps, v.curves.get(key, []), strict=False) if y is not None]
             if points:
                 line = ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=v.name)[0]
                 if key == "ex/batch":
@@ -311,15 +313,6 @@ def plot_training_curves(views: Sequence[RunView], path: Path) -> Path | None:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
-
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 # ----------------------------------------------------------------------------- wandb

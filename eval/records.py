@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.errors import ConfigError
+from tools.files import atomic_write_text
 
 RECORDS = "records.jsonl"
 SETTINGS = "run.json"
@@ -69,9 +70,7 @@ class RunStore:
             self._records[str(record["id"])] = record
             good.append(line)
         if self.dropped_lines:
-            tmp = self.records_path.with_suffix(".tmp")
-            tmp.write_text("".join(g + "\n" for g in good), encoding="utf-8")
-            os.replace(tmp, self.records_path)
+            atomic_write_text(self.records_path, "".join(g + "\n" for g in good))
 
     @property
     def done(self) -> set[str]:
@@ -91,8 +90,4 @@ class RunStore:
             os.fsync(f.fileno())
 
     def write(self, name: str, text: str) -> Path:
-        path = self.dir / name
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-        return path
+        return atomic_write_text(self.dir / name, text)

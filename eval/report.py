@@ -18,23 +18,17 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agents.types import difficulty_order
 from eval.scoring import MISSING
 from eval.units import pct
 from eval.voting import pass_at_k, pass_k_values
 from rex import OUTCOMES
 
-DIFFICULTY_ORDER = ("simple", "moderate", "challenging")
 OUTCOME_ORDER = (*OUTCOMES, MISSING)
 
 
 def _mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else 0.0
-
-
-def difficulty_order(labels: Sequence[str]) -> list[str]:
-    """BIRD's order first, then any other labels alphabetically."""
-    known = [d for d in DIFFICULTY_ORDER if d in labels]
-    return known + sorted(set(labels) - set(known))
 
 
 def _block(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

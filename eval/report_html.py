@@ -15,7 +15,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from eval.ablation import SCORES, Study
+from eval.ablation import SCORES, Study, curve_keys
+from eval.plotting import pyplot
 from eval.units import pct
 
 PAGE = "report.html"
@@ -27,15 +28,14 @@ code{font-size:12px}"""
 
 def plot_curves(s: Study, keys: list[str], path: Path) -> Path | None:
     """One subplot per curve: each arm's mean over seeds with a +-1 std band."""
-    from eval.compare import _pyplot
-
     if not keys:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     cols = min(3, len(keys))
     rows = math.ceil(len(keys) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.2 * rows), squeeze=False)
-    for ax, key in zip(axes.flat, keys):
+    # zip(strict=False): the grid may have more cells than keys
+    for ax, key in zip(axes.flat, keys, strict=False):
         for arm in s.arms:
             points = arm.curves.get(key, {})
             if not points:
@@ -44,7 +44,7 @@ def plot_curves(s: Study, keys: list[str], path: Path) -> Path | None:
             mean = [points[x][0] for x in steps]
             std = [points[x][1] for x in steps]
             line = ax.plot(steps, mean, marker="o", label=f"{arm.label} (n={arm.seeds})")[0]
-            ax.fill_between(steps, [m - d for m, d in zip(mean, std)], [m + d for m, d in zip(mean, std)],
+            ax.fill_between(steps, [m - d for m, d in zip(mean, std, strict=True)], [m + d for m, d in zip(mean, std, strict=True)],
                             color=line.get_color(), alpha=0.2)
         ax.set_title(key, fontsize="small")
         ax.set_xlabel("step")
@@ -59,15 +59,13 @@ def plot_curves(s: Study, keys: list[str], path: Path) -> Path | None:
 
 def plot_scores(s: Study, path: Path) -> Path | None:
     """Bars per slice (all, then difficulties) for each score: arm means with seed std."""
-    from eval.compare import _pyplot
-
     slices = ["all", *s.difficulties]
     if not any(arm.scores for arm in s.arms):
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(SCORES), figsize=(4.2 * len(SCORES), 3.4), squeeze=False)
     width = 0.8 / max(1, len(s.arms))
-    for ax, (key, name) in zip(axes.flat, SCORES):
+    for ax, (key, name) in zip(axes.flat, SCORES, strict=True):
         for i, arm in enumerate(s.arms):
             means = [100 * arm.scores.get(sl, {}).get(key, (0.0, 0.0))[0] for sl in slices]
             errs = [100 * arm.scores.get(sl, {}).get(key, (0.0, 0.0))[1] for sl in slices]
@@ -128,8 +126,6 @@ def samples_table(s: Study) -> str:
 
 def write_html(s: Study, out: Path) -> Path:
     """Write the PNGs and the page; return the page's path."""
-    from eval.wandb_report import curve_keys
-
     curves = plot_curves(s, curve_keys(s), out / "report_curves.png")
     scores = plot_scores(s, out / "report_scores.png")
     statements = "".join(f"<li>{html.escape(d.statement())}</li>" for d in s.deltas if d.slice == "all")

@@ -88,7 +88,7 @@ def vote(sqls: Sequence[str | None], results: Sequence[Any]) -> VoteResult:
         raise ConfigError("vote needs at least one candidate")
     dropped: list[tuple[int, str]] = []
     clusters: list[list[int]] = []
-    for i, (sql, result) in enumerate(zip(sqls, results)):
+    for i, (sql, result) in enumerate(zip(sqls, results, strict=True)):
         why = _why_dropped(sql, result)
         if why is not None:
             dropped.append((i, why))

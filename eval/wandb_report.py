@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from eval.ablation import SCORES, Study, study
+from eval.ablation import SCORES, Study, curve_keys, study
 from eval.units import pct
 
 Say = Callable[[str], None]
@@ -43,15 +43,6 @@ def _wr() -> Any:
 
         raise ConfigError(f"--report needs wandb-workspaces ({err}); pip install -e . installs it") from err
     return wr
-
-
-def curve_keys(s: Study) -> list[str]:
-    """Curves the runs logged, in ``training.records.CURVES`` order, then reward components."""
-    from training.records import CURVES
-
-    logged = {k for arm in s.arms for k in arm.curves}
-    known = [k for k, _ in CURVES if k in logged]
-    return known + sorted(k for k in logged if k.startswith("reward/") and k not in known)
 
 
 def score_metrics(s: Study) -> list[tuple[str, str]]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from rex.metrics import execution_match, qatch_scores, rex_compare
 from rex.scorer import ExecScorer

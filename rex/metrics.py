@@ -10,8 +10,9 @@ from __future__ import annotations
 import bisect
 import math
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -190,7 +191,8 @@ def rex_compare(gold: ResultLike, pred: ResultLike, ordered: bool) -> RexResult:
     mapping = _map_columns(g, s)
     projected = [tuple(row[j] if j is not None else None for j in mapping) for row in s.rows]
     if ordered:
-        matched = sum(1 for a, b in zip(g.rows, projected) if _rows_equal(a, b))
+        # zip(strict=False): row counts may differ: unmatched rows score 0
+        matched = sum(1 for a, b in zip(g.rows, projected, strict=False) if _rows_equal(a, b))
     else:
         matched = _multiset_intersection(g.rows, projected)
     mapped = sum(1 for j in mapping if j is not None)
@@ -221,7 +223,7 @@ def _cells_equal(a: Any, b: Any) -> bool:
 def _rows_equal(a: Row, b: Row) -> bool:
     if a == b:  # Python equality is step 1 without the tolerance (None == None, 1 == 1.0)
         return True
-    return len(a) == len(b) and all(_cells_equal(x, y) for x, y in zip(a, b))
+    return len(a) == len(b) and all(_cells_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 def _similarity_key(value: Any) -> Any:
@@ -260,7 +262,7 @@ def _map_columns(g: Table, s: Table) -> list[int | None]:
     s_bags = [_column_bag(s.rows, j) for j in sample_left]
     sim = np.array([[_multiset_jaccard(a, b) for b in s_bags] for a in g_bags])  # [gold_left, sample_left]
     rows, cols = linear_sum_assignment(sim, maximize=True)
-    for r, c in zip(rows, cols):
+    for r, c in zip(rows, cols, strict=True):
         if sim[r, c] > 0:
             mapping[gold_left[r]] = sample_left[c]
     return mapping

@@ -125,13 +125,13 @@ class ExecScorer:
         self.__init__(state["timeout_s"], state["gold_cache_size"], state["gold_cache_cells"])  # type: ignore[misc]
 
     @cached_property
-    def limits(self) -> "QueryLimits":
+    def limits(self) -> QueryLimits:
         """``tools.PRESETS["metric"]`` (no row cap) with this scorer's timeout."""
         from tools import PRESETS
 
         return dataclasses.replace(PRESETS["metric"], timeout_s=self.timeout_s)
 
-    def execute(self, db: "Database", sql: str) -> "QueryResult | ToolError":
+    def execute(self, db: Database, sql: str) -> QueryResult | ToolError:
         """Run ``sql`` (normalised: comments and trailing semicolons stripped) read-only."""
         from tools import ToolError, execute
 
@@ -140,7 +140,7 @@ class ExecScorer:
             return ToolError("syntax", "no SQL to execute", "answer with one SELECT statement")
         return execute(db, text, self.limits)
 
-    def gold(self, db: "Database", gold_sql: str) -> _Gold:
+    def gold(self, db: Database, gold_sql: str) -> _Gold:
         """The gold result and ordering, cached per (database content hash, SQL)."""
         key = (db.content_hash, normalize_sql(gold_sql) if isinstance(gold_sql, str) else "")
         with self._lock:
@@ -162,7 +162,7 @@ class ExecScorer:
         return entry
 
     def score(
-        self, db: "Database", gold_sql: str, pred_sql: str | None, metric: str = "ex"
+        self, db: Database, gold_sql: str, pred_sql: str | None, metric: str = "ex"
     ) -> ExecScore:
         """Execute both queries and score the prediction under ``metric``.
 

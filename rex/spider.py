@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from rex.tables import Failure, ResultLike, as_outcome
 

@@ -8,8 +8,9 @@ is False with an ``error``), predicates answer False, and ``extract_sql`` answer
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence, cast
+from typing import cast
 
 import sqlglot
 from sqlglot import exp
@@ -166,8 +167,9 @@ def extract_sql(text: str) -> str | None:
     Order: the last ``<final_answer>`` body, else the last ``<answer>`` body (either may
     wrap a ```sql fence; an unclosed tag runs to the end), else the last ```sql (or
     plain ```) fence, else bare SQL: from the first line starting with SELECT / select
-    or a CTE's ``WITH name AS (`` to the first semicolon or markup tag outside quotes. Surrounding whitespace and trailing semicolons are
-    removed; comments are kept (``normalize_sql`` strips them).
+    or a CTE's ``WITH name AS (`` to the first semicolon or markup tag outside quotes.
+    Surrounding whitespace and trailing semicolons are removed; comments are kept
+    (``normalize_sql`` strips them).
 
     >>> extract_sql("<think>hm</think><answer>```sql\\nSELECT 1;\\n```</answer>")
     'SELECT 1'

@@ -7,8 +7,9 @@ pair. Duck typing keeps ``rex`` importable without opening a database.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence, Union
+from typing import Any
 
 from tools.errors import ToolkitError
 
@@ -47,7 +48,7 @@ class Failure:
         return self.kind in TIMEOUT_KINDS
 
 
-ResultLike = Union[Any, tuple[Sequence[str], Sequence[Sequence[Any]]]]
+ResultLike = Any | tuple[Sequence[str], Sequence[Sequence[Any]]]
 """``tools.QueryResult`` | ``tools.ToolError`` | ``(columns, rows)`` | ``Table`` | ``Failure``."""
 
 

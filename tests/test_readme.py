@@ -67,6 +67,7 @@ def cpu_sized(args: list[str], tiny: Path, state: dict[str, bool]) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # a dozen subprocesses of up to 300 s each, beyond the default per-test limit
 def test_the_usage_block_runs(tmp_path: Path) -> None:
     from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
 

@@ -6,15 +6,8 @@ connection helper with an authorizer, a VM-step limit and a wall-clock deadline.
 
 from __future__ import annotations
 
-from tools.connection import (
-    INTERNAL_LIMITS,
-    METADATA_PRAGMAS,
-    PRESETS,
-    Database,
-    QueryLimits,
-    execute,
-    get_database,
-)
+from tools.connection import Database, execute, get_database
+from tools.limits import INTERNAL_LIMITS, METADATA_PRAGMAS, PRESETS, QueryLimits
 from tools.results import ERROR_KINDS, QueryResult, ToolError
 from tools.toolbox import TOOL_SCHEMAS, TOOLS, ToolBox, ToolResponse, ToolSpec
 

@@ -19,8 +19,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from tools.connection import PRESETS, get_database
+from tools.connection import get_database
 from tools.errors import ToolkitError
+from tools.limits import PRESETS
 from tools.toolbox import TOOLS, ToolBox
 
 

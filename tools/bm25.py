@@ -37,9 +37,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from tools.cache import cache_root
-from tools.connection import Database, QueryLimits, execute
-from tools.names import quote_identifier, resolve_columns, resolve_table
+from tools.connection import Database, execute
+from tools.limits import QueryLimits
+from tools.names import resolve_columns, resolve_table
 from tools.results import ToolError, json_cell
+from tools.spelling import quote_identifier
 
 INDEX_VERSION = 1
 DEFAULT_ENGINE = "bm25s"
@@ -79,7 +81,7 @@ class Bm25sRanker:
         import bm25s
 
         tokens = bm25s.tokenize(
-            list(texts), lower=True, token_pattern=r"(?u)\b\w+\b", stopwords=None, show_progress=False
+            list(texts), lower=True, token_pattern=r"(?u)\b\w+\b", stopwords=[], show_progress=False
         )
         retriever = bm25s.BM25(method="lucene")
         retriever.index(tokens, show_progress=False)
@@ -403,7 +405,8 @@ def _filtered_index(db: Database, table: str, column: str, where: str) -> tuple[
     c = quote_identifier(column)
     result = execute(
         db,
-        f"SELECT DISTINCT {c} FROM {quote_identifier(table)} WHERE ({where}) AND {c} IS NOT NULL AND typeof({c}) <> 'blob'",
+        f"SELECT DISTINCT {c} FROM {quote_identifier(table)} "
+        f"WHERE ({where}) AND {c} IS NOT NULL AND typeof({c}) <> 'blob'",
         WHERE_LIMITS,
     )
     if isinstance(result, ToolError):

@@ -7,6 +7,8 @@ paths), where failing loudly is right.
 
 from __future__ import annotations
 
+from tools.spelling import did_you_mean
+
 
 class ToolkitError(Exception):
     """Base class of every error this project raises on purpose."""
@@ -24,8 +26,6 @@ class UnknownNameError(ToolkitError, ValueError):
     """A registry lookup missed: lists the registered names and the closest one."""
 
     def __init__(self, kind: str, name: str, registered: list[str]) -> None:
-        from tools.registry import did_you_mean
-
         self.kind, self.name, self.registered = kind, name, registered
         hint = did_you_mean(name, registered)  # "; did you mean 'x'?" or ""
         super().__init__(

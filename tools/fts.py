@@ -7,10 +7,8 @@ elements whose names match and, per matching column, up to 5 distinct matching v
 
 from __future__ import annotations
 
-import os
 import re
 import sqlite3
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,8 @@ from typing import Any
 from tools.bm25 import tokenize
 from tools.cache import cache_root
 from tools.connection import Database
-from tools.names import quote_identifier
+from tools.files import atomic_path
+from tools.spelling import quote_identifier
 
 FTS_VERSION = 1
 VALUES_PER_COLUMN = 5
@@ -49,14 +48,8 @@ def ensure_fts_index(db: Database) -> Path:
     with _BUILD_LOCK:
         if path.is_file():
             return path
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".building-", suffix=".sqlite")
-        os.close(fd)
-        try:
-            _build(db, Path(tmp))
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        with atomic_path(path) as tmp:
+            _build(db, tmp)
     return path
 
 

@@ -3,24 +3,18 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 
 from tools.connection import Database
 from tools.results import ToolError
-
-
-def _close(name: str, choices: Sequence[str]) -> list[str]:
-    lowered = {c.lower(): c for c in choices}
-    return [lowered[c] for c in difflib.get_close_matches(name.lower(), list(lowered), n=3, cutoff=0.6)]
+from tools.spelling import close_matches, list_hint
 
 
 def _hint(name: str, choices: Sequence[str], what: str) -> str:
-    close = _close(name, choices)
+    close = close_matches(name, choices)
     if close:
         return "did you mean " + " or ".join(repr(c) for c in close) + "?"
-    shown = ", ".join(choices[:30]) + (", …" if len(choices) > 30 else "")
-    return f"the {what} are: {shown}"
+    return list_hint(what, choices, limit=30)
 
 
 def resolve_table(db: Database, table: str) -> str | ToolError:
@@ -49,7 +43,3 @@ def resolve_columns(db: Database, table: str, columns: Sequence[str]) -> list[st
             )
         out.append(found)
     return out
-
-
-def quote_identifier(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'

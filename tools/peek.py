@@ -11,9 +11,11 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from tools.connection import Database, QueryLimits, execute
-from tools.names import quote_identifier, resolve_columns, resolve_table
+from tools.connection import Database, execute
+from tools.limits import QueryLimits
+from tools.names import resolve_columns, resolve_table
 from tools.results import QueryResult, ToolError, json_cell
+from tools.spelling import quote_identifier
 
 PEEK_SCAN_ROWS = 5000
 PEEK_LIMITS = QueryLimits(max_rows=PEEK_SCAN_ROWS, timeout_s=5.0, max_vm_steps=15_000_000)

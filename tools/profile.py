@@ -13,16 +13,16 @@ import dataclasses
 import hashlib
 import io
 import json
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tools.cache import cache_root
+from tools.files import atomic_write_text
 from tools.results import json_cell
+from tools.spelling import quote_identifier
 
 if TYPE_CHECKING:
     from tools.connection import Database
@@ -157,7 +157,7 @@ def load_or_build_profile(db: Database) -> DatabaseProfile:
         except (ValueError, KeyError, TypeError):
             pass  # a corrupt or old cache file is rebuilt below
     profile = build_profile(db)
-    _atomic_write(path, json.dumps(profile.to_json(), ensure_ascii=False))
+    atomic_write_text(path, json.dumps(profile.to_json(), ensure_ascii=False))
     return profile
 
 
@@ -169,14 +169,6 @@ def profile_cache_path(db: Database) -> Path:
     folder = cache_root() / "profiles"
     folder.mkdir(parents=True, exist_ok=True)
     return folder / f"{db.db_id}-{key}.json"
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    """Write via a temporary file + rename, so concurrent readers never see half a file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
 
 
 # --------------------------------------------------------------------------- building
@@ -194,12 +186,9 @@ def build_profile(db: Database) -> DatabaseProfile:
     return DatabaseProfile(db.db_id, db.content_hash, tables, tuple(declared) + tuple(inferred))
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 _NUMERIC_TEXT = (
-    "(typeof({c}) = 'text' AND trim({c}) GLOB '[0-9+.-]*' AND trim({c}) GLOB '*[0-9]*' AND trim({c}) NOT GLOB '*[^0-9.eE+-]*'"
+    "(typeof({c}) = 'text' AND trim({c}) GLOB '[0-9+.-]*' AND trim({c}) GLOB '*[0-9]*'"
+    " AND trim({c}) NOT GLOB '*[^0-9.eE+-]*'"
     " AND trim({c}) NOT GLOB '*.*.*' AND trim({c}) NOT GLOB '*[eE]*[eE]*'"
     " AND (trim({c}) NOT GLOB '?*[+-]*' OR trim({c}) NOT GLOB '*[^eE][+-]*' AND trim({c}) NOT GLOB '?*[^eE][+-]*'))"
 )
@@ -210,7 +199,7 @@ _IS_NUMBER = "typeof({c}) IN ('integer', 'real')"
 def _stats_sql(table: str, columns: list[str]) -> str:
     parts = ["COUNT(*)"]
     for col in columns:
-        c = _q(col)
+        c = quote_identifier(col)
         num_text = _NUMERIC_TEXT.format(c=c)
         is_num = _IS_NUMBER.format(c=c)
         parts += [
@@ -226,7 +215,7 @@ def _stats_sql(table: str, columns: list[str]) -> str:
             f"MIN(CASE WHEN {is_num} OR {num_text} THEN CAST({c} AS REAL) END)",
             f"MAX(CASE WHEN {is_num} OR {num_text} THEN CAST({c} AS REAL) END)",
         ]
-    return f"SELECT {', '.join(parts)} FROM {_q(table)}"
+    return f"SELECT {', '.join(parts)} FROM {quote_identifier(table)}"
 
 
 _STATS_PER_COLUMN = 11
@@ -301,16 +290,17 @@ def _tidy_number(value: Any) -> Any:
 
 
 def _top_values(db: Database, table: str, column: str) -> tuple[tuple[Any, int], ...]:
-    c = _q(column)
+    c = quote_identifier(column)
     rows = db.query_internal(
-        f"SELECT {c}, COUNT(*) AS n FROM {_q(table)} WHERE {c} IS NOT NULL GROUP BY {c} ORDER BY n DESC, {c} LIMIT {TOP_K}"
+        f"SELECT {c}, COUNT(*) AS n FROM {quote_identifier(table)} WHERE {c} IS NOT NULL "
+        f"GROUP BY {c} ORDER BY n DESC, {c} LIMIT {TOP_K}"
     )
     return tuple((_short(v), int(n)) for v, n in rows)
 
 
 def _examples(db: Database, table: str, column: str) -> tuple[Any, ...]:
-    c = _q(column)
-    rows = db.query_internal(f"SELECT DISTINCT {c} FROM {_q(table)} WHERE {c} IS NOT NULL LIMIT {EXAMPLES}")
+    c = quote_identifier(column)
+    rows = db.query_internal(f"SELECT DISTINCT {c} FROM {quote_identifier(table)} WHERE {c} IS NOT NULL LIMIT {EXAMPLES}")
     return tuple(_short(v) for (v,) in rows)
 
 
@@ -427,8 +417,9 @@ def _overlap(db: Database, table: str, column: str, ref_table: str, ref_column: 
     if distinct == 0:
         return 0.0
     (hits,) = db.query_internal(
-        f"SELECT COUNT(DISTINCT {_q(column)}) FROM {_q(table)} "
-        f"WHERE {_q(column)} IN (SELECT {_q(ref_column)} FROM {_q(ref_table)})"
+        f"SELECT COUNT(DISTINCT {quote_identifier(column)}) FROM {quote_identifier(table)} "
+        f"WHERE {quote_identifier(column)} IN "
+        f"(SELECT {quote_identifier(ref_column)} FROM {quote_identifier(ref_table)})"
     )[0]
     return int(hits or 0) / distinct
 
@@ -471,7 +462,8 @@ def _read_description_csv(path: Path) -> dict[str, dict[str, str]]:
     keys = [_norm_header(h) for h in header]
     rows: dict[str, dict[str, str]] = {}
     for raw in reader:
-        record = {k: _clean(v) for k, v in zip(keys, raw) if k in DESCRIPTION_FIELDS}
+        # zip(strict=False): description CSV rows may be ragged
+        record = {k: _clean(v) for k, v in zip(keys, raw, strict=False) if k in DESCRIPTION_FIELDS}
         original = record.get("original_column_name", "")
         if original:
             rows[original.lower()] = record

@@ -7,8 +7,8 @@ decorator that registers by name, and a lookup that fails with the registered na
 
 from __future__ import annotations
 
-import difflib
-from typing import Callable, Generic, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
 
 from tools.errors import UnknownNameError
 
@@ -52,11 +52,6 @@ class Registry(Generic[T]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
-
-
-def did_you_mean(name: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _qualname(obj: object) -> str:

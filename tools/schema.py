@@ -9,11 +9,11 @@ model output, which must never raise). Foreign keys are listed when both ends ar
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Any
 
 from tools.profile import ColumnProfile, DatabaseProfile, ForeignKey, TableProfile
+from tools.spelling import quote_identifier
 
 MAX_VALUE_CHARS = 40
 CATEGORICAL_MAX_DISTINCT = 20
@@ -138,11 +138,8 @@ def _number(value: float) -> str:
 
 # --------------------------------------------------------------------------- DDL
 
-_SIMPLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def _quote(name: str) -> str:
-    return name if _SIMPLE_NAME.match(name) else '"' + name.replace('"', '""') + '"'
+def _quote(name: str) -> str:  # schema text is read by the model: quote only names that need it
+    return quote_identifier(name, only_if_needed=True)
 
 
 def ddl_schema(

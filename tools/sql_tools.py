@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from tools.connection import PRESETS, Database, QueryLimits, execute
+from tools.connection import Database, execute
+from tools.limits import PRESETS, QueryLimits
 from tools.results import QueryResult, ToolError
 
 MAX_RETURN_ROWS_CAP = 1000

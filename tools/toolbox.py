@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tools.bm25 import bm25_search_sqlite
-from tools.connection import PRESETS, Database
+from tools.connection import Database
 from tools.errors import ConfigError
 from tools.fts import fts_search
+from tools.limits import PRESETS
 from tools.peek import sqlite_peek
 from tools.profile import DatabaseProfile
-from tools.registry import Registry, did_you_mean
+from tools.registry import Registry
 from tools.results import QueryResult, ToolError
+from tools.spelling import did_you_mean
 from tools.sql_tools import DEFAULT_PRESET, MAX_RETURN_ROWS_CAP, run_sql
 
 log = logging.getLogger(__name__)

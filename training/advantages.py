@@ -13,8 +13,8 @@ linker and generator trajectories of one question form two separate groups
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -54,7 +54,7 @@ def group_keys(example_ids: Sequence[str], roles: Sequence[str], group_by: str) 
     if group_by == "question":
         return list(example_ids)
     if group_by == "role":
-        return [f"{e}:{r}" for e, r in zip(example_ids, roles)]
+        return [f"{e}:{r}" for e, r in zip(example_ids, roles, strict=True)]
     raise ConfigError(f"advantage.group_by={group_by!r}; choose role or question")
 
 

@@ -154,8 +154,9 @@ def record_demonstrations(agent: Any, examples: Sequence[Example], tokenizer: An
                           script: Script) -> Demonstrations:
     """Play ``script``'s turns through the rollout driver for every example.
 
-    Each script sees the episode's own turn budget. An example is kept when all its episodes (DualSQL: linker and generator) ended with
-    an answer and every turn passed the format check; the reason for each drop is counted.
+    Each script sees the episode's own turn budget. An example is kept when all its
+    episodes (DualSQL: linker and generator) ended with an answer and every turn passed
+    the format check; the reason for each drop is counted.
     """
     from tools import get_database
     from training.rollout import ChatSegments, GenerationOutput, SamplingParams, _Slot

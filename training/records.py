@@ -92,11 +92,11 @@ def mask_reasons(policy: Sequence[int], loss: Mapping[str, Sequence[float]] | No
     full = loss["full"]
     if len(full) != len(policy):
         raise ValueError(f"loss mask has {len(full)} tokens, the response {len(policy)}")
-    base = "".join("L" if f > 0 else ("o" if p == 0 else "e") for p, f in zip(policy, full))
+    base = "".join("L" if f > 0 else ("o" if p == 0 else "e") for p, f in zip(policy, full, strict=True))
     out = {"full": base}
     for track, mask in loss.items():
         if track != "full":
-            out[track] = "".join("L" if m > 0 else (b if b != "L" else "p") for b, m in zip(base, mask))
+            out[track] = "".join("L" if m > 0 else (b if b != "L" else "p") for b, m in zip(base, mask, strict=True))
     return out
 
 
@@ -218,8 +218,9 @@ def trajectory_records(
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Records (and their prompts) for ``Trajectory`` objects; ``loss[i]`` holds the update's
     masks and advantages of trajectory ``i`` (absent: not in the update)."""
-    records, prompts = [], {}
-    for i, (t, r) in enumerate(zip(trajectories, rewards)):
+    records: list[dict[str, Any]] = []
+    prompts: dict[str, Any] = {}
+    for i, (t, r) in enumerate(zip(trajectories, rewards, strict=True)):
         key = prompt_id(t.prompt_ids)
         n_prompt = _prompt_messages(t)
         prompts.setdefault(key, [dict(m) for m in t.messages[:n_prompt]])

@@ -254,9 +254,6 @@ class EpisodeRunner:
         params = dataclasses.replace(self.sampling, max_new_tokens=self._budget, stop=self.stop)
         return self.prompt_ids + self.tokens.ids, params
 
-    def next_prompt_ids(self) -> list[int]:
-        return self.next_request()[0]
-
     def feed(self, output: GenerationOutput) -> None:
         """Take one generation: cut it, step the agent, append observation tokens."""
         if self.done:

@@ -97,7 +97,7 @@ def supervised_fine_tune(
         tokens_seen += total
         if on_step is not None:
             on_step(step, {"warm_start/nll": step_loss, "warm_start/grad_norm": float(norm),
-                           "warm_start/lr": scheduler.get_last_lr()[0]})
+                           "warm_start/lr": float(scheduler.get_last_lr()[0])})
         if bar is not None:
             bar.set_postfix(nll=f"{step_loss:.3f}")
             bar.update(1)

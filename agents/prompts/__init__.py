@@ -14,7 +14,7 @@ from string import Template
 from tools.errors import ConfigError
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_template(name: str) -> Template:
     """The template ``agents/prompts/<name>.txt``."""
     path = resources.files(__name__).joinpath(f"{name}.txt")

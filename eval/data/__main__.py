@@ -14,9 +14,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
+from agents.types import difficulty_order
 from tools.errors import ConfigError, ToolkitError
 
 
@@ -58,15 +60,10 @@ def stats_text(data: dict[str, Any]) -> str:
         plan.append((data["eval_split"], data.get("eval_limit")))
     for split, limit in plan:
         examples = load_examples(data["kind"], data["root"], split, bool(data.get("drop_failing_gold")), limit)
-        difficulties = sorted({e.difficulty for e in examples}, key=_difficulty_order)
+        difficulties = difficulty_order([e.difficulty for e in examples])
         lines.append(f"\nsplit {split}: {len(examples)} examples, {len({e.db_id for e in examples})} databases")
         lines.append(_table(examples, difficulties))
     return "\n".join(lines)
-
-
-def _difficulty_order(label: str) -> tuple[int, str]:
-    order = {"simple": 0, "moderate": 1, "challenging": 2}
-    return (order.get(label, 3), label)
 
 
 def _table(examples: list, difficulties: list[str]) -> str:

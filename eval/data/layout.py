@@ -9,9 +9,9 @@ tried, so one run reports everything that is wrong at once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from tools.errors import DataError
 

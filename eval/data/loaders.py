@@ -14,19 +14,18 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from agents.types import Example
 from eval.data.layout import Layout, Problems, resolve_bird, resolve_jsonl, resolve_spider, show_ids
 from tools.errors import ConfigError, DataError
+from tools.files import atomic_write_text
 from tools.registry import Registry
 
 log = logging.getLogger(__name__)
-
-DIFFICULTIES = ("simple", "moderate", "challenging")
-
 
 @dataclass(frozen=True)
 class Fields:
@@ -345,10 +344,8 @@ class _GoldCache:
         """Write new entries (atomically: temp file + rename)."""
         if not self.dirty:
             return
-        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
         try:
-            tmp.write_text(json.dumps(self.entries, ensure_ascii=False), encoding="utf-8")
-            os.replace(tmp, self.path)
+            atomic_write_text(self.path, json.dumps(self.entries, ensure_ascii=False))
             self.dirty = False
         except OSError as err:  # a read-only cache only costs speed
             log.debug("could not write %s: %s", self.path, err)
@@ -365,8 +362,9 @@ def _refs_dir() -> Path:
 def _reader_hash() -> str:
     import hashlib
 
-    import rex.sql
     import sqlglot
+
+    import rex.sql
 
     digest = hashlib.sha256(Path(rex.sql.__file__).read_bytes())
     digest.update(sqlglot.__version__.encode())

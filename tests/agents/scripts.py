@@ -7,7 +7,8 @@ The agent tests replay them on ``Episode.step``; the rollout tests replay them a
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from tests.agents.conftest import COUNT_SQL, JOIN_SQL
 

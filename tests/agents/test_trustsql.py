@@ -41,7 +41,8 @@ def test_acknowledgement_counts_tables_and_columns(example, db) -> None:
     episode = make_agent("trustsql").start(example, db)
     text = THINK + (
         '<action>propose_schema</action><schema>{"tables": ["schools", "satscores"], '
-        '"columns": {"schools": ["id", "city"], "satscores": ["school_id"]}, "joins": ["schools.id = satscores.school_id"]}</schema>'
+        '"columns": {"schools": ["id", "city"], "satscores": ["school_id"]}, '
+        '"joins": ["schools.id = satscores.school_id"]}</schema>'
     )
     step = episode.step(text)
     assert step.observations[0]["content"] == "Schema acknowledged: 2 table(s), 3 column(s)."

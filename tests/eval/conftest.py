@@ -54,7 +54,8 @@ BIRD_DEV = [
      "evidence": "Spain refers to country = 'Spain'", "SQL": "SELECT name FROM singer WHERE country = 'Spain'",
      "difficulty": "simple"},
     {"question_id": 12, "db_id": "music", "question": "Which singers performed in 2021?", "evidence": "",
-     "SQL": "SELECT DISTINCT T1.name FROM singer AS T1 JOIN concert AS T2 ON T1.singer_id = CAST(T2.singer_id AS INTEGER) "
+     "SQL": "SELECT DISTINCT T1.name FROM singer AS T1 "
+            "JOIN concert AS T2 ON T1.singer_id = CAST(T2.singer_id AS INTEGER) "
             "WHERE T2.year = '2021'", "difficulty": "moderate"},
     {"question_id": 13, "db_id": "shop", "question": "List every item.", "evidence": "", "SQL": "SELECT * FROM item",
      "difficulty": "simple"},

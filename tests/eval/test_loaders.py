@@ -19,7 +19,6 @@ from eval.data.layout import MAX_IDS_SHOWN
 from tests.eval.conftest import BIRD_DEV, make_music_db, make_shop_db, write_bird
 from tools.errors import ConfigError, DataError, UnknownNameError
 
-
 # ------------------------------------------------------------------------------ BIRD
 
 

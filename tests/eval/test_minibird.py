@@ -261,7 +261,8 @@ def test_noise_integer_text_join_key(dev_dbs: dict[str, Path]) -> None:
                 parent, child_col, parent_col = fk[2], fk[3], fk[4]
                 if types[(table, child_col)] == "TEXT" and types[(parent, parent_col)] == "INTEGER":
                     text_rows, joined = conn.execute(
-                        f"SELECT SUM(typeof(c.{child_col}) = 'text'), SUM(p.{parent_col} IS NOT NULL) FROM {table} AS c "
+                        f"SELECT SUM(typeof(c.{child_col}) = 'text'), SUM(p.{parent_col} IS NOT NULL) "
+                        f"FROM {table} AS c "
                         f"LEFT JOIN {parent} AS p ON CAST(c.{child_col} AS INTEGER) = p.{parent_col}").fetchone()
                     if text_rows and joined == text_rows:
                         found.append(f"{table}.{child_col} -> {parent}.{parent_col}")

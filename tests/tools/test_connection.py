@@ -20,8 +20,8 @@ from tools import (
     execute,
     get_database,
 )
-from tools.connection import METADATA_PRAGMAS
 from tools.errors import ConfigError, DataError
+from tools.limits import METADATA_PRAGMAS
 
 from .conftest import make_school_db
 

@@ -22,8 +22,8 @@ from training.advantages import (
 def hand_grpo(scores: list[float], groups: list[str], eps: float) -> list[float]:
     """(r - mean) / (std + eps) per group, unbiased std (veRL's torch.std)."""
     out = []
-    for s, g in zip(scores, groups):
-        members = [x for x, h in zip(scores, groups) if h == g]
+    for s, g in zip(scores, groups, strict=True):
+        members = [x for x, h in zip(scores, groups, strict=True) if h == g]
         mean = sum(members) / len(members)
         std = math.sqrt(sum((x - mean) ** 2 for x in members) / (len(members) - 1))
         out.append((s - mean) / (std + eps))

@@ -48,7 +48,7 @@ def test_demonstrations_are_valid_episodes_with_full_reward(name: str, examples:
     for t in demos.trajectories:
         ex = by_id[t.example_id]
         assert t.result.end_reason == "answer" and t.result.all_turns_valid
-        policy_text = tok.decode([i for i, m in zip(t.response_ids, t.response_mask) if m])
+        policy_text = tok.decode([i for i, m in zip(t.response_ids, t.response_mask, strict=True) if m])
         if t.role == "linker":
             assert t.result.schema is not None and set(t.result.schema.tables) == set(ex.gold_tables)
             continue
@@ -63,7 +63,7 @@ def test_tool_results_are_real_observations_without_loss(name: str, examples: li
     tok = tiny_tokenizer()
     demos = record_demonstrations(make_agent(name, **options), examples[:1], tok, LIMITS, get_script(name))
     t = demos.trajectories[0]
-    observed = tok.decode([i for i, m in zip(t.response_ids, t.response_mask) if not m])
+    observed = tok.decode([i for i, m in zip(t.response_ids, t.response_mask, strict=True) if not m])
     assert '"row_count"' in observed or "rows" in observed  # the executor's JSON came back
     assert [turn.tool_outcome for turn in t.result.turns if turn.tool_name] == ["ok"] * sum(
         1 for turn in t.result.turns if turn.tool_name)

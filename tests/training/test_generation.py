@@ -16,8 +16,7 @@ from tests.helpers.tiny_model import tiny_tokenizer
 from tests.training.test_demonstrations import AGENTS, LIMITS
 from tests.training.test_local_engine import QUESTIONS, make_db, turn_text
 from tools import get_database
-from training.generation import (EndpointSource, EndpointSpec, restore_stop, run_source_episodes,
-                                 with_reasoning)
+from training.generation import EndpointSource, EndpointSpec, restore_stop, run_source_episodes, with_reasoning
 from training.rollout import SamplingParams
 
 PARAMS = SamplingParams(temperature=0.7, max_new_tokens=400, stop=("</tool_call>", "</answer>"))
@@ -123,7 +122,7 @@ def test_endpoint_episodes_run_our_tools_and_reach_the_gold_answer(recipe: str, 
     assert all(r.get("n") == 2 for r in server.requests)  # the two samples of a question share each request
     if recipe != "dualsql":  # the tool ran here: its observation is in the conversation, loss-free
         t = finals[0]
-        observed = tiny_tokenizer().decode([i for i, m in zip(t.response_ids, t.response_mask) if not m])
+        observed = tiny_tokenizer().decode([i for i, m in zip(t.response_ids, t.response_mask, strict=True) if not m])
         assert "rows" in observed
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
@@ -241,7 +242,7 @@ def test_trustsql_buffer_two_track_advantages_and_prefix_mask(tmp_path: Path, ex
             assert torch.allclose(got, hand.clamp(-10, 10), atol=1e-5), (track, q)
     for i, tr in enumerate(buffer.trajectories):
         propose = max(turn.index for turn in tr.result.turns if turn.phase == "propose_schema")
-        expect = [m if turn <= propose else 0 for m, turn in zip(tr.response_mask, tr.turn_index)]
+        expect = [m if turn <= propose else 0 for m, turn in zip(tr.response_mask, tr.turn_index, strict=True)]
         assert buffer.masks["schema"][i] == [float(x) for x in expect]
         assert buffer.masks["full"][i] == [float(x) for x in tr.response_mask]
 
@@ -301,7 +302,7 @@ def test_response_log_probs_match_a_per_row_forward() -> None:
     prompts, responses = [[5, 6, 7, 8], [9, 10]], [[11, 12], [13, 14, 15, 16]]
     batch = lp.build_policy_batch(prompts, responses, {"full": [[1, 1], [1, 1, 1, 1]]}, {"full": [1.0, -1.0]}, 0)
     got, _ = lp.response_log_probs(model, batch)
-    for i, (p, r) in enumerate(zip(prompts, responses)):
+    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
         logits = model(torch.tensor([p + r])).logits[0].log_softmax(-1)
         want = [logits[len(p) + j - 1, r[j]].item() for j in range(len(r))]
         assert got[i, : len(r)].tolist() == pytest.approx(want, abs=1e-5)
@@ -332,7 +333,7 @@ def test_checkpoint_round_trip_restores_rng_and_sampler(tmp_path: Path) -> None:
     meta = st.load_checkpoint(st.latest_checkpoint(tmp_path), other, opt, sched)
     assert torch.equal(torch.rand(3), expected)
     assert meta.step == 3 and meta.sampler["cursor"] == 5
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), other.state_dict().values()))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), other.state_dict().values(), strict=True))
 
 
 def test_several_mini_batches_use_old_log_probs_and_clip(tmp_path: Path, examples: list[Example]) -> None:
@@ -365,7 +366,7 @@ def files_of(run_dir: Path) -> dict[str, bytes]:
 
 
 def records(run_dir: Path) -> list[dict[str, Any]]:
-    """metrics.jsonl's evaluation and training rows (config rows are checked by the validation-and-summary test above)."""
+    """metrics.jsonl's evaluation and training rows (config rows: the validation-and-summary test)."""
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [r for r in rows if r["kind"] != "config"]
 
@@ -487,10 +488,10 @@ def test_samples_records_match_the_update_and_the_metrics_step(tmp_path: Path, e
         assert (s["question"], s["gold_sql"], s["db_id"], s["difficulty"]) == (ex.question, ex.gold_sql, "schools", "simple")
         assert s["design"] == "trustsql" and s["engine"] == "local"
         assert s["tables"]["gold"]["columns"] and s["outcome"] in ("match", "mismatch", "pred_error")
-    for step, buffer in zip((1, 2), buffers):
+    for step, buffer in zip((1, 2), buffers, strict=True):
         rows = [s for s in samples if s["step"] == step]
         assert len(rows) == len(buffer.trajectories) == 8  # samples_per_step 16 > G*B
-        for s, traj in zip(rows, buffer.trajectories):
+        for s, traj in zip(rows, buffer.trajectories, strict=True):
             for track in ("full", "schema"):
                 assert [float(c == "L") for c in s["why"][track]] == buffer.masks[track][rows.index(s)]
             assert s["policy"] == "".join(str(m) for m in traj.response_mask)

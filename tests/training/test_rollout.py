@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from typing import Sequence
+from collections.abc import Sequence
 
 import pytest
 import torch
@@ -123,12 +123,12 @@ def check_generated(traj, gen: ScriptedGenerate) -> None:
     """Every mask-1 token of turn t is a prefix of what generate returned for turn t."""
     outputs = {turn: ids for role, turn, ids in gen.calls if role == traj.role}
     for turn in sorted(set(traj.turn_index)):
-        policy = [tok for tok, m, t in zip(traj.response_ids, traj.response_mask, traj.turn_index) if t == turn and m]
+        policy = [tok for tok, m, t in zip(traj.response_ids, traj.response_mask, traj.turn_index, strict=True) if t == turn and m]
         assert policy == outputs[turn][: len(policy)], f"turn {turn}: mask-1 tokens not from generate"
-        positions = [i for i, (m, t) in enumerate(zip(traj.response_mask, traj.turn_index)) if t == turn and m]
+        positions = [i for i, (m, t) in enumerate(zip(traj.response_mask, traj.turn_index, strict=True)) if t == turn and m]
         assert positions == list(range(positions[0], positions[0] + len(positions))), "policy tokens of a turn are contiguous"
         assert [traj.logprobs[i] for i in positions] == [logprob_of(k, tok) for k, tok in enumerate(policy)]
-    assert all(lp == 0.0 for lp, m in zip(traj.logprobs, traj.response_mask) if not m)
+    assert all(lp == 0.0 for lp, m in zip(traj.logprobs, traj.response_mask, strict=True) if not m)
 
 
 def test_masks_token_by_token_on_a_multi_turn_episode() -> None:
@@ -181,7 +181,7 @@ def test_stop_string_ending_inside_a_token_keeps_the_covering_token() -> None:
     assert '>{"' in [TOK.decode([i]) for i in ids[len(TOK.encode(TOOL, add_special_tokens=False)) - 1 :]]
     gen = ScriptedGenerate({"agent": [(overshoot, False), ("<answer>x</answer>", True)]})
     (traj,) = run_episodes(ScriptedAgent(), [(example(), None, 0)], TOK, gen, SamplingParams())
-    first = [t for t, m, i in zip(traj.response_ids, traj.response_mask, traj.turn_index) if m and i == 0]
+    first = [t for t, m, i in zip(traj.response_ids, traj.response_mask, traj.turn_index, strict=True) if m and i == 0]
     assert TOK.decode(first) == TOOL + '{"'  # the covering token, never re-tokenized
     assert traj.result.turns[0].text == TOOL  # the agent saw the text cut at the stop
     assert traj.result.turns[0].phase == "tool_call"
@@ -195,7 +195,7 @@ def test_agent_cut_keeps_only_covering_tokens_and_closes_the_turn() -> None:
     assert [t.role for t in trajs] == ["linker", "generator"]
     assert [t.group_id for t in trajs] == ["q0:linker", "q0:generator"]
     gen_traj = trajs[1]
-    policy = [t for t, m in zip(gen_traj.response_ids, gen_traj.response_mask) if m]
+    policy = [t for t, m in zip(gen_traj.response_ids, gen_traj.response_mask, strict=True) if m]
     assert TOK.decode(policy) == "<answer>SELECT 1</answer> trailing"
     assert EOS not in policy  # the sampled EOS came after the cut: dropped
     assert gen_traj.response_ids[len(policy) :] == TOK.encode("<|im_end|>\n", add_special_tokens=False)
@@ -366,8 +366,8 @@ def test_batched_run_with_the_tiny_model() -> None:
         assert traj.result.end_reason in ("turn_budget", "answer")
         assert 0 < traj.num_policy_tokens < len(traj.response_ids)
         assert all(lp <= 0.0 for lp in traj.logprobs)
-        assert all(lp == 0.0 for lp, m in zip(traj.logprobs, traj.response_mask) if not m)
-        per_turn = {t: sum(m for m, i in zip(traj.response_mask, traj.turn_index) if i == t) for t in set(traj.turn_index)}
+        assert all(lp == 0.0 for lp, m in zip(traj.logprobs, traj.response_mask, strict=True) if not m)
+        per_turn = {t: sum(m for m, i in zip(traj.response_mask, traj.turn_index, strict=True) if i == t) for t in set(traj.turn_index)}
         assert all(0 < n <= 12 for n in per_turn.values())
         if traj.result.end_reason == "turn_budget":
             assert TOK.decode(traj.prompt_ids + traj.response_ids) == rendered(traj)
@@ -507,7 +507,7 @@ def test_real_agents_with_the_tiny_model(name: str, agent_db) -> None:
         assert traj.result.end_reason in ("turn_budget", "format_cutoff", "context_limit")
         assert len(traj.prompt_ids) + len(traj.response_ids) <= 4096
         policy_runs, run = [], []
-        for tok, m in zip(traj.response_ids, traj.response_mask):
+        for tok, m in zip(traj.response_ids, traj.response_mask, strict=True):
             if m:
                 run.append(tok)
             elif run:

@@ -27,7 +27,7 @@ def test_generation_log_probs_are_the_models_raw_log_probs() -> None:
     model, tok = tiny_model(seed=3), tiny_tokenizer()
     prompts = [tok.encode("SELECT name FROM"), tok.encode("SELECT COUNT(*) FROM schools WHERE")]
     rows = lp.batched_generate(model, tok, prompts, max_new_tokens=12, temperature=0.7, top_k=5, logprobs=True)
-    for prompt, row in zip(prompts, rows):
+    for prompt, row in zip(prompts, rows, strict=True):
         assert row.logprobs is not None and len(row.logprobs) == len(row.token_ids) > 0
         batch = lp.build_policy_batch([prompt], [row.token_ids], {"full": [[1.0] * len(row.token_ids)]},
                                       {"full": [0.0]}, tok.pad_token_id)
@@ -57,14 +57,14 @@ def test_token_level_is_weights_are_truncated_ratios(tmp_path: Path, examples: l
     policy_before = [list(m) for m in buffer.masks["full"]]
     weights, metrics = apply_rollout_correction(buffer, old, RolloutCorrectionConfig(rollout_is="token"))
     assert weights is not None
-    for i, tr in enumerate(buffer.trajectories):
+    for i in range(len(buffer.trajectories)):
         on = torch.tensor(policy_before[i]) > 0
         expected = min(math.exp(shift[i]), 2.0)  # veRL's default threshold 2.0 (TIS)
         assert torch.allclose(weights[i][on], torch.full((int(on.sum()),), expected), atol=1e-4), i
     assert buffer.masks["full"] == policy_before  # IS only: nothing rejected
     # the mismatch metric: veRL's kl = mean(rollout - training) over policy tokens
     tokens = [sum(m) for m in policy_before]
-    kl = -sum(s * n for s, n in zip(shift, tokens)) / sum(tokens)
+    kl = -sum(s * n for s, n in zip(shift, tokens, strict=True)) / sum(tokens)
     assert metrics["rollout_corr/kl"] == pytest.approx(kl, abs=1e-4)
     assert metrics["rollout_corr/rejected_tokens"] == 0.0
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from agents import make_agent
 from agents.types import Example
 from tests.helpers.fake_openai import FakeOpenAI, Reply
 from tests.helpers.tiny_model import tiny_model, tiny_tokenizer

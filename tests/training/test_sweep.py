@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.sweep import ARMS
-from training.sweep import SweepJob, apply_sweep, job_values, swept_keys, verl_runtime_env
 from tools.errors import ConfigError
+from training.sweep import SweepJob, apply_sweep, job_values, swept_keys, verl_runtime_env
 
 
 def _records(run: Path, kind: str) -> list[dict]:

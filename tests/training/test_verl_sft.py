@@ -52,9 +52,10 @@ def data_config(recipe: str, run_dir: Path, root: Path, *extra: str) -> Any:
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_verl_sft_dataset_emits_the_rollout_drivers_ids_and_masks(recipe: str, tmp_path: Path, data_root: Path,
                                                                   tokenizer_dir: Path) -> None:
+    from verl.trainer.sft_trainer import create_sft_dataset
+
     from tools import get_database
     from training.rollout import SamplingParams, run_episodes
-    from verl.trainer.sft_trainer import create_sft_dataset
 
     cfg = data_config(recipe, tmp_path, data_root)
     examples = load_examples("jsonl", data_root, "train")
@@ -76,7 +77,7 @@ def test_verl_sft_dataset_emits_the_rollout_drivers_ids_and_masks(recipe: str, t
     dataset = create_sft_dataset(verl_cfg.data.train_files, verl_cfg.data, tiny_tokenizer(), None)
     assert len(dataset) == len(expected) == len(examples) * (2 if recipe == "dualsql" else 1)
     for item, t in zip(sorted((dataset[i] for i in range(len(dataset))), key=lambda x: x["input_ids"].tolist()),
-                       sorted(expected, key=lambda t: t.prompt_ids + t.response_ids)):
+                       sorted(expected, key=lambda t: t.prompt_ids + t.response_ids), strict=True):
         assert item["input_ids"].tolist() == t.prompt_ids + t.response_ids
         assert item["loss_mask"].tolist() == [0] * len(t.prompt_ids) + list(t.response_mask)
         assert item["position_ids"].tolist() == list(range(len(item["input_ids"])))

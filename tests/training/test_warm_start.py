@@ -39,7 +39,7 @@ def test_nll_is_the_policy_tokens_negative_log_likelihood(examples: list[Example
         with torch.no_grad():
             logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)  # [seq-1, vocab]
         start = len(t.prompt_ids)
-        for j, (token, m) in enumerate(zip(t.response_ids, t.response_mask)):
+        for j, (token, m) in enumerate(zip(t.response_ids, t.response_mask, strict=True)):
             if m:
                 hand -= float(logp[start + j - 1, token])
                 count += 1

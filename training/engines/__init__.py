@@ -38,14 +38,10 @@ register_engine("local", "training.engines.local")
 register_engine("verl", "training.engines.verl_launch")
 
 
-def list_engines() -> list[str]:
-    return ENGINES.names()
-
-
 def get_engine(name: str) -> EngineModule:
     """Import and return the engine module (``ValueError`` listing engines if unknown)."""
     module: ModuleType = importlib.import_module(ENGINES.get(name))
-    return module  # type: ignore[return-value]
+    return module
 
 
 def resolve_engine(name: str) -> tuple[str, str]:

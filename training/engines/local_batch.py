@@ -8,8 +8,9 @@ TRUST-SQL's phase prefix for the schema track).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -85,7 +86,7 @@ def build_buffer(
     kept = [i for i, k in enumerate(keep) if k]
     kept_ids = {trajectories[i].example_id for i in kept}
     flat_groups = set(result.zero_variance_groups)
-    varying_ids = {t.example_id for t, g in zip(trajectories, groups) if g not in flat_groups}
+    varying_ids = {t.example_id for t, g in zip(trajectories, groups, strict=True) if g not in flat_groups}
     unkept = list(dict.fromkeys(t.example_id for t in trajectories if t.example_id not in kept_ids))
     buffer = StepBuffer(
         trajectories=[trajectories[i] for i in kept], masks={}, advantages={}, fill_rate=fill,
@@ -187,4 +188,4 @@ def track_masks(
         flags["mask/schema_tokens"] = float(per_track[schema_track].sum())
         flags["mask/empty_schema_rows"] = float((span < 0).sum())
     lengths = [len(t.response_ids) for t in trajectories]
-    return {k: [row[:n].tolist() for row, n in zip(v, lengths)] for k, v in per_track.items()}, flags
+    return {k: [row[:n].tolist() for row, n in zip(v, lengths, strict=True)] for k, v in per_track.items()}, flags

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -23,8 +24,8 @@ def rollout_metrics(trajectories: Sequence[Any], rewards: Sequence[Any]) -> dict
     roles = sorted({t.role for t in trajectories})
     if len(roles) > 1:
         for role in roles:
-            out[f"reward/{role}/total"] = _mean(r.total for t, r in zip(trajectories, rewards) if t.role == role)
-    finals = [r for t, r in zip(trajectories, rewards) if t.result.final_sql is not None or len(roles) == 1]
+            out[f"reward/{role}/total"] = _mean(r.total for t, r in zip(trajectories, rewards, strict=True) if t.role == role)
+    finals = [r for t, r in zip(trajectories, rewards, strict=True) if t.result.final_sql is not None or len(roles) == 1]
     out["ex/batch"] = _mean(float(r.components.get("exec", 0.0) >= 1.0 - 1e-9) for r in finals) if finals else 0.0
     out["length/response"] = _mean(len(t.response_ids) for t in trajectories)
     out["length/policy_tokens"] = _mean(t.num_policy_tokens for t in trajectories)

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -138,7 +139,7 @@ def batched_generate(
     if recorder is None:
         return rows
     lps = recorder.result(new_t).tolist()  # [batch, new_len]
-    return [RawGeneration(r.token_ids, r.finish_reason, lp[: len(r.token_ids)]) for r, lp in zip(rows, lps)]
+    return [RawGeneration(r.token_ids, r.finish_reason, lp[: len(r.token_ids)]) for r, lp in zip(rows, lps, strict=True)]
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
@@ -210,7 +211,7 @@ def build_policy_batch(
     """Pack trajectories so that every response ends at the last column (left padding).
     ``rollout_log_probs``: per row, the generating model's log-probs (or None for all
     rows when any row lacks them)."""
-    seqs = [list(p) + list(r) for p, r in zip(prompts, responses)]
+    seqs = [list(p) + list(r) for p, r in zip(prompts, responses, strict=True)]
     input_ids, attention_mask = left_pad(seqs, pad_id)  # [batch, seq_len]
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [batch, seq_len]
     resp_len = max(1, max(len(r) for r in responses))

@@ -186,7 +186,7 @@ def step_record(records: Sequence[Mapping[str, Any]], rewards: Sequence[Mapping[
         out[f"reward/{name}"] = float(np.mean([r["components"].get(name, 0.0) for r in rewards]))
     out["reward/errors"] = float(sum(1 for r in rewards if r.get("error")))
     roles = {rec["role"] for rec in records}
-    finals = [r for rec, r in zip(records, rewards) if rec.get("final_sql") is not None or len(roles) == 1]
+    finals = [r for rec, r in zip(records, rewards, strict=True) if rec.get("final_sql") is not None or len(roles) == 1]
     out["ex/batch"] = float(np.mean([r["components"].get("exec", 0.0) >= 1.0 - 1e-9 for r in finals])) if finals else 0.0
     out["episode/turns"] = float(np.mean([rec["num_turns"] for rec in records]))
     return out
@@ -240,7 +240,8 @@ def sample_rows(
     from training.records import prompt_id, sample_record
 
     order = sorted(range(len(extra)), key=lambda i: (*row_key(keys[i]), i))
-    records, prompt_texts = [], {}
+    records: list[dict[str, Any]] = []
+    prompt_texts: dict[str, Any] = {}
     for i in order[:count]:
         ep, reward = _field(extra[i], EPISODE_KEY, i), _field(extra[i], REWARD_KEY, i)
         n = min(len(responses[i]), len(ep["policy_mask"]), len(ep["turn_index"]))  # dropped rows: n = 0
@@ -250,7 +251,7 @@ def sample_rows(
         example = examples[ep["example_id"]]
         found = dict(tables(example, ep["final_sql"]) if tables is not None else {})
         turns = [{"index": t, "phase": phase, "format_ok": ok}
-                 for t, (phase, ok) in enumerate(zip(ep["phases"], ep["format_ok"]))]
+                 for t, (phase, ok) in enumerate(zip(ep["phases"], ep["format_ok"], strict=True))]
         records.append(sample_record(
             step=step, engine="verl", design=design, example=example, role=ep["role"], group=ep["group"],
             sample=row_key(keys[i])[1], prompt=key, tokens=_decoded(tokenizer, responses[i][:n]),

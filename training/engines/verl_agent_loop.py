@@ -352,7 +352,7 @@ class SqlAgentLoop(AgentLoopBase):
             schema = self.settings.schema_track
             masks, _ = track_masks(kept, ["full", schema], schema, self.settings.guardrails)
             metrics = {"generate_sequences": seconds / len(kept), "compute_score": score_seconds / len(kept)}
-            for i, (traj, breakdown) in enumerate(zip(kept, breakdowns)):
+            for i, (traj, breakdown) in enumerate(zip(kept, breakdowns, strict=True)):
                 out = to_output(traj, breakdown, keys, masks["full"][i], masks[schema][i], metrics, self.response_length)
                 outputs[id(traj)] = out
         result = []

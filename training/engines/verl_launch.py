@@ -126,13 +126,15 @@ def child_main(argv: list[str] | None = None) -> int:
     import argparse
     import json
 
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
     parser = argparse.ArgumentParser(prog="python -m training.engines.verl_launch")
     parser.add_argument("config", help="a veRL config written by a sweep job (run_dir/verl_config.yaml)")
     parser.add_argument("--dry-run", action="store_true", help="print what would launch, start nothing")
     args = parser.parse_args(argv)
     cfg = OmegaConf.load(args.config)
+    if not isinstance(cfg, DictConfig):
+        raise ConfigError(f"{args.config} holds a list; pass the veRL config mapping a sweep job wrote")
     if args.dry_run:
         runtime_env = OmegaConf.to_container(cfg.ray_kwargs.ray_init.runtime_env, resolve=True)
         print(json.dumps({"experiment_name": cfg.trainer.experiment_name, "runtime_env": runtime_env,

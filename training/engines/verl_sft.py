@@ -44,7 +44,10 @@ class RolloutDriverSFTDataset:
         if block is None:
             raise ValueError("RolloutDriverSFTDataset needs the data.sqlagent block (training.run engine=verl "
                              "stage=sft writes it)")
-        self.settings = OmegaConf.to_container(block, resolve=True) if not isinstance(block, dict) else dict(block)
+        settings = OmegaConf.to_container(block, resolve=True) if not isinstance(block, dict) else dict(block)
+        if not isinstance(settings, dict):
+            raise ValueError(f"data.sqlagent must be a mapping, got {type(settings).__name__}")
+        self.settings = {str(k): v for k, v in settings.items()}
         files = [parquet_files] if isinstance(parquet_files, str) else list(parquet_files)
         rows = [row for f in files for row in read_rows(_jsonl_of(f))]
         if max_samples and max_samples > 0:

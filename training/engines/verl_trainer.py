@@ -44,7 +44,6 @@ from verl.utils.py_functional import rename_dict
 from verl.utils.skip import SkipManager
 
 from tools.errors import ConfigError
-
 from training.engines.verl_advantages import (
     UPDATE_KEY,
     _field,
@@ -230,8 +229,8 @@ class SqlAgentTrainer(PPOTrainerSync):
             proto, corr_metrics = compute_rollout_correction_and_add_to_batch(proto, corr)
             metrics.update(corr_metrics)
         is_padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
-        zero = [bool(tag.get(ZERO_MASK_TAG, False)) and not pad for tag, pad in zip(batch.tags, is_padding)]
-        excluded = [pad or z for pad, z in zip(is_padding, zero)]
+        zero = [bool(tag.get(ZERO_MASK_TAG, False)) and not pad for tag, pad in zip(batch.tags, is_padding, strict=True)]
+        excluded = [pad or z for pad, z in zip(is_padding, zero, strict=True)]
         proto, adv_metrics = phase_aware_advantages(proto, self._advantage_settings(), excluded)
         metrics.update(adv_metrics)
         self._remember_step(proto, is_padding)
@@ -268,7 +267,7 @@ class SqlAgentTrainer(PPOTrainerSync):
         real = [i for i, pad in enumerate(is_padding) if not pad and not _field(extra[i], EPISODE_KEY, i).get("dropped")]
         records = [_field(extra[i], EPISODE_KEY, i) for i in real]
         rewards = [_field(extra[i], REWARD_KEY, i) for i in real]
-        self._step_values = step_record(records, rewards)
+        self._step_values: dict[str, float] | None = step_record(records, rewards)
 
     def _write_samples(self, batch: Any, proto: DataProto, is_padding: Sequence[bool]) -> None:
         """Append the step's first ``trainer.samples_per_step`` rows (veRL's padding rows
@@ -276,8 +275,8 @@ class SqlAgentTrainer(PPOTrainerSync):
         record builder the local engine uses (training/records.py). The step is veRL's
         ``global_steps``, the ``step`` of this step's metrics.jsonl row."""
         import transfer_queue as tq
-        from rex import ExecScorer
 
+        from rex import ExecScorer
         from training.records import SampleWriter
 
         count, run_dir = self.settings.samples_per_step, self.settings.run_dir

@@ -11,18 +11,22 @@ trainer logs and counts it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from agents.types import EpisodeResult, Example, RewardBreakdown, RewardFn, SchemaSelection, Trajectory
+from agents.types import Example, RewardBreakdown, RewardFn, SchemaSelection, Trajectory
 from rex.scorer import METRICS, ExecScore, ExecScorer, check_metric
 from rex.sql import referenced_schema
-from tools.errors import ConfigError
+from tools.errors import ConfigError, DataError
 from tools.registry import Registry
 
 if TYPE_CHECKING:
     from tools import Database
+
+log = logging.getLogger(__name__)
 
 REWARDS: Registry[type] = Registry("reward")
 
@@ -80,7 +84,8 @@ def check_positive(name: str, value: float) -> None:
 
 
 def execution(
-    trajectory: Trajectory, example: Example, db: "Database | None", metric: str, timeout_s: float
+    trajectory: Trajectory, example: Example, db: Database | str | os.PathLike[str] | None, metric: str,
+    timeout_s: float,
 ) -> tuple[ExecScore | None, str | None]:
     """Score the episode's final SQL against the gold SQL, or say why it cannot be.
 
@@ -119,7 +124,7 @@ def guarded(fn: Callable[..., RewardBreakdown]) -> Callable[..., RewardBreakdown
     (with its type and message) instead of killing a rollout worker. Bugs stay visible:
     the error is logged and counted by the trainer, never turned into a silent 0."""
 
-    def wrapper(self: Any, trajectory: Trajectory, example: Example, db: "Database | None") -> RewardBreakdown:
+    def wrapper(self: Any, trajectory: Trajectory, example: Example, db: Database | None) -> RewardBreakdown:
         try:
             return fn(self, trajectory, example, db)
         except Exception as err:  # noqa: BLE001 - reported, counted, never silent
@@ -162,7 +167,7 @@ def dapo_overlong_penalty(length: int, max_length: int, buffer: int) -> float:
 # --------------------------------------------------------------------------- schema sets
 
 
-def gold_references(example: Example, db: "Database | None") -> tuple[frozenset[str], frozenset[str]]:
+def gold_references(example: Example, db: Database | None) -> tuple[frozenset[str], frozenset[str]]:
     """Gold tables and ``table.column``s: the example's, or read from its gold SQL.
 
     Loaders fill ``Example.gold_tables`` / ``gold_columns``; an example without them
@@ -178,12 +183,23 @@ def gold_references(example: Example, db: "Database | None") -> tuple[frozenset[
     return frozenset(ref.tables), frozenset(ref.columns)
 
 
-def _db_schema(db: "Database | None") -> dict[str, list[str]] | None:
+_SCHEMA_WARNED: set[str] = set()
+
+
+def _db_schema(db: Database | None) -> dict[str, list[str]] | None:
+    """The database schema, or None when it cannot be read. A schema only helps expand
+    ``*`` in the gold SQL, so the reward goes on without it, but says why (once per
+    database and cause, not once per rollout)."""
     if db is None:
         return None
     try:
         return db.schema()
-    except Exception:  # noqa: BLE001 - a schema is a help for `*`, not a requirement
+    except (DataError, OSError) as err:  # unreadable or vanished file; a failed schema query
+        key = f"{db.path}: {err}"
+        if key not in _SCHEMA_WARNED:
+            _SCHEMA_WARNED.add(key)
+            log.warning("reward: cannot read the schema of %s (%s); gold columns behind `*` are not expanded",
+                        db.path, err)
         return None
 
 
@@ -193,7 +209,7 @@ def _clean(name: str) -> str:
 
 
 def selection_sets(
-    selection: SchemaSelection | None, db: "Database | None"
+    selection: SchemaSelection | None, db: Database | None
 ) -> tuple[frozenset[str], frozenset[str]]:
     """Predicted tables and ``table.column``s from a proposed / linked / annotated schema.
 
@@ -254,11 +270,6 @@ def precision_recall_f1(gold: frozenset[str], pred: frozenset[str]) -> tuple[flo
     recall = common / len(gold) if gold else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return precision, recall, f1
-
-
-def final_turn(result: EpisodeResult) -> Any:
-    """The last turn record, or None for an episode without turns."""
-    return result.turns[-1] if result.turns else None
 
 
 __all__ = [

@@ -2,13 +2,15 @@
 
 | term | signal (component value) | default weight |
 |---|---|---|
-| format | 1 iff every turn followed the template, the final turn carries both annotations, and the episode ended with a final answer within ``max_turns`` | 0.2 |
+| format | 1 iff every turn followed the template, the final turn has both annotations, an answer ended it (*) | 0.2 |
 | syntax | 1 iff the final SQL executes | 0.5 |
 | exec | execution score under ``exec_metric`` (EX 1/0, REX, QATCH mean) | 2.0 |
 | tables | 1 iff the annotated tables ⊇ the gold SQL's tables | 0.5 |
 | columns | Jaccard(annotated columns, gold columns), J(∅, ∅) = 1 | 0.5 |
 | nonempty | 1 iff the final SQL returns ≥ 1 non-NULL cell | 0.1 |
 | length | DAPO soft overlong penalty in [-1, 0] on policy tokens (0 up to 6,000, -1 at 8,000) | 0.1 |
+
+(*) the episode ended with a final answer within ``max_turns``.
 
 Components hold the unweighted signals; ``total`` is the weighted sum. A trajectory with
 no final SQL scores 0 on every SQL and annotation term and on format (the length term
@@ -17,10 +19,12 @@ still applies).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from agents.types import EpisodeResult, Example, RewardBreakdown, Trajectory
+from tools.errors import ConfigError
 from training.rewards.base import (
     check_exec_metric,
     check_positive,
@@ -33,7 +37,6 @@ from training.rewards.base import (
     register_reward,
     selection_sets,
 )
-from tools.errors import ConfigError
 
 if TYPE_CHECKING:
     from tools import Database
@@ -115,7 +118,7 @@ class CompositeReward:
         check_positive("composite timeout_s", self.timeout_s)
 
     @guarded
-    def __call__(self, trajectory: Trajectory, example: Example, db: "Database | None") -> RewardBreakdown:
+    def __call__(self, trajectory: Trajectory, example: Example, db: Database | None) -> RewardBreakdown:
         result = trajectory.result
         score, reason = execution(trajectory, example, db, self.exec_metric, self.timeout_s)
         if score is None:

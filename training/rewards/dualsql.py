@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agents.types import EpisodeResult, Example, RewardBreakdown, Trajectory
+from tools.errors import ConfigError
 from training.rewards.base import (
     check_exec_metric,
     check_positive,
@@ -40,7 +41,6 @@ from training.rewards.base import (
     register_reward,
     selection_sets,
 )
-from tools.errors import ConfigError
 
 if TYPE_CHECKING:
     from tools import Database
@@ -121,7 +121,7 @@ class DualSQLReward:
         check_positive("dualsql timeout_s", self.timeout_s)
 
     @guarded
-    def __call__(self, trajectory: Trajectory, example: Example, db: "Database | None") -> RewardBreakdown:
+    def __call__(self, trajectory: Trajectory, example: Example, db: Database | None) -> RewardBreakdown:
         role = trajectory.role or trajectory.result.role
         if role not in ROLES:
             return failure(f"dualsql reward got role {role!r}; expected one of {', '.join(ROLES)}", self.component_names)
@@ -138,7 +138,7 @@ class DualSQLReward:
         components = {**dict.fromkeys(self.component_names, 0.0), **parts, "format": r_f, "length": r_l}
         return RewardBreakdown(total=total, components=components, tracks={"full": total})
 
-    def _linker(self, trajectory: Trajectory, example: Example, db: "Database | None") -> dict[str, float] | str:
+    def _linker(self, trajectory: Trajectory, example: Example, db: Database | None) -> dict[str, float] | str:
         gold_tables, gold_columns = gold_references(example, db)
         if not gold_tables and not gold_columns:
             return f"example {example.id!r}: no gold tables or columns to score the linker against"
@@ -147,7 +147,7 @@ class DualSQLReward:
         precision, recall, _ = precision_recall_f1(gold_columns or gold_tables, columns if gold_columns else tables)
         return {"exec": task, "task": task, "precision": precision, "recall": recall}
 
-    def _generator(self, trajectory: Trajectory, example: Example, db: "Database | None") -> dict[str, float] | str:
+    def _generator(self, trajectory: Trajectory, example: Example, db: Database | None) -> dict[str, float] | str:
         score, reason = execution(trajectory, example, db, self.exec_metric, self.timeout_s)
         if score is None:
             return reason or "execution failed"

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agents.types import Example, RewardBreakdown, Trajectory
-from training.rewards.base import check_exec_metric, check_positive, execution, failure, guarded, register_reward
 from tools.errors import ConfigError
+from training.rewards.base import check_exec_metric, check_positive, execution, failure, guarded, register_reward
 
 if TYPE_CHECKING:
     from tools import Database
@@ -44,7 +44,7 @@ class ExecReward:
         check_positive(f"{self.metric} timeout_s", self.timeout_s)
 
     @guarded
-    def __call__(self, trajectory: Trajectory, example: Example, db: "Database | None") -> RewardBreakdown:
+    def __call__(self, trajectory: Trajectory, example: Example, db: Database | None) -> RewardBreakdown:
         score, reason = execution(trajectory, example, db, self.metric, self.timeout_s)
         if score is None:
             return failure(reason or "execution failed")

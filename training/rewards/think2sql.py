@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agents.types import Example, RewardBreakdown, Trajectory
-from training.rewards.base import check_exec_metric, check_positive, execution, failure, guarded, register_reward
 from tools.errors import ConfigError
+from training.rewards.base import check_exec_metric, check_positive, execution, failure, guarded, register_reward
 
 if TYPE_CHECKING:
     from tools import Database
@@ -67,7 +67,7 @@ class Think2SQLReward:
         check_positive("think2sql timeout_s", self.timeout_s)
 
     @guarded
-    def __call__(self, trajectory: Trajectory, example: Example, db: "Database | None") -> RewardBreakdown:
+    def __call__(self, trajectory: Trajectory, example: Example, db: Database | None) -> RewardBreakdown:
         score, reason = execution(trajectory, example, db, self.exec_metric, self.timeout_s)
         if score is None:
             return failure(reason or "execution failed", self.component_names)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agents.types import EpisodeResult, Example, RewardBreakdown, Trajectory
+from tools.errors import ConfigError
 from training.rewards.base import (
     check_exec_metric,
     check_positive,
@@ -44,7 +45,6 @@ from training.rewards.base import (
     register_reward,
     selection_sets,
 )
-from tools.errors import ConfigError
 
 if TYPE_CHECKING:
     from tools import Database
@@ -138,7 +138,7 @@ class TrustSQLReward:
         check_positive("trustsql timeout_s", self.timeout_s)
 
     @guarded
-    def __call__(self, trajectory: Trajectory, example: Example, db: "Database | None") -> RewardBreakdown:
+    def __call__(self, trajectory: Trajectory, example: Example, db: Database | None) -> RewardBreakdown:
         result = trajectory.result
         score, reason = execution(trajectory, example, db, self.exec_metric, self.timeout_s)
         if score is None:

@@ -25,6 +25,7 @@ from typing import Any
 
 from agents.types import Example, Trajectory
 from tools.errors import ConfigError
+from tools.files import atomic_write_text
 
 TRAIN_JSONL, TRAIN_PARQUET, CARD_JSON, CARD_MD = "train.jsonl", "train.parquet", "card.json", "card.md"
 
@@ -40,9 +41,7 @@ def dataset_row(trace: Mapping[str, Any], band: str) -> dict[str, Any]:
 def write_dataset(out: Path, rows: Sequence[dict[str, Any]], card: dict[str, Any]) -> dict[str, Any]:
     """Write the rows and the card; returns the card with the files written."""
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / (TRAIN_JSONL + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    tmp.replace(out / TRAIN_JSONL)
+    atomic_write_text(out / TRAIN_JSONL, "".join(json.dumps(r) + "\n" for r in rows))
     files = [TRAIN_JSONL]
     if _has_pyarrow():
         import pyarrow as pa

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from agents.types import Example, Message
-from tools.errors import ConfigError
 from training.stages import collect as col
 from training.stages import dataset as ds
 from training.stages import filters as flt
@@ -131,8 +130,8 @@ class Chain:
 
     # ------------------------------------------------------------------ traces
     def policy_run(self, temperature: float) -> Any:
-        from training.generation import PolicySource, run_source_episodes
         from tools import get_database
+        from training.generation import PolicySource, run_source_episodes
 
         r = self.cfg.rollout
         sampling = dataclasses.replace(self.t.sampling, temperature=temperature, top_p=r.top_p)
@@ -180,8 +179,8 @@ class Chain:
 
     def annotate(self, questions: Sequence[Example], extra: dict[str, Any]) -> col.Collection:
         """Every teacher on ``questions``: greedy and/or sampled, privileged or not."""
-        from training.generation import run_source_episodes
         from tools import get_database
+        from training.generation import run_source_episodes
 
         sup = self.sup
         fp = {**self.base_fingerprint(), **extra, "teachers": sup.teachers, "greedy": sup.teacher_greedy,
@@ -214,7 +213,6 @@ class Chain:
     # ------------------------------------------------------------------ dataset
     def data(self) -> dict[str, Any]:
         """The SFT rows (built or brought), with pass@k and drops for the card."""
-        out = self.root / "dataset"
         if self.sup.dataset:
             rows = ds.read_rows(self.sup.dataset)
             self.say(f"[dataset] {len(rows)} rows from {self.sup.dataset} (brought by the user)")
@@ -238,9 +236,10 @@ class Chain:
         if saved is None:
             stage.open()
             rows, dropped = self.select(mined, teacher.traces.rows(), bands)
+            teachers: list[dict[str, Any] | str] = [
+                {k: v for k, v in t.items() if k != "api_key"} for t in self.sup.teachers] or ["the policy itself"]
             card = {"design": self.cfg.agent.name, "chain": self.chain, "dropped": dropped,
-                    "teachers": [{k: v for k, v in t.items() if k != "api_key"} for t in self.sup.teachers] or
-                    ["the policy itself"], "settings": dataclasses.asdict(self.sup),
+                    "teachers": teachers, "settings": dataclasses.asdict(self.sup),
                     "pass_at_k": pass_summary(bands, self.sup.samples) if bands else None}
             card = ds.write_dataset(stage.path, rows, card)
             saved = stage.finish({"rows": len(rows), "dropped": dropped, "card": card,
@@ -319,7 +318,7 @@ class Chain:
             return {**stage.finish({"steps": 0, "conversations": 0, "replay_dropped": dropped}),
                     "fingerprint": digest(fp)}
         self.say(f"[sft] {len(trajectories)} episodes from {len(rows)} conversations (replay drops: {_counts(dropped)})")
-        result = supervised_fine_tune(self.t.model, trajectories, settings, self.t.tokenizer.pad_token_id,
+        result: dict[str, Any] = supervised_fine_tune(self.t.model, trajectories, settings, self.t.tokenizer.pad_token_id,
                                       self.t.device, self.t.autocast, seed=self.cfg.seed,
                                       progress="console" in self.cfg.logger)
         self.t._sync_generation_copy()

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from tools.files import atomic_write_text
+
 FINGERPRINT, DONE = "fingerprint.json", "done.json"
 Say = Callable[[str], None]
 
@@ -33,9 +35,7 @@ def digest(value: Any) -> str:
 
 
 def write_json_atomic(path: Path, value: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, indent=2, default=str))
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(value, indent=2, default=str))
 
 
 class StageDir:
@@ -75,7 +75,7 @@ class StageDir:
         write_json_atomic(self.path / DONE, {"fingerprint": self.fingerprint, "result": dict(result)})
         return dict(result)
 
-    def records(self, name: str, key: Callable[[dict[str, Any]], Any]) -> "KeyedJsonl":
+    def records(self, name: str, key: Callable[[dict[str, Any]], Any]) -> KeyedJsonl:
         return KeyedJsonl(self.path / name, key)
 
 

@@ -9,8 +9,8 @@ import random
 import shutil
 import sqlite3
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from eval.data.minibird import questions as qgen
 from eval.data.minibird import writer

@@ -17,8 +17,8 @@ import random
 import re
 import sqlite3
 import unicodedata
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from eval.data.minibird.spec import DATE_FORMATS, Column, Domain, Table
 
@@ -38,14 +38,14 @@ class Draft:
 class Intent:
     name: str
     difficulty: str
-    make: Callable[["Ctx"], Draft | None]
+    make: Callable[[Ctx], Draft | None]
 
 
-def intent(difficulty: str) -> Callable[[Callable[["Ctx"], tuple[str, str, str] | None]], Intent]:
+def intent(difficulty: str) -> Callable[[Callable[[Ctx], tuple[str, str, str] | None]], Intent]:
     """Decorator: a function returning (question, evidence, sql) becomes an ``Intent``."""
 
-    def wrap(fn: Callable[["Ctx"], tuple[str, str, str] | None]) -> Intent:
-        def make(ctx: "Ctx") -> Draft | None:
+    def wrap(fn: Callable[[Ctx], tuple[str, str, str] | None]) -> Intent:
+        def make(ctx: Ctx) -> Draft | None:
             out = fn(ctx)
             if out is None:
                 return None
@@ -104,7 +104,8 @@ class Ctx:
         present = {
             r[0]
             for r in self.rows(
-                f"SELECT DISTINCT {column.name} FROM {table.name} WHERE {column.name} IN ({', '.join(lit(w) for w in wanted)})"
+                f"SELECT DISTINCT {column.name} FROM {table.name} "
+                f"WHERE {column.name} IN ({', '.join(lit(w) for w in wanted)})"
             )
         }
         return sorted(w for w in wanted if w in present)
@@ -324,7 +325,8 @@ def lookup_attr(ctx: Ctx):
     if c is None:
         return None
     unique_names = ctx.rows(
-        f"SELECT {name.name} FROM {t.name} WHERE {c.name} IS NOT NULL GROUP BY {name.name} HAVING COUNT(*) = 1 ORDER BY {name.name}"
+        f"SELECT {name.name} FROM {t.name} WHERE {c.name} IS NOT NULL "
+        f"GROUP BY {name.name} HAVING COUNT(*) = 1 ORDER BY {name.name}"
     )
     value = ctx.choice(unique_names)
     if value is None:
@@ -450,6 +452,8 @@ def role(fk: Column) -> str:
 def _parent_value(ctx: Ctx, child: Table, fk: Column, parent: Table, pk: Column) -> str | None:
     """A parent display name that is unique and has at least one child row."""
     name = parent.name_column
+    if name is None:  # _fk_with(parent_name=True) only offers parents that have one
+        return None
     on = ctx.join("T1", fk, "T2", pk)
     rows = ctx.rows(
         f"SELECT T2.{name.name} FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON {on} "
@@ -673,7 +677,8 @@ def having_parent(ctx: Ctx):
     child, fkc, parent, pk = fk
     on = ctx.join("T1", fkc, "T2", pk)
     counts = [r[0] for r in ctx.rows(
-        f"SELECT COUNT(*) FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON {on} GROUP BY T2.{pk.name} ORDER BY 1 DESC LIMIT 15")]
+        f"SELECT COUNT(*) FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON {on} "
+        f"GROUP BY T2.{pk.name} ORDER BY 1 DESC LIMIT 15")]
     if len(counts) < 3:
         ctx.take_evidence()
         return None

@@ -10,8 +10,12 @@ stored as text, the stored spellings of a noisy category, the right date express
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # questions.py imports this module; the type is only for the checker
+    from eval.data.minibird.questions import Intent
 
 Row = tuple[object, ...]
 RowMaker = Callable[[random.Random], Mapping[str, Sequence[Row]]]
@@ -97,7 +101,7 @@ class Domain:
     topic: str
     tables: tuple[Table, ...]
     make_rows: RowMaker
-    intents: tuple[Callable, ...] = ()
+    intents: tuple[Intent, ...] = ()
 
     def table(self, name: str) -> Table:
         for t in self.tables:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
-from typing import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 FIRST_NAMES = (
     "Ada", "Ahmed", "Aiko", "Alba", "Amara", "Anders", "Ana", "Bao", "Beatriz", "Boris",
@@ -100,7 +100,7 @@ def fmt_date(day: dt.date, style: str, rng: random.Random | None = None) -> str:
     raise ValueError(f"unknown date style {style!r}; use iso, iso_dt, dmy, mdy or long")
 
 
-def noisy_pick(rng: random.Random, canonical: str, variants: dict[str, tuple[str, ...]], p: float) -> str:
+def noisy_pick(rng: random.Random, canonical: str, variants: Mapping[str, tuple[str, ...]], p: float) -> str:
     """The canonical spelling, or with probability ``p`` one of its stored variants."""
     options = variants.get(canonical, ())
     if options and rng.random() < p:

@@ -11,8 +11,9 @@ import csv
 import io
 import json
 import sqlite3
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from eval.data.minibird.spec import Column, Domain, Table
 

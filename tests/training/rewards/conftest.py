@@ -4,8 +4,9 @@ reward tests. Nothing here runs a model: trajectories are made from EpisodeResul
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pytest
 

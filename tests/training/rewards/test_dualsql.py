@@ -85,7 +85,8 @@ def test_generator_correctness_is_rex_equal_to_one(school_db: Any) -> None:
     # DISTINCT + ORDER BY on a gold without either: equal as sets and as multisets here
     out = get_reward("dualsql")(generator(REORDERED), example(), school_db)
     assert out.components["exec"] == 1.0
-    dup = "SELECT s.name FROM students s JOIN students t ON t.id = s.id OR t.id = s.id + 1 JOIN clubs c ON c.id = s.club_id WHERE c.title = 'Chess'"
+    dup = ("SELECT s.name FROM students s JOIN students t ON t.id = s.id OR t.id = s.id + 1 "
+           "JOIN clubs c ON c.id = s.club_id WHERE c.title = 'Chess'")
     ex = get_reward("dualsql", exec_metric="ex")(generator(dup), example(), school_db)
     rex = get_reward("dualsql")(generator(dup), example(), school_db)
     assert ex.components["task"] == pytest.approx(1.1)  # EX forgives the duplicated rows

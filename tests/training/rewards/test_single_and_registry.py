@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -86,3 +88,22 @@ def test_a_database_path_is_accepted(school_db: Any) -> None:
     traj = trajectory("SELECT COUNT(*) FROM students", [turn(0, "answer")])
     out = get_reward("ex")(traj, example("SELECT 5"), str(school_db.path))
     assert out.error is None and out.total == 1.0
+
+
+def test_a_schema_that_cannot_be_read_is_reported_once_not_swallowed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.training.rewards.conftest import build_school_db
+    from tools import Database
+    from training.rewards.base import gold_references
+
+    path = build_school_db(tmp_path / "gone.sqlite")
+    db = Database(path)
+    path.unlink()  # the file vanished between loading and scoring
+    ex = example("SELECT * FROM clubs", with_refs=False)
+    with caplog.at_level(logging.WARNING, logger="training.rewards.base"):
+        tables, _ = gold_references(ex, db)
+        gold_references(ex, db)
+    assert tables == {"clubs"}  # the reward goes on with what the SQL names
+    said = [r.getMessage() for r in caplog.records if "cannot read the schema" in r.getMessage()]
+    assert len(said) == 1 and "gone.sqlite" in said[0] and "No such file" in said[0], said

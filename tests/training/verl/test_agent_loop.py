@@ -30,7 +30,6 @@ from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
 from training.engines import verl_agent_loop as L
 from training.engines import verl_common as C
 from training.engines import verl_config as E
-from training.engines import verl_trainer as T
 from training.engines.verl_reward import REWARD_KEY, compute_score
 from training.rewards import get_reward
 from training.rollout import (
@@ -161,8 +160,8 @@ def test_trustsql_row_through_veRLs_agent_loop_worker(model_dir: Path, db_file: 
     assert traj.result.end_reason == "answer" and len(traj.result.turns) == 5
     resp = out.batch["responses"]  # [2, LENGTH] right-padded by veRL
     mask = out.batch["response_mask"]  # [2, LENGTH]
-    ref_policy = [t for t, m in zip(traj.response_ids, traj.response_mask) if m]
-    ref_lp = [lp for lp, m in zip(traj.logprobs, traj.response_mask) if m]
+    ref_policy = [t for t, m in zip(traj.response_ids, traj.response_mask, strict=True) if m]
+    ref_lp = [lp for lp, m in zip(traj.logprobs, traj.response_mask, strict=True) if m]
     for i in range(2):
         record = out.non_tensor_batch[L.EPISODE_KEY][i]
         n = len(record["turn_index"])  # this row's response length
@@ -171,14 +170,14 @@ def test_trustsql_row_through_veRLs_agent_loop_worker(model_dir: Path, db_file: 
         # policy tokens and their log-probs exactly as the driver produced them; observation
         # tokens (tool results) carry mask 0. (Observations are compared by role only: the
         # tool layer puts a wall-clock elapsed_s into each result.)
-        assert [t for t, k in zip(ids, m) if k] == ref_policy
+        assert [t for t, k in zip(ids, m, strict=True) if k] == ref_policy
         lps = out.batch["rollout_log_probs"][i, :n].tolist()
-        assert [lp for lp, k in zip(lps, m) if k] == pytest.approx(ref_lp)
+        assert [lp for lp, k in zip(lps, m, strict=True) if k] == pytest.approx(ref_lp)
         assert m == record["policy_mask"] and int(mask[i, n:].sum()) == 0
-        per_turn = [sum(k for k, t in zip(m, record["turn_index"]) if t == turn) for turn in range(5)]
-        ref_turn = [sum(k for k, t in zip(traj.response_mask, traj.turn_index) if t == turn) for turn in range(5)]
+        per_turn = [sum(k for k, t in zip(m, record["turn_index"], strict=True) if t == turn) for turn in range(5)]
+        ref_turn = [sum(k for k, t in zip(traj.response_mask, traj.turn_index, strict=True) if t == turn) for turn in range(5)]
         assert per_turn == ref_turn
-        assert "satscores" in TOK.decode([t for t, k in zip(ids, m) if not k])  # an observation, unmasked from loss
+        assert "satscores" in TOK.decode([t for t, k in zip(ids, m, strict=True) if not k])  # an observation, unmasked from loss
         prompt_len = int(out.batch["attention_mask"][i, :LENGTH].sum())
         assert out.batch["prompts"][i, LENGTH - prompt_len:].tolist() == traj.prompt_ids
     # the reward: set on the output, so veRL puts it at the last response token
@@ -189,7 +188,7 @@ def test_trustsql_row_through_veRLs_agent_loop_worker(model_dir: Path, db_file: 
     record = out.non_tensor_batch[L.EPISODE_KEY][0]
     assert record["role"] == "agent" and record["phases"][2] == "propose_schema"
     # the schema mask covers the policy tokens of turns 0..2 (through the propose turn)
-    expected_prefix = [int(m == 1 and t <= 2) for m, t in zip(record["policy_mask"], record["turn_index"])]
+    expected_prefix = [int(m == 1 and t <= 2) for m, t in zip(record["policy_mask"], record["turn_index"], strict=True)]
     assert record["schema_mask"] == expected_prefix and 0 < sum(expected_prefix) < sum(record["policy_mask"])
     assert out.non_tensor_batch[REWARD_KEY][0]["tracks"] == dict(breakdown.tracks)
     # what the agent loop asked the server for
@@ -217,7 +216,6 @@ class CapturedTQ:
 def test_dualsql_two_outputs_through_the_v1_worker(
     model_dir: Path, db_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from transfer_queue import KVBatchMeta
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
     from verl.trainer.ppo.v1 import agent_loop_tq
 

@@ -116,7 +116,7 @@ def test_two_track_schema_advantage_only_on_the_prefix() -> None:
     masks = [[1, 1, 0, 1, 1, 1], [1, 1, 0, 1, 1, 0], [1, 0, 0, 1, 1, 1], [1, 1, 0, 1, 0, 0]]
     prefix = [[1, 1, 1, 0, 0, 0], [1, 1, 1, 0, 0, 0], [1, 1, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0]]  # last: no propose turn
     full, schema = [1.1, 0.2, 0.0, 1.1], [1.0, 0.0, 0.0, 1.0]
-    rows = [row("q", "agent", m, f, s, p) for m, f, s, p in zip(masks, full, schema, prefix)]
+    rows = [row("q", "agent", m, f, s, p) for m, f, s, p in zip(masks, full, schema, prefix, strict=True)]
     settings = T.AdvantageSettings(estimator="two_track", epsilon=EPS, clamp=10.0, schema_weight=0.25)
     data, metrics = T.phase_aware_advantages(as_proto(rows), settings)
     mask = torch.tensor(masks, dtype=torch.float32)
@@ -160,7 +160,7 @@ class FakeTransferQueue:
     """In-memory stand-in for TransferQueue's kv_batch_get / kv_batch_put."""
 
     def __init__(self, keys: list[str], rows: list[dict[str, Any]]) -> None:
-        self.store = dict(zip(keys, rows))
+        self.store = dict(zip(keys, rows, strict=True))
         self.written: dict[str, Any] = {}
 
     def kv_batch_get(self, keys, partition_id, select_fields):

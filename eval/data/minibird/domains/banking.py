@@ -90,7 +90,8 @@ def female_debit_total(ctx: Ctx):
     ctx.hint(f"{word} refers to gender = '{gender}'; amount is stored as text", 0.8)
     ctx.hint("debit is recorded as 'debit', 'DEBIT', 'Debit' or 'debet'", 0.5)
     q = ctx.say(["What was the total debit amount of {g} clients in {y}?", "Sum the debit transactions of {g} clients during {y}."], g=word, y=year)
-    sql = ("SELECT SUM(CAST(T1.amount AS REAL)) FROM trans AS T1 INNER JOIN accounts AS T2 ON T1.account_id = T2.account_id "
+    sql = ("SELECT SUM(CAST(T1.amount AS REAL)) FROM trans AS T1 "
+           "INNER JOIN accounts AS T2 ON T1.account_id = T2.account_id "
            f"INNER JOIN clients AS T3 ON T2.client_id = T3.client_id WHERE LOWER(T1.trans_type) IN ('debit', 'debet') "
            f"AND T3.gender = {lit(gender)} AND STRFTIME('%Y', T1.trans_date) = {lit(year)}")
     return q, ctx.take_evidence(), sql

@@ -25,7 +25,10 @@ SPECIALTIES = {
 }
 SEX = {"F": ("f", "Female", "female"), "M": ("m", "Male", "male")}
 DIAGNOSES = ("J45", "E11", "I10", "M54", "K21", "F41", "J06", "L20")
-DX_MEANING = "J45 = asthma, E11 = type 2 diabetes, I10 = hypertension, M54 = back pain, K21 = reflux, F41 = anxiety, J06 = upper respiratory infection, L20 = eczema"
+DX_MEANING = (
+    "J45 = asthma, E11 = type 2 diabetes, I10 = hypertension, M54 = back pain, K21 = reflux, F41 = anxiety, "
+    "J06 = upper respiratory infection, L20 = eczema"
+)
 LAB_TESTS = (("Glucose", "mg/dL", 70, 180), ("Cholesterol", "mg/dL", 120, 280), ("Hemoglobin", "g/dL", 10, 18),
              ("Creatinine", "µmol/L", 50, 130), ("Temperature", "°C", 36, 40))
 PLANS = ("Basic", "Silver", "Gold", "Platinum")

@@ -87,7 +87,8 @@ def airline_cancel_rate(ctx: Ctx):
     airline = ctx.choice([r[0] for r in ctx.rows("SELECT airline_name FROM airlines ORDER BY 1")])
     ctx.hint("cancellation rate = SUM(cancelled) * 100 / COUNT(flight_id)", 0.8)
     q = ctx.say(["What is the cancellation rate, in percent, of {a}?", "What percentage of {a} flights were cancelled?"], a=ctx.mention(airline))
-    sql = ("SELECT CAST(SUM(T1.cancelled) AS REAL) * 100 / COUNT(T1.flight_id) FROM flights AS T1 INNER JOIN airlines AS T2 "
+    sql = ("SELECT CAST(SUM(T1.cancelled) AS REAL) * 100 / COUNT(T1.flight_id) FROM flights AS T1 "
+           "INNER JOIN airlines AS T2 "
            f"ON T1.airline_id = T2.airline_id WHERE T2.airline_name = {lit(airline)}")
     return q, ctx.take_evidence(), sql
 
@@ -100,7 +101,8 @@ def route_count(ctx: Ctx):
     orig, dest = row
     city = dict(ctx.rows("SELECT apt_cd, city FROM airports"))
     q = ctx.say(["How many flights flew from {o} to {d}?", "Count the flights departing {o} for {d}."], o=city[orig], d=city[dest])
-    sql = ("SELECT COUNT(*) FROM flights AS T1 INNER JOIN airports AS T2 ON T1.orig_cd = T2.apt_cd INNER JOIN airports AS T3 "
+    sql = ("SELECT COUNT(*) FROM flights AS T1 INNER JOIN airports AS T2 ON T1.orig_cd = T2.apt_cd "
+           "INNER JOIN airports AS T3 "
            f"ON T1.dest_cd = T3.apt_cd WHERE T2.city = {lit(city[orig])} AND T3.city = {lit(city[dest])}")
     return q, ctx.take_evidence(), sql
 

@@ -80,7 +80,7 @@ def overdue_loans(ctx: Ctx):
 
 @intent("challenging")
 def genre_loans_by_tier(ctx: Ctx):
-    books, members = ctx.domain.table("books"), ctx.domain.table("members")
+    books = ctx.domain.table("books")
     cond, m = ctx.cat_cond(books, books.column("genre"), ctx.choice(sorted(GENRES)), alias="T2")
     tier = ctx.choice(list(TIERS))
     q = ctx.say(["How many {g} books were borrowed by {t} members?", "Count the loans of {g} books made by members of the {t} tier."],

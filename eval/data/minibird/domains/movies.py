@@ -97,12 +97,12 @@ def make_rows(rng: random.Random) -> dict[str, list[tuple]]:
         day = w.date_between(rng, dt.date(2015, 1, 1), dt.date(2023, 12, 31))
         ratings.append((i + 1, str(rng.randrange(1, len(movies) + 1)), rng.choice(REGIONS), rng.randrange(1, 11) / 2,
                         w.fmt_date(day, "iso_dt", rng)))
-    box = []
+    box: list[tuple[int, int, str, int, float]] = []
     for movie_id in range(1, len(movies) + 1, 2):
         markets = sorted(rng.sample(MARKETS, rng.randrange(1, 4)), key=MARKETS.index)
         grosses = [rng.randrange(1, 400) * 250_000 for _ in markets]
         total = sum(grosses)
-        for market, gross in zip(markets, grosses):
+        for market, gross in zip(markets, grosses, strict=True):
             box.append((len(box) + 1, movie_id, market, gross, round(gross / total, 4)))
     return {"studios": studios, "movies": movies, "people": people, "credits": credits, "ratings": ratings, "box_office": box}
 

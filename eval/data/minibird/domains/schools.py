@@ -73,7 +73,7 @@ def make_rows(rng: random.Random) -> dict[str, list[tuple]]:
         hired = w.date_between(rng, dt.date(1995, 1, 1), dt.date(2023, 8, 31))
         teachers.append((i + 1, name, rng.randrange(1, len(schools) + 1), w.noisy_pick(rng, rng.choice(subjects), SUBJECTS, 0.2),
                          w.fmt_date(hired, "iso"), rng.randrange(38, 120) * 1000))
-    scores = []
+    scores: list[tuple[int, int, int, str, float, int]] = []
     for school_id in range(1, len(schools) + 1):
         for year in (2021, 2022, 2023):
             for subject in rng.sample(("Mathematics", "English", "Science"), 2):

@@ -227,7 +227,8 @@ class TinyActorWorkerGroup:
         metrics: dict[str, list] = {}
         steps = 0
         self.model.train()
-        for index, minis in enumerate(zip(*iterators)):
+        # zip(strict=False): one optimizer step per mini-batch every rank has
+        for index, minis in enumerate(zip(*iterators, strict=False)):
             step_metrics = self._optimizer_step(list(minis), data, update_lr=index == total - 1)
             for key, value in step_metrics.items():
                 metrics.setdefault(key, []).append(value)

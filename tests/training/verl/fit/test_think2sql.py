@@ -62,7 +62,7 @@ def test_three_steps_past_one_epoch_with_a_dropped_prompt(first: dict[str, Any])
     assert trainer.steps_per_epoch == 1 and trainer.total_training_steps == 3
     steps = H.step_metrics(run_dir)
     assert sorted(steps) == [1, 2, 3]  # total_epochs=1 would have stopped after step 1
-    for step, data in steps.items():
+    for data in steps.values():
         assert data["sqlagent/dropped_rows"] == 2.0  # the long question's two sessions, every step
         assert data["training/off_policy/trajectory_staleness/max"] == 0  # versions reached veRL's tags
         assert abs(data["training/rollout_probs_diff_max"]) < 1e-5  # rollout log-probs = old log-probs

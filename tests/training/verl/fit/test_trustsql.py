@@ -88,9 +88,10 @@ def test_samples_are_the_local_engines_records_with_the_masks_of_the_update(run:
         assert [s["sample"] for s in rows] == [0, 1, 0]  # the session: the rollout's number in its group
         assert all(s["tables"]["gold"]["columns"] and s["outcome"] for s in rows)
     tokenizer, checked = run["trainer"].tokenizer, 0
-    for step, batch in zip(train_steps, run["trainer"].actor_rollout_wg.batches):
+    # zip(strict=False): the worker may hold batches of steps the samples skip
+    for step, batch in zip(train_steps, run["trainer"].actor_rollout_wg.batches, strict=False):
         trained = {(prompt_id(p), tuple(tokenizer.batch_decode([[x] for x in r]))): (m, a)
-                   for p, r, m, a in zip(batch["prompts"], batch["responses"], batch["loss_mask"], batch["advantages"])}
+                   for p, r, m, a in zip(batch["prompts"], batch["responses"], batch["loss_mask"], batch["advantages"], strict=True)}
         for s in (s for s in samples if s["step"] == step):
             n = len(s["tokens"])
             key = next(k for k in trained if k[0] == s["prompt_id"] and k[1][:n] == tuple(s["tokens"]))
@@ -102,7 +103,7 @@ def test_samples_are_the_local_engines_records_with_the_masks_of_the_update(run:
             # weighted A_schema on the schema tokens; those tokens are where the two differ
             full = s["advantage"]["full"]
             if abs(s["advantage"]["schema"]) > 1e-6:
-                extra = [abs(a - full * (m > 0)) > 1e-6 for a, m in zip(token_adv[:n], loss_mask[:n])]
+                extra = [abs(a - full * (m > 0)) > 1e-6 for a, m in zip(token_adv[:n], loss_mask[:n], strict=True)]
                 assert [c == "L" for c in s["why"]["schema"]] == extra
                 checked += 1
     assert checked > 0

@@ -71,13 +71,13 @@ def held_out(trainer: Any) -> dict[str, Any]:
     from rex import ExecScorer
     from tools import get_database
 
-    from eval.run import model_generate
     from tools import get_database as db_of
     from training.rollout import run_episodes
+    from training.rollout_setup import hf_generate
 
     start = time.perf_counter()
     # the trainer's generation weights, in chunks of 32 rows (fewer, fuller decode batches on CPU)
-    generate = model_generate(trainer.gen_model, trainer.tokenizer, trainer.device, None, chunk=32)
+    generate = hf_generate(trainer.gen_model, trainer.tokenizer, trainer.device, None, chunk=32)
     requests = [(ex, db_of(ex.db_path), 0) for ex in trainer.eval_examples]
     trajectories = run_episodes(trainer.eval_agent, requests, trainer.tokenizer, generate, trainer.eval_sampling,
                                 trainer.limits)

@@ -4,7 +4,7 @@ picks held-out and warm-start questions (pinned: the README's numbers depend on 
 from __future__ import annotations
 
 from eval.data import load_examples
-from training.engines.local import fixed_subset
+from training.rollout_setup import fixed_subset
 
 # The README's CPU numbers: minibird dev, data.eval_limit=8 (the laptop profile), seed 0;
 # the warm start's 48 training questions (stage.warm_start.examples), seed 0.

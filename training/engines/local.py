@@ -140,7 +140,7 @@ class LocalTrainer:
 
     # ------------------------------------------------------------------ setup
     def _load_model(self) -> None:
-        from training.model import autocast_dtype, load_model, prepare_tokenizer
+        from training.model import autocast_for, load_model, prepare_tokenizer
 
         given = self.inputs
         if given.model is not None:
@@ -153,8 +153,7 @@ class LocalTrainer:
         self.model.train()
         if self.cfg.model.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
-        mode = self.cfg.model.autocast
-        self.autocast = None if mode == "off" else (torch.bfloat16 if mode == "bf16" else autocast_dtype(self.device))
+        self.autocast = autocast_for(self.cfg.model.autocast, self.device)
         self.gen_model = self._generation_copy()
         self.say(f"[model] {self.model_source}: {sum(p.numel() for p in self.model.parameters()) / 1e6:.1f}M "
                  f"parameters, fp32 weights, autocast={self.autocast}")
@@ -205,6 +204,8 @@ class LocalTrainer:
         else:
             self.eval_examples = load_examples(kind=d.kind, root=d.root, split=d.eval_split,
                                                drop_failing_gold=d.drop_failing_gold, limit=None)
+        from training.rollout_setup import fixed_subset
+
         self.eval_examples = fixed_subset(self.eval_examples, d.eval_limit, self.cfg.seed)
         if not self.train_examples:
             raise ConfigError(f"data split {d.split!r} of {d.kind!r} has no examples; check data.root / data.limit")
@@ -214,7 +215,7 @@ class LocalTrainer:
     def _build_components(self) -> None:
         from agents import agent_options, make_agent
         from training.rewards import get_reward
-        from training.rollout import RolloutLimits, SamplingParams
+        from training.rollout_setup import hf_generate, model_context, rollout_limits, sampling_params
 
         cfg = self.cfg
         options = dict(cfg.agent.options)
@@ -226,19 +227,10 @@ class LocalTrainer:
         self.eval_agent = make_agent(cfg.agent.name, **eval_options)
         self.reward_fn = get_reward(cfg.reward.name, exec_metric=cfg.reward.exec_metric, **cfg.reward.options)
         r = cfg.rollout
-        self.sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p,
-                                       top_k=r.top_k if r.top_k > 0 else -1, max_new_tokens=r.max_new_tokens)
-        self.eval_sampling = SamplingParams(temperature=r.eval_temperature, top_p=1.0, top_k=-1,
-                                            max_new_tokens=r.max_new_tokens)
-        context = r.max_prompt_tokens + r.max_response_tokens
-        model_context = getattr(self.model.config, "max_position_embeddings", None)
-        if isinstance(model_context, int) and model_context > 0:  # no call asks for more than context - prompt
-            context = min(context, model_context)
-        self.limits = RolloutLimits(max_response_tokens=r.max_response_tokens,
-                                    max_context_tokens=context,
-                                    max_tokens_per_turn=r.max_new_tokens,
-                                    max_observation_tokens=r.observation_max_tokens,
-                                    max_prompt_tokens=r.max_prompt_tokens)
+        self.sampling = sampling_params(r.temperature, r.top_p, r.top_k, r.max_new_tokens)
+        self.eval_sampling = sampling_params(r.eval_temperature, 1.0, 0, r.max_new_tokens)
+        self.limits = rollout_limits(r.max_prompt_tokens, r.max_response_tokens, r.max_new_tokens,
+                                     r.observation_max_tokens, model_context(self.model.config))
         self.kl = KLSchedule.from_pairs(cfg.algorithm.kl_schedule)
         self.ref_model: Any = None
         given = self.inputs.model is not None and self.kl.needs_reference(0)
@@ -258,7 +250,9 @@ class LocalTrainer:
             clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high, clip_ratio_c=a.clip_ratio_c,
             loss_agg_mode=a.loss_agg_mode, track_weights=weights, kl_type=a.kl_type,
             entropy_coeff=a.entropy_coeff)
-        self.generate = self.inputs.generate or self._model_generate
+        self.generate = self.inputs.generate or hf_generate(
+            self.gen_model, self.tokenizer, self.device, autocast=None, chunk=max(1, cfg.optim.micro_batch_size * 4),
+            logprobs=True)  # the generation copy is bf16 itself: no autocast
         if cfg.stage.warm_start.enable:  # fail now, not after the "before" evaluation
             from training.demonstrations import get_script
 
@@ -274,24 +268,6 @@ class LocalTrainer:
         return max(1, math.ceil(len(self.train_examples) / per_step))
 
     # ------------------------------------------------------------------ generation
-    def _model_generate(self, prompts: list[list[int]], params: Any) -> list[Any]:
-        """The GenerateFn: batched HF generate in chunks of similar length."""
-        from training.rollout import GenerationOutput
-
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        out: list[Any] = [None] * len(prompts)
-        chunk = max(1, self.cfg.optim.micro_batch_size * 4)
-        for start in range(0, len(order), chunk):
-            idx = order[start:start + chunk]
-            rows = lp.batched_generate(
-                self.gen_model, self.tokenizer, [prompts[i] for i in idx],
-                max_new_tokens=params.max_new_tokens, temperature=params.temperature,
-                top_p=params.top_p, top_k=max(params.top_k, 0), stop=params.stop,
-                device=self.device, autocast=None, logprobs=params.temperature > 0)
-            for i, row in zip(idx, rows):
-                out[i] = GenerationOutput(token_ids=row.token_ids, logprobs=row.logprobs, finish_reason=row.finish_reason)
-        return out
-
     def _timed_generate(self, prompts: list[list[int]], params: Any) -> list[Any]:
         with self.watch.measure("generation"):
             return self.generate(prompts, params)
@@ -751,16 +727,6 @@ def _relabel_records(path: Path, kind: str, new_kind: str, before_step: int) -> 
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records), encoding="utf-8")
     os.replace(tmp, path)
-
-
-def fixed_subset(examples: Sequence[Any], limit: int | None, seed: int) -> list[Any]:
-    """A deterministic subset (seeded shuffle, then the first ``limit``), in id order."""
-    items = list(examples)
-    if limit is None or limit >= len(items):
-        return items
-    gen = torch.Generator().manual_seed(seed + 1234)
-    picked = torch.randperm(len(items), generator=gen)[:limit].tolist()
-    return [items[i] for i in sorted(picked)]
 
 
 def step_metrics(trajectories: Sequence[Any], rewards: Sequence[Any], buffer: StepBuffer, beta: float) -> dict[str, Any]:

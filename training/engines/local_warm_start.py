@@ -42,7 +42,7 @@ def finished_warm_start(run_dir: str | Path, expected: dict[str, Any]) -> dict[s
 def run_warm_start(trainer: Any) -> dict[str, Any]:
     """Fine-tune ``trainer.model`` on demonstrations (or reload a finished warm start)."""
     from training.demonstrations import get_script, record_demonstrations
-    from training.engines.local import fixed_subset
+    from training.rollout_setup import fixed_subset
     from training.warm_start import WarmStartSettings, supervised_fine_tune
 
     cfg, say = trainer.cfg, trainer.say

@@ -70,7 +70,6 @@ def held_out(trainer: Any) -> dict[str, Any]:
     """Greedy EX per held-out question (1/0), in the trainer's eval-example order."""
     from rex import ExecScorer
     from tools import get_database
-
     from tools import get_database as db_of
     from training.rollout import run_episodes
     from training.rollout_setup import hf_generate
@@ -135,14 +134,13 @@ class RewardRecorder:
 def warm_start(args: argparse.Namespace, overrides: list[str], say: Any) -> tuple[Path, dict[str, Any]]:
     """Train (or reuse) the shared warm start; return its directory and its held-out EX."""
     from training.engines.local import LocalTrainer
-    from training.engines.local_warm_start import DONE, run_warm_start, warm_start_dir
+    from training.engines.local_warm_start import DONE, warm_start_dir
 
     run_dir = Path(args.out) / "warm"
     cfg, profile = make_config(args.recipe, str(run_dir), [*overrides, "seed=0"])
     say(profile)
     trainer = LocalTrainer(cfg, say=say)
-    result = run_warm_start(trainer)
-    trainer._sync_generation_copy()
+    result = trainer.run_warm_start()  # SFT (or the finished one reloaded), generation copy refreshed
     directory = warm_start_dir(run_dir)
     assert (directory / DONE).exists()
     cache = run_dir / "held_out.json"

@@ -290,26 +290,24 @@ def _check_model_directory(verl_cfg: DictConfig, model_path: str, say: Say) -> N
 
 
 def prepare_run_dir(run_dir: str | Path, resume: bool, fresh: bool, say: Say = print) -> None:
-    """The project's resume rules (as the local engine applies them) for veRL checkpoints:
-    ``fresh`` deletes them, ``resume`` continues, neither refuses to overwrite."""
+    """The project's run-directory policy (``training.resume_policy``, shared with the local
+    engine) for veRL checkpoints: ``fresh`` deletes them, ``resume`` continues, neither
+    refuses to overwrite."""
     import shutil
 
     from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
+    from training.resume_policy import FRESH, RESUME, decide_run_start
+
     ckpt = checkpoint_dir(run_dir)
-    if fresh:
+    latest = find_latest_ckpt_path(str(ckpt)) if ckpt.exists() else None
+    start = decide_run_start(run_dir, resume, fresh, latest)
+    if start.action == FRESH:
         shutil.rmtree(ckpt, ignore_errors=True)
         (Path(run_dir) / "metrics.jsonl").unlink(missing_ok=True)
-        return
-    latest = find_latest_ckpt_path(str(ckpt)) if ckpt.exists() else None
-    if resume:
+    elif start.action == RESUME:
         where = f"continuing from {latest}" if latest else f"no checkpoint in {ckpt}; starting from step 0"
         say(f"[resume] {where}")
-    elif latest is not None:
-        raise ConfigError(
-            f"{run_dir} already holds veRL checkpoint {latest}; pass resume=true to continue it, "
-            "fresh=true to start over, or run_dir=<another directory>"
-        )
 
 
 def resumed_step(run_dir: str | Path) -> int:

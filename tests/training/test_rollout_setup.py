@@ -1,10 +1,14 @@
 """The rollout set-up shared by the local engine and ``eval.run``: the seeded subset that
-picks held-out and warm-start questions (pinned: the README's numbers depend on it)."""
+picks held-out and warm-start questions (pinned: the README's numbers depend on it) and
+the rollout limits both build."""
 
 from __future__ import annotations
 
+import pytest
+
 from eval.data import load_examples
-from training.rollout_setup import fixed_subset
+from tests.training.test_paper_settings import recipe
+from training.rollout_setup import fixed_subset, rollout_limits
 
 # The README's CPU numbers: minibird dev, data.eval_limit=8 (the laptop profile), seed 0;
 # the warm start's 48 training questions (stage.warm_start.examples), seed 0.
@@ -29,3 +33,24 @@ def test_the_readme_subsets_of_minibird_are_pinned() -> None:
     train = load_examples(kind="minibird", root=None, split="train")
     assert [ex.id for ex in fixed_subset(dev, 8, 0)] == DEV_8_SEED_0
     assert [ex.id for ex in fixed_subset(train, 48, 0)] == TRAIN_48_SEED_0
+
+
+@pytest.mark.parametrize("name", ["retoolsql", "think2sql", "trustsql", "dualsql"])
+@pytest.mark.parametrize("model_context", [None, 2048, 8192, 40960])
+def test_eval_run_limits_keep_the_context_it_prints(name: str, model_context: int | None) -> None:
+    """eval.run's limits come from the shared ``rollout_limits``: the context they carry is
+    the one its settings print (prompt + response caps, within the model's context)."""
+    from eval.run import EvalSettings, resolve_decoding, sampling_and_limits
+
+    decoding = resolve_decoding(recipe(name), EvalSettings(), set(), laptop=False, model_context=model_context)
+    sampling, limits = sampling_and_limits(decoding)
+    assert limits.max_context_tokens == decoding.max_context_tokens
+    assert (limits.max_prompt_tokens, limits.max_response_tokens, limits.max_tokens_per_turn) == (
+        decoding.max_prompt_tokens, decoding.max_response_tokens, decoding.max_new_tokens)
+    assert sampling.top_k == (decoding.top_k if decoding.top_k > 0 else -1)
+
+
+def test_training_limits_are_the_rollout_caps_within_the_model_context() -> None:
+    limits = rollout_limits(4096, 2048, 512, 256, model_context=5000)
+    assert (limits.max_context_tokens, limits.max_prompt_tokens, limits.max_tokens_per_turn) == (5000, 4096, 512)
+    assert rollout_limits(4096, 2048, 512, None, model_context=None).max_context_tokens == 6144

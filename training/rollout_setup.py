@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-def sampling_params(temperature: float, top_p: float = 1.0, top_k: int = 0, max_new_tokens: int = 512) -> SamplingParams:
+def sampling_params(temperature: float, top_p: float = 1.0, top_k: int = 0,
+                    max_new_tokens: int = 512) -> SamplingParams:
     """What every generation call samples with; ``top_k`` <= 0 means no top-k (-1 for the driver).
 
     >>> sampling_params(0.0, top_k=0, max_new_tokens=64).top_k
@@ -84,7 +85,8 @@ def hf_generate(model: Any, tokenizer: Any, device: str = "cpu", autocast: Any =
                                     stop=params.stop, device=device, autocast=autocast,
                                     logprobs=logprobs and params.temperature > 0)
             for i, row in zip(idx, rows, strict=True):
-                out[i] = GenerationOutput(token_ids=row.token_ids, logprobs=row.logprobs, finish_reason=row.finish_reason)
+                out[i] = GenerationOutput(token_ids=row.token_ids, logprobs=row.logprobs,
+                                          finish_reason=row.finish_reason)
         return out
 
     return generate

@@ -266,7 +266,8 @@ class LocalTrainer:
                 for i, (t, _) in enumerate(picked) if id(t) in row}
         scorer = ExecScorer()
         examples = {ex.id: ex for ex in self._step_examples}
-        tables = {i: result_tables(examples[t.example_id], t.result.final_sql, scorer) for i, (t, _) in enumerate(picked)}
+        tables = {i: result_tables(examples[t.example_id], t.result.final_sql, scorer)
+                  for i, (t, _) in enumerate(picked)}
         records, prompts = trajectory_records(
             step=self.step + 1, engine="local", design=self.cfg.agent.name, trajectories=[t for t, _ in picked],
             rewards=[r for _, r in picked], examples=examples, tokenizer=self.tokenizer, loss=loss, tables=tables)
@@ -456,7 +457,8 @@ class LocalTrainer:
 
 # ----------------------------------------------------------------------------- helpers
 
-def step_metrics(trajectories: Sequence[Any], rewards: Sequence[Any], buffer: StepBuffer, beta: float) -> dict[str, Any]:
+def step_metrics(trajectories: Sequence[Any], rewards: Sequence[Any], buffer: StepBuffer,
+                 beta: float) -> dict[str, Any]:
     """Reward and every component, EX, lengths, turns, tool calls, format failures."""
     from training.engines.local_eval import rollout_metrics
 

@@ -63,8 +63,8 @@ class Updater:
                  loss_settings: lp.LossSettings, total_steps: int, watch: Stopwatch) -> None:
         self.models, self.optim, self.algorithm = models, optim, algorithm
         self.loss_settings, self.watch = loss_settings, watch
-        self.optimizer = torch.optim.AdamW(models.model.parameters(), lr=optim.lr, betas=(optim.betas[0], optim.betas[1]),
-                                           weight_decay=optim.weight_decay)
+        self.optimizer = torch.optim.AdamW(models.model.parameters(), lr=optim.lr,
+                                           betas=(optim.betas[0], optim.betas[1]), weight_decay=optim.weight_decay)
         warm = warmup_steps(total_steps * algorithm.mini_batches, optim.warmup_ratio)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0)

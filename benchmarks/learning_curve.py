@@ -74,10 +74,11 @@ def held_out(trainer: Any) -> dict[str, Any]:
     from tools import get_database
     from tools import get_database as db_of
     from training.rollout import run_episodes
+    from training.rollout_setup import hf_generate
 
     start = time.perf_counter()
     # the trainer's generation weights, in chunks of 32 rows (fewer, fuller decode batches on CPU)
-    generate = model_generate(trainer.gen_model, trainer.tokenizer, trainer.device, None, chunk=32)
+    generate = hf_generate(trainer.gen_model, trainer.tokenizer, trainer.device, None, chunk=32)
     requests = [(ex, db_of(ex.db_path), 0) for ex in trainer.eval_examples]
     trajectories = run_episodes(trainer.eval_agent, requests, trainer.tokenizer, generate, trainer.eval_sampling,
                                 trainer.limits)
@@ -135,14 +136,13 @@ class RewardRecorder:
 def warm_start(args: argparse.Namespace, overrides: list[str], say: Any) -> tuple[Path, dict[str, Any]]:
     """Train (or reuse) the shared warm start; return its directory and its held-out EX."""
     from training.engines.local import LocalTrainer
-    from training.engines.local_warm_start import DONE, run_warm_start, warm_start_dir
+    from training.engines.local_warm_start import DONE, warm_start_dir
 
     run_dir = Path(args.out) / "warm"
     cfg, profile = make_config(args.recipe, str(run_dir), [*overrides, "seed=0"])
     say(profile)
     trainer = LocalTrainer(cfg, say=say)
-    result = run_warm_start(trainer)
-    trainer._sync_generation_copy()
+    result = trainer.run_warm_start()  # SFT (or the finished one reloaded), generation copy refreshed
     directory = warm_start_dir(run_dir)
     assert (directory / DONE).exists()
     cache = run_dir / "held_out.json"

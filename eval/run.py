@@ -95,9 +95,7 @@ class EvalSettings:
 def select_examples(examples: Sequence[Example], limit: int | None, seed: int = 0) -> list[Example]:
     """A fixed seeded subset of ``limit`` questions - the same one training's before/after EX
     uses for ``data.eval_limit`` with the same seed - or all of them."""
-    if limit is None or limit >= len(examples):
-        return list(examples)
-    from training.engines.local import fixed_subset
+    from training.rollout_setup import fixed_subset
 
     return fixed_subset(examples, limit, seed)
 
@@ -221,27 +219,6 @@ def evaluate_predictions(
 
 # ----------------------------------------------------------------------------- mode A: a model
 
-def model_generate(model: Any, tokenizer: Any, device: str = "cpu", autocast: Any = None, chunk: int = 16) -> Any:
-    """A batched ``GenerateFn`` over a HF model: prompts sorted by length, generated in
-    chunks with the local engine's ``batched_generate`` (no log-probs: nothing is updated)."""
-    from training.engines.local_policy import batched_generate
-    from training.rollout import GenerationOutput, SamplingParams
-
-    def generate(prompts: list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        out: list[Any] = [None] * len(prompts)
-        for start in range(0, len(order), chunk):
-            idx = order[start:start + chunk]
-            rows = batched_generate(model, tokenizer, [prompts[i] for i in idx], max_new_tokens=params.max_new_tokens,
-                                    temperature=params.temperature, top_p=params.top_p, top_k=max(params.top_k, 0),
-                                    stop=params.stop, device=device, autocast=autocast)
-            for i, row in zip(idx, rows):
-                out[i] = GenerationOutput(token_ids=row.token_ids, logprobs=None, finish_reason=row.finish_reason)
-        return out
-
-    return generate
-
-
 def evaluate_policy(
     examples: Sequence[Example],
     agent: Any,
@@ -325,7 +302,8 @@ def run_model(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> d
     limits, the model."""
     import torch
 
-    from training.model import autocast_dtype, load_model
+    from training.model import autocast_for, load_model
+    from training.rollout_setup import hf_generate, model_context
 
     requested = _settings(raw)
     cfg, device, laptop = policy_config(raw, explicit, say)
@@ -339,11 +317,10 @@ def run_model(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> d
         return evaluate_endpoint(cfg, settings, decoding, examples, agent, options, say)
     loaded = load_model(cfg.model.path, device, say=say, trust_remote_code=cfg.model.trust_remote_code)
     decoding, settings = _decoding_and_settings(cfg, requested, explicit, laptop,
-                                                _context_of(loaded.model.config), say)
+                                                model_context(loaded.model.config), say)
     examples = _load_eval_examples(cfg.data, decoding.questions, cfg.seed, say)
     agent, options = _eval_agent(cfg, say)
-    autocast = None if cfg.model.autocast == "off" else (
-        torch.bfloat16 if cfg.model.autocast == "bf16" else autocast_dtype(device))
+    autocast = autocast_for(cfg.model.autocast, device)
     sampling, limits = sampling_and_limits(decoding)
     out = settings.out_dir or default_out_dir(cfg.recipe_name, cfg.data.kind, cfg.data.eval_split, settings)
     info = {"recipe": cfg.recipe_name, "model": loaded.source, "data_kind": cfg.data.kind,
@@ -353,7 +330,7 @@ def run_model(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> d
         from training.cpu_attention import use_hybrid_cpu_attention
 
         use_hybrid_cpu_attention(loaded.model)  # the model only generates here
-    generate = model_generate(loaded.model, loaded.tokenizer, device, autocast)
+    generate = hf_generate(loaded.model, loaded.tokenizer, device, autocast)  # no log-probs: nothing is updated
     return evaluate_policy(examples, agent, loaded.tokenizer, generate, sampling, limits, out, settings, info, say)
 
 
@@ -424,6 +401,8 @@ def resolve_decoding(cfg: Any, settings: EvalSettings, explicit: set[str], lapto
     answer. ``max_context_tokens`` = prompt cap + response cap, never more than the model's
     context, so no generation asks for more than context - prompt (the rollout driver
     bounds every call by what is left)."""
+    from training.rollout_setup import context_tokens
+
     ev, r = cfg.evaluation, cfg.rollout
     mode = settings.mode or ev.mode
     samples = 1 if mode in ("greedy", "sample") else (settings.samples or ev.samples)
@@ -434,9 +413,8 @@ def resolve_decoding(cfg: Any, settings: EvalSettings, explicit: set[str], lapto
         new_tokens = min(new_tokens, r.max_new_tokens)  # a cap set on the command line is kept
     if "rollout.max_response_tokens" in explicit and "evaluation.max_response_tokens" not in explicit:
         response = min(response, r.max_response_tokens)
-    context = r.max_prompt_tokens + response
+    context = context_tokens(r.max_prompt_tokens, response, model_context)
     if model_context:  # e.g. Think2SQL's 30k on a 32k model: response + prompt must fit
-        context = min(context, model_context)
         response, new_tokens = min(response, context - 1), min(new_tokens, context - 1)
     budgets = {k: int(v) for k, v in cfg.agent.options.items() if k in cfg.agent.turn_budget_keys()}
     overridden = sorted(k for k in explicit if k.startswith(("eval.", "evaluation.")))
@@ -461,11 +439,6 @@ def describe_decoding(d: Decoding) -> str:
              f"    questions: {d.questions or 'all'}; EX rule: {d.ex_metric}; laptop profile: {'on' if d.laptop_profile else 'off'}"
              + (f"; set on the command line: {', '.join(d.overridden)}" if d.overridden else "")]
     return "\n".join(lines)
-
-
-def _context_of(model_config: Any) -> int | None:
-    value = getattr(model_config, "max_position_embeddings", None)
-    return int(value) if isinstance(value, int) and value > 0 else None
 
 
 def model_context_from_path(path: str | None) -> int | None:
@@ -510,14 +483,13 @@ def _eval_agent(cfg: Any, say: Say) -> tuple[Any, dict[str, Any]]:
 
 
 def sampling_and_limits(d: Decoding) -> tuple[Any, Any]:
-    """Sampling parameters and rollout limits from the effective settings."""
-    from training.rollout import RolloutLimits, SamplingParams
+    """Sampling parameters and rollout limits from the effective settings (the context of
+    ``training.rollout_setup.rollout_limits`` is ``d.max_context_tokens``: the same rule)."""
+    from training.rollout_setup import rollout_limits, sampling_params
 
-    sampling = SamplingParams(temperature=d.temperature, top_p=d.top_p, top_k=d.top_k if d.top_k > 0 else -1,
-                              max_new_tokens=d.max_new_tokens)
-    limits = RolloutLimits(max_response_tokens=d.max_response_tokens, max_context_tokens=d.max_context_tokens,
-                           max_tokens_per_turn=d.max_new_tokens, max_observation_tokens=d.observation_max_tokens,
-                           max_prompt_tokens=d.max_prompt_tokens)
+    sampling = sampling_params(d.temperature, d.top_p, d.top_k, d.max_new_tokens)
+    limits = rollout_limits(d.max_prompt_tokens, d.max_response_tokens, d.max_new_tokens, d.observation_max_tokens,
+                            d.model_context)
     return sampling, limits
 
 

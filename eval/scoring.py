@@ -16,6 +16,7 @@ from agents.types import Example, Trajectory
 from eval.voting import unique_sql, vote
 from rex import ExecScorer, score_results
 from tools import get_database
+from training.rollout_setup import final_sql
 
 MODES = ("greedy", "sc", "passk")
 MISSING = "missing"
@@ -43,14 +44,13 @@ LAST_TURN_CHARS = 2000
 
 def sample_from_trajectories(trajectories: Sequence[Trajectory]) -> Sample:
     """One sample = the episodes of one request (DualSQL: linker then generator); its SQL is
-    the last episode's final SQL that exists, as in training's held-out EX."""
-    sqls = [t.result.final_sql for t in trajectories if t.result.final_sql]
+    ``training.rollout_setup.final_sql``, as in training's held-out EX."""
     turns = [turn for t in trajectories for turn in t.result.turns]
     flags: dict[str, Any] = {}
     for t in trajectories:
         flags.update({f"{t.role}.{k}": v for k, v in t.result.flags.items()})
     return Sample(
-        sql=sqls[-1] if sqls else None,
+        sql=final_sql(trajectories),
         turns=len(turns),
         tool_calls=sum(turn.tool_name is not None for turn in turns),
         policy_tokens=sum(t.num_policy_tokens for t in trajectories),

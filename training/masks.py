@@ -9,6 +9,8 @@ A trainer multiplies the masks it needs (``combine_masks``):
   turn only that turn keeps its loss — SPEC §4;
 - ``padding_mask``: real (not padded, not truncated) response positions.
 Per-trajectory turn numbers come from ``Trajectory.turn_index`` and ``result.turns``.
+``track_masks`` builds every advantage track's mask for a list of trajectories (both
+engines' loss masks come from it).
 """
 
 from __future__ import annotations
@@ -152,3 +154,25 @@ def pad_trajectories(
         logprobs=logprobs,
         truncated=truncated,
     )
+
+
+def track_masks(
+    trajectories: Sequence[Trajectory], tracks: Sequence[str], schema_track: str, guardrails: bool
+) -> tuple[dict[str, list[list[float]]], dict[str, float]]:
+    """Per-track 0/1 token masks for each trajectory (unpadded lists) and mask stats."""
+    padded = pad_trajectories(trajectories, pad_token_id=0)
+    policy = combine_masks(observation_mask(padded.response_mask), padded.padding)  # [n, resp_len]
+    error_turns = final_error_turns(trajectories)  # [n]
+    if guardrails:
+        policy = combine_masks(policy, error_turn_mask(padded.turn_index, error_turns))  # [n, resp_len]
+    per_track = {"full": policy}
+    flags = {"mask/policy_tokens": float(policy.sum()),
+             "mask/error_turn_rows": float((error_turns >= 0).sum()) if guardrails else 0.0}
+    if schema_track in tracks:
+        span = schema_span_turns(trajectories)  # [n]
+        prefix = phase_prefix_mask(padded.turn_index, span)  # [n, resp_len]
+        per_track[schema_track] = combine_masks(policy, prefix)  # [n, resp_len]
+        flags["mask/schema_tokens"] = float(per_track[schema_track].sum())
+        flags["mask/empty_schema_rows"] = float((span < 0).sum())
+    lengths = [len(t.response_ids) for t in trajectories]
+    return {k: [row[:n].tolist() for row, n in zip(v, lengths, strict=True)] for k, v in per_track.items()}, flags

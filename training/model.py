@@ -249,6 +249,16 @@ def autocast_dtype(device: str) -> Any:
     return None
 
 
+def autocast_for(mode: str, device: str) -> Any:
+    """The autocast dtype of ``model.autocast``: ``off`` -> None (fp32), ``bf16`` -> bf16,
+    ``auto`` -> bf16 where the hardware runs it natively (``autocast_dtype``)."""
+    import torch
+
+    if mode == "off":
+        return None
+    return torch.bfloat16 if mode == "bf16" else autocast_dtype(device)
+
+
 def _cpu_has_native_bf16() -> bool:
     try:
         flags = Path("/proc/cpuinfo").read_text()

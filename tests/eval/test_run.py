@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from eval.data import load_examples
-from eval.run import EvalSettings, evaluate_policy, evaluate_predictions, model_generate
+from eval.run import EvalSettings, evaluate_policy, evaluate_predictions
 from tests.eval.conftest import write_bird
 from tools.errors import ConfigError, DataError
+from training.rollout_setup import hf_generate
 
 REPO = Path(__file__).resolve().parents[2]
 INFINITE = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT MAX(x) FROM c"
@@ -244,7 +245,7 @@ def test_model_mode_with_the_tiny_random_model(bird: Path, tmp_path: Path) -> No
     from training.rollout import SamplingParams
 
     examples = [e for e in load_examples("bird", bird, "dev") if e.id in ("10", "13")]
-    gen = model_generate(tiny_model(), tok)
+    gen = hf_generate(tiny_model(), tok)
     s = evaluate_policy(examples, agent, tok, gen, SamplingParams(temperature=0.0, max_new_tokens=6), limits,
                         tmp_path / "out", say=quiet, progress=False)
     assert s["n"] == 2 and s["outcomes"]["pred_error"] == 2  # random text holds no SQL

@@ -450,7 +450,7 @@ def test_checkpoints_store_weights_once(tmp_path: Path, examples: list[Example])
 
 
 def test_the_summary_line_shows_ex_in_percent_and_the_disk_used() -> None:
-    from training.engines.local import summary_text
+    from training.engines.local_run import summary_text
 
     summary = {"recipe": "trustsql", "steps": 2, "ex_before": 0.0, "ex_warm_start": 0.125, "ex_after": 0.375,
                "eval_questions": 8, "checkpoint": "c", "final_model": "f", "metrics": "m", "wandb_dir": None,

@@ -16,8 +16,9 @@ from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
 from tests.training.test_local_engine import ScriptedPolicy, config, examples, trainer  # noqa: F401 - fixture
 from training.config import RolloutCorrectionConfig
 from training.engines import local_policy as lp
-from training.engines.local import LocalTrainer, TrainerInputs, apply_rollout_correction
+from training.engines.local import LocalTrainer, TrainerInputs
 from training.engines.local_batch import build_buffer
+from training.engines.local_update import apply_rollout_correction
 
 
 def test_generation_log_probs_are_the_models_raw_log_probs() -> None:
@@ -43,7 +44,7 @@ def _buffer_with_injected_mismatch(tmp_path: Path, examples: list[Example], shif
     trajectories = t.rollout(examples[:2], 4, t.agent, t.sampling)
     rewards = [t._score(tr, examples[int(tr.example_id[1:])]) for tr in trajectories]
     buffer = build_buffer(trajectories, rewards, t.cfg, target_questions=2)
-    old = t._old_log_probs(buffer)
+    old = t.updater.old_log_probs(buffer)
     for i, tr in enumerate(buffer.trajectories):
         n = len(tr.response_ids)
         injected = [float(old[i][j]) - shift[i] * tr.response_mask[j] for j in range(n)]

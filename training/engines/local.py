@@ -12,34 +12,34 @@ forward pass); reference log-probs only while beta > 0. Checkpoints every N step
 With ``stage.warm_start.enable`` (on in the CPU laptop profile) the run first fine-tunes
 on demonstrations of the design's protocol (local_warm_start.py), then runs GRPO from
 there; the summary reports greedy EX before, after the warm start and after RL.
+
+The pieces: the model bundle (local_model.py: policy, bf16 generation copy, reference),
+the updater (local_update.py: AdamW, log-prob passes, loss), the run directory
+(local_run.py, with the start policy of ``training.run_dir``); this module is the
+loop that drives them.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
-from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
-import torch
-
-from training.config import TrainConfig, to_yaml_tree, warmup_steps
-from training.engines import local_policy as lp
-from training.engines import local_state as st
 from eval.units import pct
-from training.engines.local_batch import CandidatePool, StepBuffer, build_buffer, unkept_to_return
-from training.kl import KLSchedule
 from tools.errors import ConfigError
+from training.config import TrainConfig, to_yaml_tree
+from training.engines import local_policy as lp
+from training.engines import local_run as rd
+from training.engines import local_state as st
+from training.engines.local_batch import CandidatePool, StepBuffer, build_buffer, unkept_to_return
+from training.engines.local_model import PolicyModels
+from training.engines.local_update import Stopwatch, Updater
+from training.kl import KLSchedule
 
 Say = Callable[[str], None]
-
-METRICS = "metrics.jsonl"
-SUMMARY = "summary.json"
-CONFIG = "config.yaml"
-FINAL_DIR = "final"
 
 
 def describe(cfg: TrainConfig) -> str:
@@ -74,35 +74,6 @@ def quiet_libraries() -> None:
     hf_logging.disable_progress_bar()
 
 
-# ----------------------------------------------------------------------------- timing
-
-class Stopwatch:
-    """Accumulates named durations for the step-time breakdown."""
-
-    def __init__(self) -> None:
-        self.totals: dict[str, float] = {}
-
-    def add(self, name: str, seconds: float) -> None:
-        self.totals[name] = self.totals.get(name, 0.0) + seconds
-
-    def measure(self, name: str) -> "_Timer":
-        return _Timer(self, name)
-
-
-@dataclass
-class _Timer:
-    watch: Stopwatch
-    name: str
-    start: float = 0.0
-
-    def __enter__(self) -> "_Timer":
-        self.start = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.watch.add(self.name, time.perf_counter() - self.start)
-
-
 # ----------------------------------------------------------------------------- trainer
 
 @dataclass
@@ -118,8 +89,18 @@ class TrainerInputs:
 
 
 @dataclass
+def _latest_local_checkpoint(run_dir: Path) -> Any:
+    """The local engine's newest checkpoint as the run-directory policy sees it (its saves are
+    atomic renames, so the newest one is complete)."""
+    from training.run_dir import StepCheckpoint
+
+    path = st.latest_checkpoint(run_dir)
+    return None if path is None else StepCheckpoint(step=st.read_meta(path).step, path=path)
+
+
 class LocalTrainer:
-    """Holds the policy, optimizer, data and loggers of one run."""
+    """One run: the model bundle (``models``), the updater, the data, agents, reward and
+    loggers, and the loop that drives them."""
 
     cfg: TrainConfig
     inputs: TrainerInputs = field(default_factory=TrainerInputs)
@@ -129,68 +110,35 @@ class LocalTrainer:
         cfg = self.cfg
         self.device = cfg.engine.device if cfg.engine.device != "auto" else "cpu"
         st.seed_everything(cfg.seed)
-        self._load_model()
+        self.kl = KLSchedule.from_pairs(cfg.algorithm.kl_schedule)
+        given = self.inputs
+        self.models = PolicyModels.load(cfg.model, self.device, cfg.stage.init_from or cfg.model.path, given.model,
+                                        given.tokenizer, given.model_source, keep_initial=self.kl.needs_reference(0),
+                                        say=self._say)
         self._load_data()
         self._build_components()
         self.step = 0
-        self.watch = Stopwatch()
         self.wandb_id: str | None = None
         self.logger: Any = None
         self._samples: Any = None  # training.records.SampleWriter, made at the first step
 
-    # ------------------------------------------------------------------ setup
-    def _load_model(self) -> None:
-        from training.model import autocast_dtype, load_model, prepare_tokenizer
+    def _say(self, text: str) -> None:
+        self.say(text)  # read at call time: callers may replace ``say`` after construction
 
-        given = self.inputs
-        if given.model is not None:
-            self.model, self.tokenizer = given.model.to(self.device), prepare_tokenizer(given.tokenizer)
-            self.model_source = given.model_source or "given"
-        else:
-            path = self.cfg.stage.init_from or self.cfg.model.path
-            loaded = load_model(path, self.device, say=self.say, trust_remote_code=self.cfg.model.trust_remote_code)
-            self.model, self.tokenizer, self.model_source = loaded.model, loaded.tokenizer, loaded.source
-        self.model.train()
-        if self.cfg.model.gradient_checkpointing:
-            self.model.gradient_checkpointing_enable()
-        mode = self.cfg.model.autocast
-        self.autocast = None if mode == "off" else (torch.bfloat16 if mode == "bf16" else autocast_dtype(self.device))
-        self.gen_model = self._generation_copy()
-        self.say(f"[model] {self.model_source}: {sum(p.numel() for p in self.model.parameters()) / 1e6:.1f}M "
-                 f"parameters, fp32 weights, autocast={self.autocast}")
-
-    def _generation_copy(self) -> Any:
-        """The weights ``generate`` runs on: a bf16 copy where bf16 is native, else the policy.
-
-        Measured on 2 shared cores (8 rows, 600-token prompts): bf16 weights decode at
-        0.10 s/step and prefill in 6 s, fp32 at 1.03 s/step and 23 s; autocast over fp32
-        weights was slower still (it re-casts every weight at every step). The copy is
-        refreshed after every optimizer step (``_sync_generation_copy``); log-probs and
-        the update use the fp32 master weights, as veRL does with vLLM + FSDP.
-        """
-        import copy
-
-        from training.model import autocast_dtype
-
-        mode = self.cfg.model.generation_dtype
-        native = autocast_dtype(self.device) is not None
-        if mode == "fp32" or (mode == "auto" and not native):
-            return self.model
-        gen = copy.deepcopy(self.model).to(torch.bfloat16).eval()
-        for p in gen.parameters():
-            p.requires_grad_(False)
-        if self.device == "cpu" and self.cfg.model.decode_attention == "auto":
-            from training.cpu_attention import use_hybrid_cpu_attention
-
-            use_hybrid_cpu_attention(gen)
-        return gen
+    # the bundle's and the updater's parts, by the names scripts and tests use
+    model = property(lambda self: self.models.model)
+    gen_model = property(lambda self: self.models.gen_model)
+    tokenizer = property(lambda self: self.models.tokenizer)
+    autocast = property(lambda self: self.models.autocast)
+    model_source = property(lambda self: self.models.source)
+    optimizer = property(lambda self: self.updater.optimizer)
+    scheduler = property(lambda self: self.updater.scheduler)
+    loss_settings = property(lambda self: self.updater.loss_settings)
 
     def _sync_generation_copy(self) -> None:
-        if self.gen_model is not self.model:
-            with torch.no_grad():
-                for dst, src in zip(self.gen_model.parameters(), self.model.parameters()):
-                    dst.copy_(src)
+        self.models.sync_generation_copy()
 
+    # ------------------------------------------------------------------ setup
     def _load_data(self) -> None:
         from eval.data import load_examples
 
@@ -205,6 +153,8 @@ class LocalTrainer:
         else:
             self.eval_examples = load_examples(kind=d.kind, root=d.root, split=d.eval_split,
                                                drop_failing_gold=d.drop_failing_gold, limit=None)
+        from training.rollout_setup import fixed_subset
+
         self.eval_examples = fixed_subset(self.eval_examples, d.eval_limit, self.cfg.seed)
         if not self.train_examples:
             raise ConfigError(f"data split {d.split!r} of {d.kind!r} has no examples; check data.root / data.limit")
@@ -214,7 +164,7 @@ class LocalTrainer:
     def _build_components(self) -> None:
         from agents import agent_options, make_agent
         from training.rewards import get_reward
-        from training.rollout import RolloutLimits, SamplingParams
+        from training.rollout_setup import hf_generate, model_context, rollout_limits, sampling_params
 
         cfg = self.cfg
         options = dict(cfg.agent.options)
@@ -226,39 +176,24 @@ class LocalTrainer:
         self.eval_agent = make_agent(cfg.agent.name, **eval_options)
         self.reward_fn = get_reward(cfg.reward.name, exec_metric=cfg.reward.exec_metric, **cfg.reward.options)
         r = cfg.rollout
-        self.sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p,
-                                       top_k=r.top_k if r.top_k > 0 else -1, max_new_tokens=r.max_new_tokens)
-        self.eval_sampling = SamplingParams(temperature=r.eval_temperature, top_p=1.0, top_k=-1,
-                                            max_new_tokens=r.max_new_tokens)
-        context = r.max_prompt_tokens + r.max_response_tokens
-        model_context = getattr(self.model.config, "max_position_embeddings", None)
-        if isinstance(model_context, int) and model_context > 0:  # no call asks for more than context - prompt
-            context = min(context, model_context)
-        self.limits = RolloutLimits(max_response_tokens=r.max_response_tokens,
-                                    max_context_tokens=context,
-                                    max_tokens_per_turn=r.max_new_tokens,
-                                    max_observation_tokens=r.observation_max_tokens,
-                                    max_prompt_tokens=r.max_prompt_tokens)
-        self.kl = KLSchedule.from_pairs(cfg.algorithm.kl_schedule)
-        self.ref_model: Any = None
-        given = self.inputs.model is not None and self.kl.needs_reference(0)
-        self._initial_state_model = _frozen_copy(self.model) if given else None
+        self.sampling = sampling_params(r.temperature, r.top_p, r.top_k, r.max_new_tokens)
+        self.eval_sampling = sampling_params(r.eval_temperature, 1.0, 0, r.max_new_tokens)
+        self.limits = rollout_limits(r.max_prompt_tokens, r.max_response_tokens, r.max_new_tokens,
+                                     r.observation_max_tokens, model_context(self.model.config))
         self.total_steps = self._total_steps()
-        o = cfg.optim
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.lr, betas=tuple(o.betas),
-                                           weight_decay=o.weight_decay)
-        warm = warmup_steps(self.total_steps * cfg.algorithm.mini_batches, o.warmup_ratio)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0)
-        self.sampler = CandidatePool(st.DataSampler(len(self.train_examples), seed=cfg.seed))
         a = cfg.algorithm
         # a track's loss runs only when the estimator produced it (its mask exists)
         weights = (("full", 1.0), (cfg.advantage.schema_track, cfg.advantage.schema_weight))
-        self.loss_settings = lp.LossSettings(
+        loss = lp.LossSettings(
             clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high, clip_ratio_c=a.clip_ratio_c,
             loss_agg_mode=a.loss_agg_mode, track_weights=weights, kl_type=a.kl_type,
             entropy_coeff=a.entropy_coeff)
-        self.generate = self.inputs.generate or self._model_generate
+        self.watch = Stopwatch()
+        self.updater = Updater(self.models, cfg.optim, a, loss, self.total_steps, self.watch)
+        self.sampler = CandidatePool(st.DataSampler(len(self.train_examples), seed=cfg.seed))
+        self.generate = self.inputs.generate or hf_generate(
+            self.gen_model, self.tokenizer, self.device, autocast=None, chunk=max(1, cfg.optim.micro_batch_size * 4),
+            logprobs=True)  # the generation copy is bf16 itself: no autocast
         if cfg.stage.warm_start.enable:  # fail now, not after the "before" evaluation
             from training.demonstrations import get_script
 
@@ -274,24 +209,6 @@ class LocalTrainer:
         return max(1, math.ceil(len(self.train_examples) / per_step))
 
     # ------------------------------------------------------------------ generation
-    def _model_generate(self, prompts: list[list[int]], params: Any) -> list[Any]:
-        """The GenerateFn: batched HF generate in chunks of similar length."""
-        from training.rollout import GenerationOutput
-
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        out: list[Any] = [None] * len(prompts)
-        chunk = max(1, self.cfg.optim.micro_batch_size * 4)
-        for start in range(0, len(order), chunk):
-            idx = order[start:start + chunk]
-            rows = lp.batched_generate(
-                self.gen_model, self.tokenizer, [prompts[i] for i in idx],
-                max_new_tokens=params.max_new_tokens, temperature=params.temperature,
-                top_p=params.top_p, top_k=max(params.top_k, 0), stop=params.stop,
-                device=self.device, autocast=None, logprobs=params.temperature > 0)
-            for i, row in zip(idx, rows):
-                out[i] = GenerationOutput(token_ids=row.token_ids, logprobs=row.logprobs, finish_reason=row.finish_reason)
-        return out
-
     def _timed_generate(self, prompts: list[list[int]], params: Any) -> list[Any]:
         with self.watch.measure("generation"):
             return self.generate(prompts, params)
@@ -309,8 +226,8 @@ class LocalTrainer:
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, Any]:
         """Roll out, score, filter, update; returns the step's metrics."""
-        cfg, a = self.cfg, self.cfg.algorithm
-        self.watch = Stopwatch()
+        a = self.cfg.algorithm
+        self.watch.reset()
         start = time.perf_counter()
         count = a.batch_size * (a.dynamic_sampling.oversample if a.dynamic_sampling.enable else 1)
         drawn = self.sampler.take(count)
@@ -346,20 +263,20 @@ class LocalTrainer:
         """Append the step's first ``trainer.samples_per_step`` rollouts (whole groups, in
         order) to samples.jsonl with the masks the update used (training/records.py)."""
         from rex import ExecScorer
-
         from training.records import SampleWriter, result_tables, trajectory_records
 
         count = self.cfg.trainer.samples_per_step
         if count == 0:
             return
-        picked = list(zip(trajectories, rewards))[:count]
+        picked = list(zip(trajectories, rewards, strict=True))[:count]
         row = {id(t): j for j, t in enumerate(buffer.trajectories)}  # rows of the update
         loss = {i: ({k: v[row[id(t)]] for k, v in buffer.masks.items()},
                     {k: v[row[id(t)]] for k, v in buffer.advantages.items()})
                 for i, (t, _) in enumerate(picked) if id(t) in row}
         scorer = ExecScorer()
         examples = {ex.id: ex for ex in self._step_examples}
-        tables = {i: result_tables(examples[t.example_id], t.result.final_sql, scorer) for i, (t, _) in enumerate(picked)}
+        tables = {i: result_tables(examples[t.example_id], t.result.final_sql, scorer)
+                  for i, (t, _) in enumerate(picked)}
         records, prompts = trajectory_records(
             step=self.step + 1, engine="local", design=self.cfg.agent.name, trajectories=[t for t, _ in picked],
             rewards=[r for _, r in picked], examples=examples, tokenizer=self.tokenizer, loss=loss, tables=tables)
@@ -379,106 +296,10 @@ class LocalTrainer:
 
     # ------------------------------------------------------------------ update
     def update(self, buffer: StepBuffer, beta: float) -> dict[str, float]:
-        """One optimizer pass over the buffer (``mini_batches`` optimizer steps).
-
-        With ``algorithm.rollout_correction`` on, the old (fp32 training) log-probs of the
-        whole buffer come first, then veRL's IS weights / rejection mask against the
-        generating (bf16) model's log-probs; rejected tokens leave every track's mask."""
-        self._sync_reference(beta)
-        corr = self.cfg.algorithm.rollout_correction
-        chunks = _split(list(range(buffer.size)), self.cfg.algorithm.mini_batches)
-        correct = corr.enabled and all(t.logprobs is not None for t in buffer.trajectories)
-        old = self._old_log_probs(buffer) if len(chunks) > 1 or correct else None
-        sums: Counter[str] = Counter()
-        is_weights: dict[int, torch.Tensor] | None = None
-        if correct and old is not None:
-            is_weights, corr_metrics = apply_rollout_correction(buffer, old, corr)
-            sums.update(corr_metrics)
-            sums = Counter({k: v * len(chunks) for k, v in sums.items()})  # divided by len(chunks) below
-        for rows in chunks:
-            sums.update(self._optimizer_step(buffer, rows, beta, old, is_weights))
-        return {k: v / len(chunks) for k, v in sums.items()}
-
-    def _optimizer_step(self, buffer: StepBuffer, rows: list[int], beta: float,
-                        old: dict[int, torch.Tensor] | None,
-                        is_weights: dict[int, torch.Tensor] | None = None) -> dict[str, float]:
-        """Accumulate gradients over micro-batches, then clip and step once."""
-        totals = lp.track_totals(buffer.mask_tensors(rows))
-        losses: Counter[str] = Counter()  # per-micro losses are already globally normalised: sum them
-        weighted: Counter[str] = Counter()  # token-weighted averages (clip fraction, entropy)
-        n_full = totals.tokens.get("full", 0.0) or 1.0
-        self.optimizer.zero_grad(set_to_none=True)
-        for micro in _micro_batches(rows, buffer, self.cfg.optim.micro_batch_size):
-            batch = buffer.policy_batch(micro, self.tokenizer.pad_token_id)
-            ref = self._ref_log_probs(batch) if beta > 0 else None
-            with self.watch.measure("update"):
-                logp, entropy = lp.response_log_probs(
-                    self.model, batch, self.device, self.autocast, with_entropy=True,
-                    entropy_grad=self.loss_settings.entropy_coeff > 0)  # [micro, resp_len] x2
-                old_lp = (torch.stack([_pad_to(old[i], logp.shape[1]) for i in micro]).to(logp.device)
-                          if old else logp.detach())  # [micro, resp_len]
-                isw = (torch.stack([_pad_to(is_weights[i], logp.shape[1]) for i in micro])
-                       if is_weights else None)  # [micro, resp_len]
-                loss, m = lp.grpo_loss(logp, old_lp, batch.masks, batch.advantages, totals,
-                                       self.loss_settings, beta=beta, ref_log_probs=ref, entropy=entropy,
-                                       rollout_is_weights=isw)
-                loss.backward()
-            full = batch.masks["full"].to(logp.device)  # [micro, resp_len]
-            share = float(full.sum()) / n_full
-            if batch.rollout_log_probs is not None and share > 0:
-                for key, value in mismatch_metrics(old_lp, batch.rollout_log_probs, full).items():
-                    weighted[key] += value * share
-            losses.update({k: v for k, v in m.items() if k.startswith("pg_loss/") or k == "kl"})
-            weighted["policy/clip_frac"] += m.get("clip_frac/full", 0.0) * share
-            weighted["policy/ppo_kl"] += m.get("ppo_kl/full", 0.0) * share
-            if entropy is not None:
-                weighted["policy/entropy"] += float((entropy.detach() * full).sum()) / n_full
-        with self.watch.measure("update"):
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip)
-            self.optimizer.step()
-            self.scheduler.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            self._sync_generation_copy()
-        return {**losses, **weighted, "policy/grad_norm": float(norm)}
-
-    def _old_log_probs(self, buffer: StepBuffer) -> dict[int, torch.Tensor]:
-        """Log-probs of the rollout policy, before any optimizer step of this buffer."""
-        out: dict[int, torch.Tensor] = {}
-        with self.watch.measure("logprob"), torch.no_grad():
-            for micro in _micro_batches(list(range(buffer.size)), buffer, self.cfg.optim.micro_batch_size):
-                batch = buffer.policy_batch(micro, self.tokenizer.pad_token_id)
-                logp, _ = lp.response_log_probs(self.model, batch, self.device, self.autocast)
-                for j, i in enumerate(micro):
-                    out[i] = logp[j].cpu()
-        return out
-
-    def _ref_log_probs(self, batch: lp.PolicyBatch) -> torch.Tensor:
-        with self.watch.measure("logprob"), torch.no_grad():
-            logp, _ = lp.response_log_probs(self.ref_model, batch, self.device, self.autocast)
-        return logp
-
-    def _sync_reference(self, beta: float) -> None:
-        """Load the frozen initial policy while beta > 0 now or later; free it after."""
-        needed = self.kl.needs_reference(self.step)
-        if needed and self.ref_model is None:
-            self.ref_model = self._initial_policy()
-        elif not needed and self.ref_model is not None:
-            self.ref_model = None
-            self.say(f"[kl] beta is 0 from step {self.step} on: reference model released")
-
-    def _initial_policy(self) -> Any:
-        import copy
-
-        if self.inputs.model is not None:
-            ref = copy.deepcopy(self._initial_state_model)
-        else:
-            from training.model import load_model
-
-            ref = load_model(self._reference_path(), self.device, say=self.say).model
-        ref.eval()
-        for p in ref.parameters():
-            p.requires_grad_(False)
-        return ref
+        """One optimizer pass over the buffer (``Updater.update``), with the KL reference
+        loaded while beta > 0 now or later."""
+        self.models.keep_reference(self.kl.needs_reference(self.step), self._reference_path(), self._say, self.step)
+        return self.updater.update(buffer, beta)
 
     def _reference_path(self) -> str | None:
         """The KL reference: the warm-started weights when this run made them, else the
@@ -531,59 +352,37 @@ class LocalTrainer:
         return True
 
     def _prepare_run_dir(self) -> dict[str, Any] | None:
-        """Clear, resume or refuse an existing run directory; a finished run resumed
-        returns its summary (and nothing is changed)."""
-        import shutil
-
-        from training.engines.local_warm_start import warm_start_dir
+        """Clear, resume or refuse an existing run directory (the policy of ``training.run_dir``,
+        shared with the veRL engine); a finished run resumed returns its summary (and nothing
+        is changed)."""
+        from training.run_dir import resume_decision, resume_mode
 
         cfg = self.cfg
-        existing = st.latest_checkpoint(cfg.run_dir)
         if cfg.fresh:
-            st.clear_checkpoints(cfg.run_dir)
-            for name in ("metrics.jsonl", "samples.jsonl", "prompts.jsonl", "summary.json"):
-                (Path(cfg.run_dir) / name).unlink(missing_ok=True)
-            shutil.rmtree(Path(cfg.run_dir) / FINAL_DIR, ignore_errors=True)
-            shutil.rmtree(warm_start_dir(cfg.run_dir), ignore_errors=True)
-        elif cfg.resume != "never":  # auto | must (training/run_dir.py)
-            finished = self._finished_summary()
-            if finished is not None:
-                return finished
-            if not self.restore():
-                if cfg.resume == "must":
-                    raise ConfigError(f"resume=must but {cfg.run_dir} holds no checkpoint to continue; pass "
-                                      "resume=auto to start from step 0 when there is none")
-                self.say(f"[resume] no checkpoint in {cfg.run_dir}; starting from step 0")
-            elif self.step < self.total_steps:
-                _relabel_records(Path(cfg.run_dir) / METRICS, "eval_after", "eval_val", before_step=self.total_steps)
-        elif existing is not None:
-            raise ConfigError(
-                f"{cfg.run_dir} already holds checkpoint {existing.name}; pass resume=true to continue it, "
-                "fresh=true to start over, or run_dir=<another directory>")
+            rd.clear_run(cfg.run_dir)
+            return None
+        mode = resume_mode(cfg.resume)
+        finished = rd.finished_summary(cfg.run_dir, self.total_steps) if mode != "never" else None
+        if finished is not None:
+            self.say(f"[resume] {cfg.run_dir} is finished ({finished.get('steps')} steps; trainer.total_steps="
+                     f"{self.total_steps}): nothing to do, nothing changed. Pass a larger trainer.total_steps to "
+                     "continue it, or fresh=true to start over.")
+            return finished
+        decision = resume_decision(cfg.run_dir, mode, latest=_latest_local_checkpoint,
+                                   any_checkpoint=st.latest_checkpoint)
+        if decision.action != "resume":
+            if mode != "never":
+                self.say(decision.message)
+            return None
+        self.restore()
+        if self.step < self.total_steps:
+            rd.relabel_records(Path(cfg.run_dir) / rd.METRICS, "eval_after", "eval_val", before_step=self.total_steps)
         return None
-
-    def _finished_summary(self) -> dict[str, Any] | None:
-        """The summary of a run that already finished ``total_steps`` (or more), else None."""
-        import json
-
-        path = st.latest_checkpoint(self.cfg.run_dir)
-        summary_path = Path(self.cfg.run_dir) / SUMMARY
-        if path is None or not summary_path.is_file():
-            return None
-        summary = json.loads(summary_path.read_text())
-        step = st.read_meta(path).step
-        if summary.get("steps") != step or step < self.total_steps:
-            return None
-        self.say(f"[resume] {self.cfg.run_dir} is finished ({step} steps; trainer.total_steps={self.total_steps}): "
-                 "nothing to do, nothing changed. Pass a larger trainer.total_steps to continue it, or "
-                 "fresh=true to start over.")
-        return summary
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, Any]:
         """Before-EX, steps with periodic checkpoints and validation, after-EX, summary."""
         from training.logging_utils import RunLogger
-
         from training.records import write_config_record
 
         cfg = self.cfg
@@ -591,7 +390,7 @@ class LocalTrainer:
         if finished is not None:
             return finished
         Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
-        (Path(cfg.run_dir) / CONFIG).write_text(describe(cfg))  # the configuration that runs
+        (Path(cfg.run_dir) / rd.CONFIG).write_text(describe(cfg))  # the configuration that runs
         write_config_record(cfg.run_dir, self.step, to_yaml_tree(cfg))
         self.logger = RunLogger(cfg.run_dir, cfg.logger, self.total_steps, project=cfg.trainer.project,
                                 run_name=f"{cfg.recipe_name}-{Path(cfg.run_dir).name}", config=to_yaml_tree(cfg),
@@ -615,15 +414,26 @@ class LocalTrainer:
             self.logger.close()
         return self._summary(before, after, final_dir, warm)
 
-    def _warm_start(self) -> dict[str, Any]:
-        """SFT on demonstrations before GRPO (see training/engines/local_warm_start.py)."""
-        from training.engines.local_warm_start import run_warm_start
+    def run_warm_start(self) -> dict[str, Any]:
+        """Fine-tune the policy on demonstrations (or reload a finished warm start), then
+        refresh the generation copy (training/engines/local_warm_start.py)."""
+        from training.engines.local_warm_start import fingerprint, run_warm_start
+        from training.rollout_setup import fixed_subset
 
-        result = run_warm_start(self)
+        cfg, ws = self.cfg, self.cfg.stage.warm_start
+        result = run_warm_start(
+            self.model, self.tokenizer, self.agent, fixed_subset(self.train_examples, ws.examples, cfg.seed),
+            self.limits, ws, run_dir=cfg.run_dir, agent_name=cfg.agent.name,
+            expected=fingerprint(cfg, self.model_source, self.limits), seed=cfg.seed, grad_clip=cfg.optim.grad_clip,
+            device=self.device, autocast=self.autocast, progress="console" in cfg.logger, say=self._say)
         self._sync_generation_copy()
-        if self._initial_state_model is not None:  # a given model's KL reference: the warm-started one
-            self._initial_state_model = _frozen_copy(self.model)
-        if not (self.cfg.resume != "never" and self._recorded("warm_start", 0)):
+        return result
+
+    def _warm_start(self) -> dict[str, Any]:
+        """SFT on demonstrations before GRPO, logged once; EX after it when asked."""
+        result = self.run_warm_start()
+        self.models.remember_initial()  # a given model's KL reference: the warm-started one
+        if not (self.cfg.resume != "never" and rd.recorded(self.cfg.run_dir, "warm_start", 0)):
             self.logger.log(0, result, kind="warm_start")
         if self.cfg.stage.warm_start.eval_after and self.cfg.trainer.eval_before_after:
             result["ex"] = self._eval_once("warm_start").get("ex")
@@ -639,134 +449,28 @@ class LocalTrainer:
         """Evaluate and log, unless a resumed run already recorded this evaluation at this
         step (killed after it): then that record is the result, and no duplicate is written."""
         if self.cfg.resume != "never":
-            found = self._recorded(f"eval_{tag}", self.step)
+            found = rd.recorded(self.cfg.run_dir, f"eval_{tag}", self.step)
             if found:
                 return found
         return self._eval_logged(tag)
 
-    def _recorded(self, kind: str, step: int) -> dict[str, Any]:
-        """The last ``kind`` record of ``metrics.jsonl`` at ``step`` ({} when none)."""
-        found = [r for r in read_records(Path(self.cfg.run_dir) / METRICS) if r.get("kind") == kind]
-        found = [r for r in found if r.get("step") == step]
-        return found[-1] if found else {}
-
     def _save_final(self) -> Path:
-        """A plain HF model directory (model + tokenizer) that eval.run and model.path load:
-        hard links to the last checkpoint's files when it holds these weights (no second
-        copy on disk), else written out."""
-        final = Path(self.cfg.run_dir) / FINAL_DIR
-        last = st.latest_checkpoint(self.cfg.run_dir)
-        if last is not None and st.read_meta(last).step == self.step and st.has_weights(last):
-            st.link_model_dir(last, final)
-            return final
-        import shutil
-
-        tmp = final.with_name(final.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(tmp)
-        self.tokenizer.save_pretrained(tmp)
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
-        return final
+        return rd.save_final(self.cfg.run_dir, self.step, self.model, self.tokenizer)
 
     def _summary(self, before: dict[str, Any], after: dict[str, Any], final_dir: Path,
                  warm: dict[str, Any]) -> dict[str, Any]:
-        """summary.json and the closing lines; evaluations of earlier processes of a resumed
-        run are read back from metrics.jsonl (so a resumed run keeps its EX before)."""
-        import json
-
-        run_dir = Path(self.cfg.run_dir)
-        records = read_records(run_dir / METRICS)
-        before = before or _last(records, "eval_before")
-        if not warm and _last(records, "warm_start"):
-            warm = {k: v for k, v in _last(records, "warm_start").items() if k not in ("step", "kind", "wall_time")}
-            warm["ex"] = _last(records, "eval_warm_start").get("ex")
-        summary = {
-            "recipe": self.cfg.recipe_name, "steps": self.step, "run_dir": str(run_dir),
-            "final_model": str(final_dir), "metrics": str(run_dir / METRICS),
-            "checkpoint": str(st.latest_checkpoint(run_dir)), "wandb_dir": self.logger.wandb_dir,
-            "ex_before": before.get("ex"), "ex_warm_start": warm.get("ex"), "ex_after": after.get("ex"),
-            "eval_questions": before.get("n", after.get("n")), "warm_start": warm or None,
-            "sweep": self.cfg.sweep, "ablation": dict(self.cfg.ablation),
-        }
-        (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2))
-        total, parts = st.disk_usage(run_dir)
-        summary["disk_bytes"] = total
-        (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2))
-        self.say(summary_text(summary, parts))
+        """summary.json and the closing lines."""
+        head = {"recipe": self.cfg.recipe_name, "steps": self.step, "sweep": self.cfg.sweep,
+                "ablation": dict(self.cfg.ablation)}
+        summary, parts = rd.write_summary(self.cfg.run_dir, head, before, after, warm, final_dir, self.logger.wandb_dir)
+        self.say(rd.summary_text(summary, parts))
         return summary
-
-
-def summary_text(summary: dict[str, Any], parts: dict[str, int]) -> str:
-    """The closing lines of a run: EX (percent), where everything is, and the disk it takes."""
-    delta = ""
-    if summary["ex_before"] is not None and summary["ex_after"] is not None:
-        middle = f" -> after warm start {pct(summary['ex_warm_start'])}" if summary["ex_warm_start"] is not None else ""
-        delta = (f"EX before {pct(summary['ex_before'])}{middle} -> after {pct(summary['ex_after'])} on "
-                 f"{summary['eval_questions']} held-out questions (greedy)")
-    run_dir = summary["run_dir"]
-    shares = ", ".join(f"{name} {st.human_size(size)}" for name, size in sorted(parts.items(), key=lambda kv: -kv[1])
-                       if size >= 1 << 20)
-    weights = Path(summary["final_model"]) / "model.safetensors"
-    if weights.is_file() and weights.stat().st_nlink > 1:
-        shares += "; final/ shares the last checkpoint's weights"
-    return (f"[summary] {summary['recipe']}: {summary['steps']} steps. {delta}\n"
-            f"    checkpoint {summary['checkpoint']}\n    final model {summary['final_model']}\n"
-            f"    metrics {summary['metrics']}\n    wandb {summary['wandb_dir']}\n"
-            f"    run directory {run_dir}: {st.human_size(summary['disk_bytes'])} on disk"
-            + (f" ({shares})" if shares else ""))
 
 
 # ----------------------------------------------------------------------------- helpers
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """The records of a ``metrics.jsonl`` ([] when absent; a line cut by a kill is skipped)."""
-    import json
-
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
-
-
-def _last(records: Sequence[dict[str, Any]], kind: str) -> dict[str, Any]:
-    found = [r for r in records if r.get("kind") == kind]
-    return found[-1] if found else {}
-
-
-def _relabel_records(path: Path, kind: str, new_kind: str, before_step: int) -> None:
-    """Rename ``kind`` records before ``before_step`` (a finished run continued with more
-    steps: its old final evaluation is now a validation record), atomically."""
-    import json
-    import os
-
-    records = read_records(path)
-    if not any(r.get("kind") == kind and r.get("step", 0) < before_step for r in records):
-        return
-    for r in records:
-        if r.get("kind") == kind and r.get("step", 0) < before_step:
-            r["kind"] = new_kind
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def fixed_subset(examples: Sequence[Any], limit: int | None, seed: int) -> list[Any]:
-    """A deterministic subset (seeded shuffle, then the first ``limit``), in id order."""
-    items = list(examples)
-    if limit is None or limit >= len(items):
-        return items
-    gen = torch.Generator().manual_seed(seed + 1234)
-    picked = torch.randperm(len(items), generator=gen)[:limit].tolist()
-    return [items[i] for i in sorted(picked)]
-
-
-def step_metrics(trajectories: Sequence[Any], rewards: Sequence[Any], buffer: StepBuffer, beta: float) -> dict[str, Any]:
+def step_metrics(trajectories: Sequence[Any], rewards: Sequence[Any], buffer: StepBuffer,
+                 beta: float) -> dict[str, Any]:
     """Reward and every component, EX, lengths, turns, tool calls, format failures."""
     from training.engines.local_eval import rollout_metrics
 
@@ -789,75 +493,3 @@ def drop_over_long(trajectories: Sequence[Any]) -> tuple[list[Any], int]:
     return kept, len(dropped)
 
 
-def mismatch_metrics(train_lp: torch.Tensor, rollout_lp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
-    """Rollout/training mismatch on ``mask``'s tokens (all [rows, resp_len]): veRL's
-    ``compute_offpolicy_metrics`` (kl = mean(rollout - training log-prob), k3_kl, the two
-    perplexities), prefixed ``rollout_corr/`` as veRL logs them. 0 when generation and
-    training share weights and precision."""
-    from verl.trainer.ppo.rollout_corr_helper import compute_offpolicy_metrics
-
-    mask = mask.to(train_lp.device)
-    if float(mask.sum()) == 0:
-        return {}
-    out = compute_offpolicy_metrics(old_log_prob=train_lp.detach(), rollout_log_prob=rollout_lp.to(train_lp.device),
-                                     response_mask=mask)
-    return {f"rollout_corr/{k}": float(v) for k, v in out.items()}
-
-
-def apply_rollout_correction(buffer: StepBuffer, old: dict[int, torch.Tensor],
-                             corr: Any) -> tuple[dict[int, torch.Tensor] | None, dict[str, float]]:
-    """veRL's IS weights and rejection mask for the whole buffer, from the training model's
-    log-probs ``old`` and the generating model's (``trajectory.logprobs``).
-
-    The rejection mask is applied to every track's mask in the buffer (so the loss
-    normalisers count only accepted tokens, as veRL's modified ``response_mask`` does);
-    returns per-row IS weights (None when IS is off) and veRL's ``rollout_corr/*`` metrics.
-    """
-    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
-
-    rows = list(range(buffer.size))
-    mask = buffer.mask_tensors(rows)["full"]  # [n, W]
-    if float(mask.sum()) == 0:
-        return None, {}
-    width = mask.shape[1]
-    old_t = torch.stack([_pad_to(old[i], width) for i in rows])  # [n, W]
-    roll_t = torch.stack([_pad_to(torch.tensor(buffer.trajectories[i].logprobs, dtype=torch.float32), width)
-                          for i in rows])  # [n, W]
-    weights, kept, metrics = compute_rollout_correction_and_rejection_mask(
-        old_t, roll_t, mask, rollout_is=corr.rollout_is, rollout_is_threshold=corr.rollout_is_threshold,
-        rollout_is_batch_normalize=corr.rollout_is_batch_normalize, rollout_rs=corr.rollout_rs,
-        rollout_rs_threshold=corr.rollout_rs_threshold)
-    kept = kept.float()  # [n, W]
-    for track, per_row in buffer.masks.items():
-        for i in rows:
-            n = len(per_row[i])
-            per_row[i] = [a * b for a, b in zip(per_row[i], kept[i, :n].tolist())]
-    metrics["rollout_corr/rejected_tokens"] = float((mask - kept * mask).sum())
-    if weights is None:
-        return None, metrics
-    w = weights.batch["rollout_is_weights"]  # [n, W]
-    return {i: w[i, : len(buffer.trajectories[i].response_ids)].clone() for i in rows}, metrics
-
-
-def _split(rows: list[int], parts: int) -> list[list[int]]:
-    parts = max(1, min(parts, len(rows)))
-    size = math.ceil(len(rows) / parts)
-    return [rows[i:i + size] for i in range(0, len(rows), size)]
-
-
-def _micro_batches(rows: list[int], buffer: StepBuffer, size: int) -> list[list[int]]:
-    """Rows grouped by total length (less padding), ``size`` per micro-batch."""
-    ordered = sorted(rows, key=buffer.length)
-    return [ordered[i:i + size] for i in range(0, len(ordered), size)]
-
-
-def _pad_to(t: torch.Tensor, width: int) -> torch.Tensor:
-    if t.shape[0] >= width:
-        return t[:width]
-    return torch.cat([t, t.new_zeros(width - t.shape[0])])
-
-
-def _frozen_copy(model: Any) -> Any:
-    import copy
-
-    return copy.deepcopy(model).eval()

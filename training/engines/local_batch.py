@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from training import masks as M
 from training.advantages import AdvantageOptions, dynamic_sampling_filter, get_estimator, group_keys
 from training.engines.local_policy import PolicyBatch, build_policy_batch
+from training.masks import track_masks
 
 
 @dataclass
@@ -167,6 +167,7 @@ def _track_scores(rewards: Sequence[Any]) -> dict[str, torch.Tensor]:
         if all(name in r.tracks for r in rewards):
             out[name] = torch.tensor([float(r.tracks[name]) for r in rewards])  # [n]
     return out
+<<<<<<< HEAD
 
 
 def track_masks(
@@ -189,3 +190,5 @@ def track_masks(
         flags["mask/empty_schema_rows"] = float((span < 0).sum())
     lengths = [len(t.response_ids) for t in trajectories]
     return {k: [row[:n].tolist() for row, n in zip(v, lengths, strict=True)] for k, v in per_track.items()}, flags
+=======
+>>>>>>> localsplit

@@ -45,17 +45,17 @@ def rollout_metrics(trajectories: Sequence[Any], rewards: Sequence[Any]) -> dict
 
 
 def execution_accuracy(examples: Sequence[Any], trajectories: Sequence[Any]) -> dict[str, Any]:
-    """Greedy EX: one prediction per example (its last episode's final SQL), BIRD EX."""
+    """Greedy EX: one prediction per example (``training.rollout_setup.final_sql``), BIRD EX."""
     from rex import ExecScorer
     from tools import get_database
+    from training.rollout_setup import final_sql
 
     final: dict[str, str | None] = {}
     by_example: dict[str, list[Any]] = defaultdict(list)
     for t in trajectories:
         by_example[t.example_id].append(t)
     for ex in examples:
-        preds = [t.result.final_sql for t in by_example.get(ex.id, []) if t.result.final_sql]
-        final[ex.id] = preds[-1] if preds else None
+        final[ex.id] = final_sql(by_example.get(ex.id, []))
     scorer = ExecScorer()
     outcomes: Counter[str] = Counter()
     matches = executable = 0

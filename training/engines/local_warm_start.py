@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from training.config import WarmStartConfig
 
 WARM_START_DIR = "warm_start"
 DONE = "done.json"
@@ -23,11 +27,12 @@ def warm_start_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / WARM_START_DIR
 
 
-def fingerprint(trainer: Any) -> dict[str, Any]:
-    cfg = trainer.cfg
-    return {"model": trainer.model_source, "agent": cfg.agent.name, "agent_options": dict(cfg.agent.options),
+def fingerprint(cfg: Any, model_source: str, limits: Any) -> dict[str, Any]:
+    """Everything that shapes the warm-started weights (a saved warm start is reused only
+    for the same fingerprint)."""
+    return {"model": model_source, "agent": cfg.agent.name, "agent_options": dict(cfg.agent.options),
             "data": [cfg.data.kind, cfg.data.root, cfg.data.split], "seed": cfg.seed,
-            "settings": asdict(cfg.stage.warm_start), "limits": asdict(trainer.limits)}
+            "settings": asdict(cfg.stage.warm_start), "limits": asdict(limits)}
 
 
 def finished_warm_start(run_dir: str | Path, expected: dict[str, Any]) -> dict[str, Any] | None:
@@ -39,27 +44,26 @@ def finished_warm_start(run_dir: str | Path, expected: dict[str, Any]) -> dict[s
     return record if record.get("fingerprint") == json.loads(json.dumps(expected)) else None
 
 
-def run_warm_start(trainer: Any) -> dict[str, Any]:
-    """Fine-tune ``trainer.model`` on demonstrations (or reload a finished warm start)."""
+def run_warm_start(model: Any, tokenizer: Any, agent: Any, examples: Sequence[Any], limits: Any,
+                   ws: WarmStartConfig, *, run_dir: str | Path, agent_name: str, expected: dict[str, Any],
+                   seed: int, grad_clip: float, device: str = "cpu", autocast: Any = None, progress: bool = False,
+                   say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Fine-tune ``model`` on demonstrations of ``agent`` on ``examples`` (or reload the
+    finished warm start in ``run_dir`` when its fingerprint is ``expected``)."""
     from training.demonstrations import get_script, record_demonstrations
-    from training.engines.local import fixed_subset
     from training.warm_start import WarmStartSettings, supervised_fine_tune
 
-    cfg, say = trainer.cfg, trainer.say
-    ws = cfg.stage.warm_start
-    out = warm_start_dir(cfg.run_dir)
-    expected = fingerprint(trainer)
-    saved = finished_warm_start(cfg.run_dir, expected)
+    out = warm_start_dir(run_dir)
+    saved = finished_warm_start(run_dir, expected)
     if saved is not None:
-        load_weights(trainer.model, out)
+        load_weights(model, out)
         say(f"[warm start] reusing the finished warm start in {out}")
         return saved["result"]
-    script = get_script(cfg.agent.name)
-    examples = fixed_subset(trainer.train_examples, ws.examples, cfg.seed)
-    demos = record_demonstrations(trainer.agent, examples, trainer.tokenizer, trainer.limits, script)
+    script = get_script(agent_name)
+    demos = record_demonstrations(agent, examples, tokenizer, limits, script)
     dropped = ", ".join(f"{n} × {why}" for why, n in sorted(demos.dropped.items())) or "none"
     say(f"[warm start] {demos.kept_examples}/{len(examples)} training questions demonstrated in the "
-        f"{cfg.agent.name} protocol ({len(demos.trajectories)} episodes); dropped: {dropped}")
+        f"{agent_name} protocol ({len(demos.trajectories)} episodes); dropped: {dropped}")
     if not demos.trajectories:
         from tools.errors import ConfigError
 
@@ -68,15 +72,14 @@ def run_warm_start(trainer: Any) -> dict[str, Any]:
             "rollout.max_new_tokens / rollout.max_response_tokens or set stage.warm_start.enable=false")
     settings = WarmStartSettings(epochs=ws.epochs, lr=ws.lr, batch_size=ws.batch_size,
                                  micro_batch_size=ws.micro_batch_size, warmup_ratio=ws.warmup_ratio,
-                                 grad_clip=cfg.optim.grad_clip)
-    result = supervised_fine_tune(
-        trainer.model, demos.trajectories, settings, trainer.tokenizer.pad_token_id, trainer.device,
-        trainer.autocast, seed=cfg.seed, progress="console" in cfg.logger)
+                                 grad_clip=grad_clip)
+    result = supervised_fine_tune(model, demos.trajectories, settings, tokenizer.pad_token_id, device, autocast,
+                                  seed=seed, progress=progress)
     result.update({"demonstrations": float(len(demos.trajectories)), "questions": float(demos.kept_examples),
                    "dropped": float(sum(demos.dropped.values()))})
     say(f"[warm start] SFT: {int(result['steps'])} steps, NLL {result['nll_first']:.3f} -> "
         f"{result['nll_last']:.3f} on {int(result['policy_tokens'])} policy tokens ({result['duration_s']:.0f}s)")
-    save_warm_start(trainer.model, trainer.tokenizer, out, expected, result)
+    save_warm_start(model, tokenizer, out, expected, result)
     return result
 
 

@@ -332,7 +332,7 @@ class SqlAgentLoop(AgentLoopBase):
         trains nothing (see :func:`dropped_output`), so its group keeps its rows and veRL's
         replay buffer and validation see every session finish.
         """
-        from training.engines.local_batch import track_masks
+        from training.masks import track_masks
 
         kept = [t for t in trajectories if "prompt_too_long" not in t.result.flags]
         if len(kept) < len(trajectories):

@@ -75,7 +75,7 @@ class Chain:
 
     def __init__(self, trainer: Any, root: Path, say: Any) -> None:
         from rex import ExecScorer
-        from training.engines.local import fixed_subset
+        from training.rollout_setup import fixed_subset
 
         self.t, self.root, self.say = trainer, root, say
         self.cfg = trainer.cfg

@@ -1,0 +1,116 @@
+"""The rollout set-up shared by the local engine and ``eval.run``, written once.
+
+- ``sampling_params`` / ``rollout_limits``: the rollout driver's ``SamplingParams`` and
+  ``RolloutLimits`` from the configured numbers (the context rule: prompt cap + response
+  cap, never more than the model's context);
+- ``hf_generate``: the batched ``GenerateFn`` over a HF model (prompts sorted by length,
+  generated in chunks of similar length);
+- ``final_sql``: the prediction of one request (DualSQL: linker then generator episodes);
+- ``fixed_subset``: the seeded subset of questions (held-out EX, the warm start's and the
+  supervised chain's questions, ``eval.run``'s ``eval.limit``).
+
+The autocast choice is ``training.model.autocast_for``. Nothing here imports torch or
+transformers at module level, so ``eval.run`` reads it without loading either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from agents.types import Trajectory
+    from training.rollout import GenerateFn, RolloutLimits, SamplingParams
+
+T = TypeVar("T")
+
+
+def sampling_params(temperature: float, top_p: float = 1.0, top_k: int = 0,
+                    max_new_tokens: int = 512) -> SamplingParams:
+    """What every generation call samples with; ``top_k`` <= 0 means no top-k (-1 for the driver).
+
+    >>> sampling_params(0.0, top_k=0, max_new_tokens=64).top_k
+    -1
+    """
+    from training.rollout import SamplingParams
+
+    return SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k if top_k > 0 else -1,
+                          max_new_tokens=max_new_tokens)
+
+
+def context_tokens(max_prompt_tokens: int, max_response_tokens: int, model_context: int | None) -> int:
+    """Prompt cap + response cap, never more than the model's context (so no generation asks
+    for more than context - prompt: the rollout driver bounds every call by what is left).
+
+    >>> context_tokens(4096, 2048, None), context_tokens(4096, 2048, 5000)
+    (6144, 5000)
+    """
+    context = max_prompt_tokens + max_response_tokens
+    return min(context, model_context) if model_context else context
+
+
+def rollout_limits(max_prompt_tokens: int, max_response_tokens: int, max_new_tokens: int,
+                   observation_max_tokens: int | None, model_context: int | None) -> RolloutLimits:
+    """The rollout driver's limits: ``max_new_tokens`` per generation call, the response and
+    prompt caps, the context of ``context_tokens``, observations cut to their token cap."""
+    from training.rollout import RolloutLimits
+
+    return RolloutLimits(max_response_tokens=max_response_tokens,
+                         max_context_tokens=context_tokens(max_prompt_tokens, max_response_tokens, model_context),
+                         max_tokens_per_turn=max_new_tokens, max_observation_tokens=observation_max_tokens,
+                         max_prompt_tokens=max_prompt_tokens)
+
+
+def model_context(model_config: Any) -> int | None:
+    """A HF config's ``max_position_embeddings`` (None when it has none)."""
+    value = getattr(model_config, "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+def hf_generate(model: Any, tokenizer: Any, device: str = "cpu", autocast: Any = None, chunk: int = 16,
+                logprobs: bool = False) -> GenerateFn:
+    """A batched ``GenerateFn`` over a HF model: prompts sorted by length (less padding),
+    generated ``chunk`` rows at a time. ``logprobs``: sampled rows (temperature > 0) also
+    return the generating model's log-prob of each token (for the IS correction)."""
+    from training.engines.local_policy import batched_generate
+    from training.rollout import GenerationOutput
+
+    def generate(prompts: list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        out: list[Any] = [None] * len(prompts)
+        for start in range(0, len(order), chunk):
+            idx = order[start:start + chunk]
+            rows = batched_generate(model, tokenizer, [prompts[i] for i in idx], max_new_tokens=params.max_new_tokens,
+                                    temperature=params.temperature, top_p=params.top_p, top_k=max(params.top_k, 0),
+                                    stop=params.stop, device=device, autocast=autocast,
+                                    logprobs=logprobs and params.temperature > 0)
+            for i, row in zip(idx, rows, strict=True):
+                out[i] = GenerationOutput(token_ids=row.token_ids, logprobs=row.logprobs,
+                                          finish_reason=row.finish_reason)
+        return out
+
+    return generate
+
+
+def final_sql(trajectories: Sequence[Trajectory]) -> str | None:
+    """A request's prediction: the last of its episodes' final SQL that exists (DualSQL's
+    linker episode has none, its generator's is the answer); None when no episode has one."""
+    sqls = [t.result.final_sql for t in trajectories if t.result.final_sql]
+    return sqls[-1] if sqls else None
+
+
+def fixed_subset(examples: Sequence[T], limit: int | None, seed: int) -> list[T]:
+    """A deterministic subset (seeded shuffle, then the first ``limit``), in the original order.
+
+    >>> fixed_subset(list(range(20)), 5, 0)
+    [1, 14, 15, 16, 17]
+    """
+    import torch
+
+    items = list(examples)
+    if limit is None or limit >= len(items):
+        return items
+    gen = torch.Generator().manual_seed(seed + 1234)
+    picked = torch.randperm(len(items), generator=gen)[:limit].tolist()
+    return [items[i] for i in sorted(picked)]
+

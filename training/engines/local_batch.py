@@ -167,28 +167,3 @@ def _track_scores(rewards: Sequence[Any]) -> dict[str, torch.Tensor]:
         if all(name in r.tracks for r in rewards):
             out[name] = torch.tensor([float(r.tracks[name]) for r in rewards])  # [n]
     return out
-<<<<<<< HEAD
-
-
-def track_masks(
-    trajectories: Sequence[Any], tracks: Sequence[str], schema_track: str, guardrails: bool
-) -> tuple[dict[str, list[list[float]]], dict[str, float]]:
-    """Per-track 0/1 token masks for each trajectory (unpadded lists) and mask stats."""
-    padded = M.pad_trajectories(trajectories, pad_token_id=0)
-    policy = M.combine_masks(M.observation_mask(padded.response_mask), padded.padding)  # [n, resp_len]
-    error_turns = M.final_error_turns(trajectories)  # [n]
-    if guardrails:
-        policy = M.combine_masks(policy, M.error_turn_mask(padded.turn_index, error_turns))  # [n, resp_len]
-    per_track = {"full": policy}
-    flags = {"mask/policy_tokens": float(policy.sum()),
-             "mask/error_turn_rows": float((error_turns >= 0).sum()) if guardrails else 0.0}
-    if schema_track in tracks:
-        span = M.schema_span_turns(trajectories)  # [n]
-        prefix = M.phase_prefix_mask(padded.turn_index, span)  # [n, resp_len]
-        per_track[schema_track] = M.combine_masks(policy, prefix)  # [n, resp_len]
-        flags["mask/schema_tokens"] = float(per_track[schema_track].sum())
-        flags["mask/empty_schema_rows"] = float((span < 0).sum())
-    lengths = [len(t.response_ids) for t in trajectories]
-    return {k: [row[:n].tolist() for row, n in zip(v, lengths, strict=True)] for k, v in per_track.items()}, flags
-=======
->>>>>>> localsplit

@@ -4,8 +4,8 @@
 the next ``Episode``. Importing this package registers the four designs.
 """
 
-from agents.registry import AGENTS, agent_options, get_agent, list_agents, make_agent, register_agent
+from agents.registry import AGENTS, agent_options, get_agent, list_agents, make_agent, register_agent, training_spec
 
 from agents import dualsql, retoolsql, think2sql, trustsql  # noqa: E402,F401  (registers the designs)
 
-__all__ = ["AGENTS", "agent_options", "get_agent", "list_agents", "make_agent", "register_agent"]
+__all__ = ["AGENTS", "agent_options", "get_agent", "list_agents", "make_agent", "register_agent", "training_spec"]

@@ -192,6 +192,7 @@ class DualSQLAgent:
 
     def training_spec(self) -> TrainingSpec:
         """Linker and generator rows in separate GRPO groups; with ``guardrails`` on (the
-        default) an episode ends at its first bad turn, and that turn carries no loss."""
+        default) an episode ends at its first bad turn, and the loss of such an episode
+        falls on that turn only (the error-turn mask)."""
         masks = (ERROR_TURN_MASK,) if self.guardrails else ()
         return TrainingSpec(roles=("linker", "generator"), group_key="role", masks=masks)

@@ -127,7 +127,11 @@ def _load_json(text: str) -> tuple[Any, str]:
 
 PARSERS: Registry[Callable[[], ToolCallParser]] = Registry("tool-call parser")
 """``parser`` option name -> a zero-argument factory (usually the parser class)."""
-register_parser = PARSERS.register
+
+
+def register_parser(name: str, replace: bool = False) -> Callable[[Any], Any]:
+    """Class decorator: a :class:`ToolCallParser` that agents pick with ``parser=<name>``."""
+    return PARSERS.register(name, replace=replace)
 
 
 @register_parser("hermes")

@@ -147,8 +147,9 @@ class Episode(Protocol):
 
 
 ERROR_TURN_MASK = "error_turn"
-"""Mask name: the loss skips the failed turn an episode was cut at (DualSQL's guardrails end
-an episode at its first bad turn; training masks that turn, SPEC §4 "error-turn mask")."""
+"""Mask name: when an episode ends in a failed turn, the loss on its earlier turns is masked,
+so the update concentrates on the error turn (DualSQL's guardrails end an episode at its
+first bad turn; SPEC §4)."""
 GROUP_KEYS = ("role", "question")
 SCHEMA_TRACK = "schema"
 """Track name: TRUST-SQL's schema track, trained on the turns up to its proposed schema."""

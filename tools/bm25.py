@@ -32,7 +32,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -81,7 +81,11 @@ class RankerEngine(Protocol):
 
 ENGINES: Registry[Any] = Registry("BM25 engine")
 """``engine`` name -> :class:`RankerEngine` class; ``@register_bm25_engine(name)`` adds one."""
-register_bm25_engine = ENGINES.register
+
+
+def register_bm25_engine(name: str, replace: bool = False) -> Callable[[Any], Any]:
+    """Class decorator: a :class:`RankerEngine` that ``bm25_search_sqlite(engine=<name>)`` uses."""
+    return ENGINES.register(name, replace=replace)
 
 
 # --------------------------------------------------------------------------- engines

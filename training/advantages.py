@@ -37,7 +37,12 @@ TrackScores = Mapping[str, torch.Tensor]  # track name -> [n] scalar rewards
 Estimator = Callable[[TrackScores, Sequence[str], AdvantageOptions], dict[str, torch.Tensor]]
 
 ESTIMATORS: Registry[Estimator] = Registry("advantage estimator")
-register_estimator = ESTIMATORS.register
+
+
+def register_estimator(name: str, replace: bool = False) -> Callable[[Estimator], Estimator]:
+    """Decorator: an advantage estimator ``(tracks, group keys, options) -> {track: [n]}``;
+    ``advantage.estimator=<name>`` then picks it (the config reads this registry)."""
+    return ESTIMATORS.register(name, replace=replace)
 
 
 def get_estimator(name: str) -> Estimator:

@@ -200,8 +200,8 @@ class WorkerSettings:
 
     @property
     def error_turn_mask(self) -> bool:
-        """Whether the loss skips the failed turn an episode was cut at (DualSQL with its
-        guardrails on, whether the config says so or the agent's default does)."""
+        """Whether an episode ending in a failed turn trains on that turn only (DualSQL with
+        its guardrails on, whether the config says so or the agent's default does)."""
         from agents.types import ERROR_TURN_MASK
 
         return self.training_spec.needs(ERROR_TURN_MASK)

@@ -13,8 +13,9 @@ setting an agent's ``parser=<name>`` option.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 from agents.types import SchemaSelection, ToolCall
 from tools.registry import Registry

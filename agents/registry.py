@@ -9,7 +9,8 @@ of valid ones, so a typo in a YAML file fails at start-up, not mid-training.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from agents.types import Agent, TrainingSpec
 from tools.errors import ConfigError

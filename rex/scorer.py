@@ -15,9 +15,10 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rex.metrics import ex_score, execution_match, qatch_scores, rex_compare
 from rex.spider import order_matters, spider_execution_match

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Mapping
+from typing import Any
 
 from tools.errors import ConfigError
 from training.config_fields import (
@@ -438,7 +439,7 @@ class TrainConfig:
         _need(not (self.resume and self.fresh), "resume=true and fresh=true contradict; pick one")
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> "TrainConfig":
+    def from_mapping(cls, data: Mapping[str, Any]) -> TrainConfig:
         """Convert a composed (resolved) config tree, rejecting unknown keys by name."""
         return _build(cls, dict(data), "")
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import functools
 import types
 import typing
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from tools.errors import ConfigError
 from tools.registry import did_you_mean
@@ -89,7 +90,7 @@ class _Mismatch(Exception):
     """A value does not fit a type annotation (turned into a ConfigError by the caller)."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _type_hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 

@@ -3,8 +3,9 @@ configuration and :func:`apply_laptop_profile`, which applies it to a built conf
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from tools.errors import ConfigError, UnknownNameError
 from training.config_fields import _f

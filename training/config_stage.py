@@ -4,8 +4,9 @@ before it, or the papers' supervised stages (``training/stages/``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from training.config_fields import _f, _need
 

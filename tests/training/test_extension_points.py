@@ -130,6 +130,18 @@ def test_the_parser_and_the_script_are_found_by_name(plugins: ModuleType, exampl
     assert demos.kept_examples == len(examples)
 
 
+def test_the_documented_examples_are_this_code() -> None:
+    """docs/INTERFACES.md "Extension points" shows example_plugins.py verbatim."""
+    root = Path(__file__).resolve().parents[2]
+    section = (root / "docs" / "INTERFACES.md").read_text().split("## Extension points", 1)[1]
+    blocks = section.split("```python\n")[1:]
+    source = (root / "tests" / "training" / "example_plugins.py").read_text()
+    assert len(blocks) == 5
+    for block in blocks:
+        code = block.split("\n```\n", 1)[0]
+        assert code in source, code[:80]
+
+
 def test_a_second_plugin_under_a_taken_name_is_refused(plugins: ModuleType) -> None:
     from rex import register_metric
     from training.demonstrations import register_script

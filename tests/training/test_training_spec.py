@@ -18,12 +18,20 @@ from omegaconf import OmegaConf
 from agents import make_agent, training_spec
 from agents.types import ERROR_TURN_MASK, Example, TrainingSpec
 from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
-from tests.training.test_local_engine import changed, config, examples, schema_json, weights  # noqa: F401 - fixture
+from tests.training.test_local_engine import QUESTIONS, changed, config, make_db, schema_json, weights
 from tools.errors import ConfigError
 from training.engines import verl_common as C
 from training.engines.local import LocalTrainer, TrainerInputs
 from training.engines.local_batch import track_masks
 from training.rollout import GenerationOutput
+
+
+@pytest.fixture(scope="module")
+def schools(tmp_path_factory: pytest.TempPathFactory) -> list[Example]:
+    """The local-engine tests' questions (gold tables and columns, for the linker)."""
+    db = make_db(tmp_path_factory.mktemp("db") / "schools.sqlite")
+    return [Example(id=f"q{i}", db_id="schools", db_path=str(db), question=q, gold_sql=sql, gold_tables=t,
+                    gold_columns=c, split="train") for i, (q, sql, t, c) in enumerate(QUESTIONS)]
 
 
 class GuardrailPolicy:
@@ -54,12 +62,12 @@ class GuardrailPolicy:
 
 
 def test_dualsql_without_a_guardrails_key_trains_with_the_error_turn_mask(
-    tmp_path: Path, examples: list[Example]
+    tmp_path: Path, schools: list[Example]
 ) -> None:
     cfg = config("dualsql", tmp_path, "~agent.guardrails", "algorithm.dynamic_sampling.enable=false")
     assert "guardrails" not in cfg.agent.options  # the agent's default (on) decides
-    inputs = TrainerInputs(model=tiny_model(seed=1), tokenizer=tiny_tokenizer(), train_examples=examples[:2],
-                           eval_examples=examples[:2], generate=GuardrailPolicy(examples))
+    inputs = TrainerInputs(model=tiny_model(seed=1), tokenizer=tiny_tokenizer(), train_examples=schools[:2],
+                           eval_examples=schools[:2], generate=GuardrailPolicy(schools))
     trainer = LocalTrainer(cfg, inputs, say=lambda _: None)
     before = weights(trainer.model)
     metrics = trainer.train_step()
@@ -70,7 +78,7 @@ def test_dualsql_without_a_guardrails_key_trains_with_the_error_turn_mask(
     for i in cut:
         t = buffer.trajectories[i]
         assert [turn.format_ok for turn in t.result.turns] == [True, False]
-        expected = [float(m) if turn == 1 else 0.0 for m, turn in zip(t.response_mask, t.turn_index)]
+        expected = [float(m) if turn == 1 else 0.0 for m, turn in zip(t.response_mask, t.turn_index, strict=True)]
         assert buffer.masks["full"][i] == expected  # the tool-call turn carries no loss, the bad turn does
         assert 0 < sum(expected) < sum(t.response_mask)
     assert changed(before, trainer.model) > 0
@@ -110,14 +118,14 @@ def test_veRL_workers_take_the_mask_from_the_agent(options: dict[str, Any], mask
     assert C.WorkerSettings(agent="trustsql").error_turn_mask is False
 
 
-def test_the_agent_loop_mask_call_matches_the_local_engine(examples: list[Example]) -> None:
+def test_the_agent_loop_mask_call_matches_the_local_engine(schools: list[Example]) -> None:
     """The veRL agent loop's ``track_masks(kept, [full, schema], schema, settings.error_turn_mask)``
     on cut DualSQL episodes: with no ``guardrails`` key, the same masks the local engine trains."""
     from tools import get_database
     from training.rollout import RolloutLimits, SamplingParams, run_episodes
 
-    policy = GuardrailPolicy(examples)
-    requests = [(examples[0], get_database(examples[0].db_path), g) for g in range(2)]
+    policy = GuardrailPolicy(schools)
+    requests = [(schools[0], get_database(schools[0].db_path), g) for g in range(2)]
     trajs = run_episodes(make_agent("dualsql"), requests, tiny_tokenizer(), policy, SamplingParams(),
                          RolloutLimits(max_response_tokens=3000, max_context_tokens=9000, max_prompt_tokens=6000))
     (cut,) = [i for i, t in enumerate(trajs) if t.result.end_reason == "format_cutoff"]

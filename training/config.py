@@ -35,7 +35,9 @@ from training.config_fields import (
     _type_hints,
     agent_names,
     checked_value,
+    data_kind_names,
     describe_type,
+    engine_names,
     estimator_names,
     exec_metric_names,
     need_choice,
@@ -127,11 +129,13 @@ class AdvantageConfig:
 class EngineConfig:
     """``engine`` group: where the update runs."""
 
-    name: str = _f("auto", "auto | local | verl; auto picks verl with CUDA + vLLM, else local")
+    name: str = _f("auto", "auto | local | verl (a registered engine); auto picks verl with CUDA + vLLM, else local",
+                   engine_names)
     device: str = _f("auto", "local engine device: auto | cpu | cuda | cuda:N")
     laptop_profile: str = _f("auto", "auto (on for the local engine on CPU) | on | off", ("auto", "on", "off"))
 
     def __post_init__(self) -> None:
+        need_choice("engine.name", self.name, engine_names)
         _need(self.laptop_profile in ("auto", "on", "off"),
               f"engine.laptop_profile={self.laptop_profile!r}; choose auto, on or off")
 
@@ -176,7 +180,8 @@ class ModelConfig:
 class DataConfig:
     """``data`` group (written with eval.data): which examples train and evaluate."""
 
-    kind: str = _f("minibird", "eval.data.load_examples kind: minibird | bird | spider | jsonl")
+    kind: str = _f("minibird", "eval.data.load_examples kind: minibird | bird | spider | jsonl (eval.data.KINDS)",
+                   data_kind_names)
     root: str | None = _f(None, "dataset root; null = the loader's default (minibird builds its own)")
     split: str = _f("train", "split the policy trains on")
     eval_split: str = _f("dev", "held-out split for validation and before/after EX")
@@ -188,6 +193,7 @@ class DataConfig:
                               "ordered with ORDER BY, column permutation); data=spider sets spider")
 
     def __post_init__(self) -> None:
+        need_choice("data.kind", self.kind, data_kind_names)
         _need(self.ex_metric in EX_RULES, f"data.ex_metric={self.ex_metric!r}; choose one of {', '.join(EX_RULES)}")
         for key in ("limit", "eval_limit"):
             value = getattr(self, key)

@@ -73,6 +73,20 @@ def agent_names() -> list[str]:
     return list_agents()
 
 
+def engine_names() -> list[str]:
+    """``auto`` and ``training.engines.ENGINES`` (``register_engine(name, module_path)``)."""
+    from training.engines import ENGINES
+
+    return ["auto", *ENGINES.names()]
+
+
+def data_kind_names() -> list[str]:
+    """``eval.data.KINDS``: the dataset loaders."""
+    from eval.data.loaders import KINDS
+
+    return KINDS.names()
+
+
 def reward_names() -> list[str]:
     """``training.rewards.REWARDS`` (``@training.rewards.register_reward``)."""
     from training.rewards import list_rewards

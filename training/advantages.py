@@ -13,9 +13,9 @@ linker and generator trajectories of one question form two separate groups
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 

@@ -5,6 +5,6 @@ the next ``Episode``. Importing this package registers the four designs.
 """
 
 from agents import dualsql, retoolsql, think2sql, trustsql  # noqa: E402,F401  (registers the designs)
-from agents.registry import AGENTS, agent_options, get_agent, list_agents, make_agent, register_agent
+from agents.registry import AGENTS, agent_options, get_agent, list_agents, make_agent, register_agent, training_spec
 
-__all__ = ["AGENTS", "agent_options", "get_agent", "list_agents", "make_agent", "register_agent"]
+__all__ = ["AGENTS", "agent_options", "get_agent", "list_agents", "make_agent", "register_agent", "training_spec"]

@@ -42,7 +42,7 @@ from agents.parsing import (
     parse_schema_json,
 )
 from agents.registry import register_agent
-from agents.types import EpisodeResult, Example, ToolCall
+from agents.types import ERROR_TURN_MASK, EpisodeResult, Example, ToolCall, TrainingSpec
 from tools.errors import ConfigError
 from tools.schema import select
 
@@ -190,3 +190,10 @@ class DualSQLAgent:
             if linked is None:  # nothing usable linked: the full schema, flagged
                 episode.flags["full_schema_fallback"] = True
         return episode
+
+    def training_spec(self) -> TrainingSpec:
+        """Linker and generator rows in separate GRPO groups; with ``guardrails`` on (the
+        default) an episode ends at its first bad turn, and the loss of such an episode
+        falls on that turn only (the error-turn mask)."""
+        masks = (ERROR_TURN_MASK,) if self.guardrails else ()
+        return TrainingSpec(roles=("linker", "generator"), group_key="role", masks=masks)

@@ -6,17 +6,19 @@ regular expressions so adversarial text (thousands of unclosed tags) stays linea
 
 Tool calls sit behind the small ``ToolCallParser`` protocol; ``HermesParser`` reads the
 ``<tool_call>{json}</tool_call>`` format that Qwen-family chat templates emit. Another
-format is added by writing another parser and passing it to an agent.
+format is added by registering another parser class with ``@register_parser(name)`` and
+setting an agent's ``parser=<name>`` option.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agents.types import SchemaSelection, ToolCall
+from tools.registry import Registry
 
 # ---------------------------------------------------------------------------- tags
 
@@ -124,6 +126,16 @@ def _load_json(text: str) -> tuple[Any, str]:
         return None, f"{type(exc).__name__}: {str(exc)[:120]}"
 
 
+PARSERS: Registry[Callable[[], ToolCallParser]] = Registry("tool-call parser")
+"""``parser`` option name -> a zero-argument factory (usually the parser class)."""
+
+
+def register_parser(name: str, replace: bool = False) -> Callable[[Any], Any]:
+    """Class decorator: a :class:`ToolCallParser` that agents pick with ``parser=<name>``."""
+    return PARSERS.register(name, replace=replace)
+
+
+@register_parser("hermes")
 class HermesParser:
     """``<tool_call>{"name": …, "arguments": {…}}</tool_call>`` (Qwen / Hermes format)."""
 
@@ -162,17 +174,10 @@ class HermesParser:
         return ParsedCall(ToolCall(name=name, arguments=arguments), body)
 
 
-PARSERS: dict[str, type] = {"hermes": HermesParser}
-
-
 def get_parser(name: str) -> ToolCallParser:
-    """A tool-call parser by name (``hermes``)."""
-    from tools.errors import UnknownNameError
-
-    try:
-        return PARSERS[name]()
-    except KeyError:
-        raise UnknownNameError("tool-call parser", name, sorted(PARSERS)) from None
+    """A new tool-call parser registered as ``name`` (``hermes``); ``UnknownNameError``
+    lists the registered names."""
+    return PARSERS.get(name)()
 
 
 def call_key(call: ToolCall) -> str:

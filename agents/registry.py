@@ -1,4 +1,5 @@
-"""The agent registry: ``@register_agent(name)``, ``get_agent``, ``list_agents``, ``make_agent``.
+"""The agent registry: ``@register_agent(name)``, ``get_agent``, ``list_agents``, ``make_agent``,
+``training_spec``.
 
 Agents are registered as classes; ``make_agent(name, **options)`` builds one from the
 options of the Hydra ``agent`` config group and rejects unknown options with the list
@@ -8,10 +9,10 @@ of valid ones, so a typo in a YAML file fails at start-up, not mid-training.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from agents.types import Agent
+from agents.types import Agent, TrainingSpec
 from tools.errors import ConfigError
 from tools.registry import Registry
 from tools.spelling import did_you_mean
@@ -59,3 +60,19 @@ def make_agent(name: str, **options: Any) -> Agent:
                 f"valid options: {', '.join(sorted(valid))}"
             )
     return cls(**options)
+
+
+def training_spec(name: str, options: Mapping[str, Any] | None = None) -> TrainingSpec:
+    """What agent ``name`` built with ``options`` needs from a trainer (its own defaults fill
+    the options not given): the engines read masks and tracks here, never option names."""
+    agent = make_agent(name, **dict(options or {}))
+    spec = getattr(agent, "training_spec", None)
+    if spec is None:
+        raise ConfigError(
+            f"agent {name!r} ({type(agent).__qualname__}) has no training_spec(); add one returning "
+            "agents.types.TrainingSpec (roles, group key, masks, tracks; docs/INTERFACES.md 'Extension points')"
+        )
+    result = spec()
+    if not isinstance(result, TrainingSpec):
+        raise ConfigError(f"agent {name!r}: training_spec() returned {type(result).__name__}, not agents.types.TrainingSpec")
+    return result

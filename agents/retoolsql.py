@@ -29,7 +29,7 @@ from agents.base import (
 )
 from agents.parsing import ToolCallParser, get_parser, parse_column_list, parse_name_list, single_block, tag_counts
 from agents.registry import register_agent
-from agents.types import EpisodeResult, Example, SchemaSelection
+from agents.types import EpisodeResult, Example, SchemaSelection, TrainingSpec
 from tools.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -208,3 +208,7 @@ class ReToolSQLAgent:
         toolbox = make_toolbox(db, self.tools, self.preset)
         messages = self.messages(example, db, toolbox.schemas())
         return ReToolSQLEpisode(messages, toolbox, self.tools, self.parser, self.max_turns, self.max_scratch_pad_chars)
+
+    def training_spec(self) -> TrainingSpec:
+        """One role, one group per question, no extra masks or tracks."""
+        return TrainingSpec(roles=("agent",), group_key="role")

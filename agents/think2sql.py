@@ -16,7 +16,7 @@ from agents import prompts
 from agents.base import BaseEpisode, TurnOutcome, schema_renderer, sql_from_text
 from agents.parsing import find_blocks
 from agents.registry import register_agent
-from agents.types import EpisodeResult, Example
+from agents.types import EpisodeResult, Example, TrainingSpec
 from tools.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -73,3 +73,7 @@ class Think2SQLAgent:
         if fallback:
             episode.flags["full_schema_fallback"] = True
         return episode
+
+    def training_spec(self) -> TrainingSpec:
+        """One single-turn role, one group per question, no extra masks or tracks."""
+        return TrainingSpec(roles=("agent",), group_key="role")

@@ -36,7 +36,7 @@ from agents.base import (
 )
 from agents.parsing import ToolCallParser, get_parser, parse_schema_json, single_block
 from agents.registry import register_agent
-from agents.types import EpisodeResult, Example, ToolCall, TurnRecord
+from agents.types import SCHEMA_TRACK, EpisodeResult, Example, ToolCall, TrainingSpec, TurnRecord
 from tools.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -185,3 +185,8 @@ class TrustSQLAgent:
         if self.schema_prefill:
             messages += prefill_messages(toolbox, example.db_id)
         return TrustSQLEpisode(messages, toolbox, self.parser, self.max_turns, formats)
+
+    def training_spec(self) -> TrainingSpec:
+        """One role; the episodes mark a schema span (explore/propose turns) for the
+        phase-aware schema track. A bad turn is reported to the model, never cut at."""
+        return TrainingSpec(roles=("agent",), group_key="role", tracks=(SCHEMA_TRACK,))

@@ -160,11 +160,54 @@ class Episode(Protocol):
     def result(self) -> EpisodeResult: ...
 
 
+ERROR_TURN_MASK = "error_turn"
+"""Mask name: when an episode ends in a failed turn, the loss on its earlier turns is masked,
+so the update concentrates on the error turn (DualSQL's guardrails end an episode at its
+first bad turn; SPEC §4)."""
+GROUP_KEYS = ("role", "question")
+SCHEMA_TRACK = "schema"
+"""Track name: TRUST-SQL's schema track, trained on the turns up to its proposed schema."""
+
+
+@dataclass(frozen=True)
+class TrainingSpec:
+    """What an agent's episodes need from a trainer. Both engines ask the agent for it
+    (``agent.training_spec()``) instead of guessing from its option names, so it follows
+    the agent's *effective* options, its own defaults included.
+
+    ``roles``: the episode roles one example produces, in order (``agent``; DualSQL:
+    ``linker`` then ``generator``). ``group_key``: how the agent's trajectories form GRPO
+    groups when ``advantage.group_by`` does not say otherwise - ``role`` (one group per
+    question and role) or ``question``. ``masks``: extra loss masks by name
+    (``ERROR_TURN_MASK``). ``tracks``: reward tracks beyond ``full`` whose token span the
+    episodes mark (TRUST-SQL's ``schema``: the turns up to the proposed schema).
+
+    >>> TrainingSpec(roles=("linker", "generator"), masks=(ERROR_TURN_MASK,)).needs(ERROR_TURN_MASK)
+    True
+    """
+
+    roles: tuple[str, ...] = ("agent",)
+    group_key: str = "role"
+    masks: tuple[str, ...] = ()
+    tracks: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.roles:
+            raise ValueError("TrainingSpec.roles is empty: name the role(s) of the agent's episodes, e.g. ('agent',)")
+        if self.group_key not in GROUP_KEYS:
+            raise ValueError(f"TrainingSpec.group_key={self.group_key!r}; use one of {', '.join(GROUP_KEYS)}")
+
+    def needs(self, mask: str) -> bool:
+        """Whether the agent's episodes need the loss mask named ``mask``."""
+        return mask in self.masks
+
+
 class Agent(Protocol):
     """A registered design. ``start`` returns the next episode for the example, or None.
 
     ``previous`` holds the results of this example's earlier episodes (DualSQL: the
-    linker's result, from which the generator episode is built).
+    linker's result, from which the generator episode is built). ``training_spec`` says
+    what its episodes need from a trainer (roles, group key, masks, tracks).
     """
 
     name: str
@@ -172,6 +215,8 @@ class Agent(Protocol):
     def start(
         self, example: Example, db: Database, previous: Sequence[EpisodeResult] = ()
     ) -> Episode | None: ...
+
+    def training_spec(self) -> TrainingSpec: ...
 
 
 @dataclass

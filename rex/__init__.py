@@ -18,7 +18,16 @@ from rex.metrics import (
     rex_compare,
     rex_score,
 )
-from rex.scorer import METRICS, ExecScore, ExecScorer, check_metric, score_results
+from rex.scorer import (
+    METRICS,
+    ExecMetric,
+    ExecScore,
+    ExecScorer,
+    check_metric,
+    get_metric,
+    register_metric,
+    score_results,
+)
 from rex.sql import (
     SqlReference,
     extract_sql,
@@ -32,6 +41,7 @@ from rex.tables import Failure, MetricInputError, Table
 __all__ = [
     "METRICS",
     "OUTCOMES",
+    "ExecMetric",
     "ExecScore",
     "ExecScorer",
     "Failure",
@@ -44,11 +54,13 @@ __all__ = [
     "ex_score",
     "execution_match",
     "extract_sql",
+    "get_metric",
     "has_top_level_order_by",
     "is_select_only",
     "normalize_sql",
     "qatch_scores",
     "referenced_schema",
+    "register_metric",
     "rex_compare",
     "rex_score",
     "score_results",

@@ -5,6 +5,9 @@ Every execution goes through ``tools.execute`` (the one read-only connection hel
 timeout (30 s by default). Gold results are cached per (database content hash,
 normalised SQL): a GRPO group scores G samples against the same gold query, and an
 evaluation scores many runs against the same benchmark.
+
+The execution metrics live in the ``METRICS`` registry (``@register_metric(name)``); every
+reward's ``exec_metric`` and the config's ``reward.exec_metric`` accept any registered name.
 """
 
 from __future__ import annotations
@@ -12,29 +15,110 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rex.metrics import ex_score, execution_match, qatch_scores, rex_compare
 from rex.spider import order_matters, spider_execution_match
 from rex.sql import has_top_level_order_by, normalize_sql
-from rex.tables import Failure, as_outcome
+from rex.tables import Failure, Table, as_outcome
 from tools.errors import ConfigError
+from tools.registry import Registry, did_you_mean
 
 if TYPE_CHECKING:
     from tools import Database, QueryLimits, QueryResult, ToolError
 
-METRICS: tuple[str, ...] = ("ex", "rex", "qatch", "spider")
-"""The execution-metric knob of every reward (SPEC.md "One execution-metric knob"); ``spider``
-is Spider's official execution match (``rex.spider``), the EX rule of ``data=spider``."""
+OrderRule = Callable[[str], bool]
+"""Gold SQL -> whether row order matters for the metric (read once per cached gold query)."""
+MetricFn = Callable[[Table, Table, "bool | None", str], "tuple[float, dict[str, Any]]"]
+
+
+class ExecMetric(Protocol):
+    """A registered execution metric: ``(gold, pred, ordered, outcome) -> (score, details)``.
+
+    Called only when both queries ran (a failure scores 0 without calling it). ``gold`` and
+    ``pred`` are whole result tables, ``ordered`` is ``order_rule(gold_sql)`` (None when the
+    metric has no order rule), ``outcome`` the EX outcome already computed. ``score`` is in
+    [0, 1]; ``details`` (its working) is merged into ``ExecScore.details``.
+    """
+
+    order_rule: OrderRule | None
+
+    def __call__(self, gold: Table, pred: Table, ordered: bool | None, outcome: str) -> tuple[float, dict[str, Any]]:
+        ...
+
+
+METRICS: Registry[ExecMetric] = Registry("execution metric")
+"""The execution-metric knob of every reward (SPEC.md "One execution-metric knob"): ``ex``,
+``rex``, ``qatch`` and ``spider`` (Spider's official execution match, the EX rule of
+``data=spider``), plus any metric registered with :func:`register_metric`."""
+
+
+def register_metric(
+    name: str, order_rule: OrderRule | None = None, replace: bool = False
+) -> Callable[[MetricFn], MetricFn]:
+    """Decorator: register an execution metric (see :class:`ExecMetric`) as ``name``.
+
+    ``order_rule`` (e.g. ``has_top_level_order_by``) makes the scorer work out, once per
+    gold query, whether row order matters and pass it as ``ordered``::
+
+        @register_metric("same_row_count")
+        def same_row_count(gold, pred, ordered, outcome):
+            return float(len(gold.rows) == len(pred.rows)), {}
+    """
+
+    def wrap(fn: MetricFn) -> MetricFn:
+        fn.order_rule = order_rule  # type: ignore[attr-defined]  # read by the scorer (ExecMetric)
+        METRICS.register(name, replace=replace)(fn)  # type: ignore[arg-type]
+        return fn
+
+    return wrap
+
+
+def get_metric(metric: str) -> ExecMetric:
+    """The metric registered as ``metric``, else a ``ConfigError`` listing the registered ones."""
+    if metric not in METRICS:
+        names = METRICS.names()
+        raise ConfigError(
+            f"exec_metric={metric!r} is not a registered execution metric{did_you_mean(metric, names) or ';'} "
+            f"registered: {', '.join(names)} (add one with rex.register_metric)"
+        )
+    return METRICS.get(metric)
 
 
 def check_metric(metric: str) -> str:
-    """``metric`` if it is one of ``METRICS``, else a ``ConfigError`` saying which are."""
-    if metric not in METRICS:
-        raise ConfigError(f"exec_metric={metric!r} is not a metric; use one of {', '.join(METRICS)}")
+    """``metric`` if it is registered in ``METRICS``, else a ``ConfigError`` saying which are."""
+    get_metric(metric)
     return metric
+
+
+@register_metric("ex")
+def ex_metric(gold: Table, pred: Table, ordered: bool | None, outcome: str) -> tuple[float, dict[str, Any]]:
+    """BIRD's EX: 1 when the sets of rows match."""
+    return ex_score(outcome), {}
+
+
+@register_metric("spider", order_rule=order_matters)
+def spider_metric(gold: Table, pred: Table, ordered: bool | None, outcome: str) -> tuple[float, dict[str, Any]]:
+    """Spider's official execution match (multiset; ordered when the gold query orders)."""
+    match = spider_execution_match(gold, pred, bool(ordered))
+    return (1.0 if match else 0.0), {"spider_match": match}
+
+
+@register_metric("rex", order_rule=has_top_level_order_by)
+def rex_metric(gold: Table, pred: Table, ordered: bool | None, outcome: str) -> tuple[float, dict[str, Any]]:
+    """REX: partial credit on the cell level (``rex.metrics.rex_compare``)."""
+    rex = rex_compare(gold, pred, bool(ordered))
+    return rex.score, {"rex": rex.to_json()}
+
+
+@register_metric("qatch")
+def qatch_metric(gold: Table, pred: Table, ordered: bool | None, outcome: str) -> tuple[float, dict[str, Any]]:
+    """QATCH: the mean of cell precision, cell recall and tuple cardinality."""
+    qatch = qatch_scores(gold, pred)
+    return qatch.mean, {"qatch": qatch.to_json()}
 
 
 @dataclass(frozen=True)
@@ -72,18 +156,28 @@ class _Gold:
         self.sql = sql
         rows = getattr(result, "rows", ())
         self.cells = len(rows) * (len(rows[0]) if rows else 0)
+        self._orders: dict[OrderRule, bool] = {}
 
-    @cached_property
+    def order(self, rule: OrderRule) -> bool:
+        """``rule(gold_sql)``, worked out once per rule (two threads may both work it out)."""
+        if rule not in self._orders:
+            self._orders[rule] = rule(self.sql)
+        return self._orders[rule]
+
+    @property
     def ordered(self) -> bool:
-        return has_top_level_order_by(self.sql)
+        """REX's order rule: the gold query has a top-level ORDER BY."""
+        return self.order(has_top_level_order_by)
 
-    @cached_property
+    @property
     def spider_ordered(self) -> bool:
-        return order_matters(self.sql)
+        return self.order(order_matters)
 
     def ordered_for(self, metric: str) -> bool | None:
-        """What ``score_results`` needs for ``metric``: REX's and Spider's order rules differ."""
-        return self.ordered if metric == "rex" else self.spider_ordered if metric == "spider" else None
+        """What ``score_results`` needs for ``metric``: its order rule on the gold SQL (REX's
+        and Spider's differ), or None when the metric ignores row order."""
+        rule = get_metric(metric).order_rule
+        return None if rule is None else self.order(rule)
 
 
 class ExecScorer:
@@ -170,7 +264,7 @@ class ExecScorer:
         (outcome ``pred_error``). Never raises on SQL text; an unknown ``metric`` is a
         ``ConfigError``.
         """
-        check_metric(metric)
+        get_metric(metric)
         gold = self.gold(db, gold_sql)
         pred = self.execute(db, pred_sql) if pred_sql is not None else None
         return score_results(gold.result, pred, metric, gold.ordered_for(metric))
@@ -178,12 +272,12 @@ class ExecScorer:
 
 def score_results(gold: Any, pred: Any | None, metric: str, ordered: bool | None) -> ExecScore:
     """Score two already-executed results (``pred`` None = no SQL) under ``metric``.
-    ``ordered`` (gold has a top-level ORDER BY) is needed only by REX."""
-    check_metric(metric)
-    if metric == "rex" and ordered is None:
-        raise ConfigError("score_results with metric='rex' needs ordered=True/False (has_top_level_order_by(gold_sql))")
-    if metric == "spider" and ordered is None:
-        raise ConfigError("score_results with metric='spider' needs ordered=True/False (rex.spider.order_matters)")
+    ``ordered`` (the metric's order rule on the gold SQL) is needed only by a metric with
+    an order rule (REX, Spider)."""
+    scorer = get_metric(metric)
+    if scorer.order_rule is not None and ordered is None:
+        rule = f"{scorer.order_rule.__module__}.{scorer.order_rule.__name__}"
+        raise ConfigError(f"score_results with metric={metric!r} needs ordered=True/False ({rule}(gold_sql))")
     g = as_outcome(gold)
     p: Any = as_outcome(pred) if pred is not None else Failure("syntax", "no SQL in the answer")
     outcome = execution_match(g, p)
@@ -201,19 +295,8 @@ def score_results(gold: Any, pred: Any | None, metric: str, ordered: bool | None
     nonempty = executed and any(v is not None for row in p.rows for v in row)
     score = 0.0
     if not isinstance(g, Failure) and executed:
-        if metric == "ex":
-            score = ex_score(outcome)
-        elif metric == "spider":
-            score = 1.0 if spider_execution_match(g, p, bool(ordered)) else 0.0
-            details["spider_match"] = bool(score)
-        elif metric == "rex":
-            rex = rex_compare(g, p, bool(ordered))
-            details["rex"] = rex.to_json()
-            score = rex.score
-        else:
-            qatch = qatch_scores(g, p)
-            details["qatch"] = qatch.to_json()
-            score = qatch.mean
+        score, working = scorer(g, p, ordered, outcome)
+        details.update(working)
     return ExecScore(
         metric=metric,
         score=float(score),

@@ -30,7 +30,7 @@ import sqlite3
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -40,6 +40,7 @@ from tools.cache import cache_root
 from tools.connection import Database, execute
 from tools.limits import QueryLimits
 from tools.names import resolve_columns, resolve_table
+from tools.registry import Registry
 from tools.results import ToolError, json_cell
 from tools.spelling import quote_identifier
 
@@ -66,18 +67,47 @@ class Ranker(Protocol):
     def save(self, folder: Path) -> None: ...
 
 
+class RankerEngine(Protocol):
+    """A registered BM25 engine (a class): builds or loads a :class:`Ranker`.
+
+    ``in_folder``: the index lives in its build folder, so it is loaded again once that
+    folder has moved to its cache place (FTS5's SQLite file); False: it lives in memory.
+    """
+
+    in_folder: bool
+
+    def build(self, texts: Sequence[str], folder: Path | None = None) -> Ranker: ...
+
+    def load(self, folder: Path) -> Ranker: ...
+
+
+ENGINES: Registry[Any] = Registry("BM25 engine")
+"""``engine`` name -> :class:`RankerEngine` class; ``@register_bm25_engine(name)`` adds one."""
+
+
+def register_bm25_engine(name: str, replace: bool = False) -> Callable[[Any], Any]:
+    """Class decorator: a :class:`RankerEngine` that ``bm25_search_sqlite(engine=<name>)`` uses."""
+    return ENGINES.register(name, replace=replace)
+
+
 # --------------------------------------------------------------------------- engines
+
+
+@register_bm25_engine("bm25s")
 
 
 class Bm25sRanker:
     """bm25s: scores only the posting lists of the query's terms."""
+
+    in_folder = False
 
     def __init__(self, retriever: Any) -> None:
         self.retriever = retriever
         self.vocab: dict[str, int] = retriever.vocab_dict
 
     @classmethod
-    def build(cls, texts: Sequence[str]) -> Bm25sRanker:
+    def build(cls, texts: Sequence[str], folder: Path | None = None) -> Bm25sRanker:
+        """In memory (``folder`` is unused: ``save`` writes the arrays later)."""
         import bm25s
 
         tokens = bm25s.tokenize(
@@ -110,11 +140,13 @@ class Bm25sRanker:
         return [(int(i), float(scores[i])) for i in hits]
 
 
+@register_bm25_engine("fts5")
 class Fts5Ranker:
     """FTS5 inverted-index prefilter, then rank-bm25 ``BM25Okapi`` scoring of the
     candidates with corpus-wide statistics (idf from FTS5's document frequencies)."""
 
     FILE = "fts5.sqlite"
+    in_folder = True
 
     def __init__(self, path: Path, meta: dict[str, Any]) -> None:
         self.path = path
@@ -130,8 +162,10 @@ class Fts5Ranker:
         return conn
 
     @classmethod
-    def build(cls, texts: Sequence[str], folder: Path) -> Fts5Ranker:
+    def build(cls, texts: Sequence[str], folder: Path | None = None) -> Fts5Ranker:
         """Writes the FTS5 index into ``folder`` (a cache folder, never the database)."""
+        if folder is None:
+            raise ValueError("the fts5 engine writes its index into a folder; pass folder=")
         path = folder / cls.FILE
         conn = sqlite3.connect(path)
         conn.execute("CREATE VIRTUAL TABLE docs USING fts5(body, tokenize = 'unicode61 remove_diacritics 0')")
@@ -192,9 +226,6 @@ class EmptyRanker:
         return None
 
 
-ENGINES: dict[str, Any] = {"bm25s": Bm25sRanker, "fts5": Fts5Ranker}
-
-
 # --------------------------------------------------------------------------- index
 
 
@@ -214,16 +245,11 @@ class ValueIndex:
     @classmethod
     def build(cls, values: list[Any], engine: str = DEFAULT_ENGINE, folder: Path | None = None) -> ValueIndex:
         """Build in memory (``bm25s``) or into ``folder`` (``fts5`` needs one)."""
-        if engine not in ENGINES:
-            raise ValueError(f"unknown BM25 engine {engine!r}; use one of {sorted(ENGINES)}")
+        ranker_engine = ENGINES.get(engine)  # an unknown name lists the registered engines
         texts = [_doc_text(v) for v in values]
         if not texts:
             return cls(values, EmptyRanker(), engine)
-        if engine == "fts5":
-            if folder is None:
-                raise ValueError("the fts5 engine writes its index into a folder; pass folder=")
-            return cls(values, Fts5Ranker.build(texts, folder), engine)
-        return cls(values, Bm25sRanker.build(texts), engine)
+        return cls(values, ranker_engine.build(texts, folder), engine)
 
     def save(self, folder: Path) -> None:
         self.ranker.save(folder)
@@ -234,7 +260,7 @@ class ValueIndex:
     def load(cls, folder: Path) -> ValueIndex:
         meta = json.loads((folder / "meta.json").read_text())
         values = json.loads((folder / "values.json").read_text(encoding="utf-8"))
-        ranker: Ranker = ENGINES[meta["engine"]].load(folder) if values else EmptyRanker()
+        ranker: Ranker = ENGINES.get(meta["engine"]).load(folder) if values else EmptyRanker()
         return cls(values, ranker, meta["engine"])
 
     def search(self, query: str, top_k: int) -> list[dict[str, Any]]:
@@ -341,7 +367,7 @@ def _load_or_build(db: Database, table: str, column: str, engine: str) -> ValueI
         os.replace(tmp, folder)  # atomic: readers see a whole index or none
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)  # another process finished first
-    if engine == "fts5":
+    if ENGINES.get(engine).in_folder:  # the index was built in tmp, which has just moved
         return ValueIndex.load(folder)
     return index
 

@@ -22,16 +22,19 @@ class Registry(Generic[T]):
         self.kind = kind
         self._items: dict[str, T] = {}
 
-    def register(self, name: str) -> Callable[[T], T]:
+    def register(self, name: str, replace: bool = False) -> Callable[[T], T]:
         """Decorator: ``@registry.register("name")``. Re-registering a name with a
-        different object is an error (two plugins fighting over one name)."""
+        different object is an error (two plugins fighting over one name) unless
+        ``replace=True`` says the new one is meant to take the name over. The same
+        object (or one with the same qualified name: a reloaded module) may register again."""
 
         def decorator(obj: T) -> T:
             existing = self._items.get(name)
-            if existing is not None and existing is not obj and _qualname(existing) != _qualname(obj):
+            if (not replace and existing is not None and existing is not obj
+                    and _qualname(existing) != _qualname(obj)):
                 raise ValueError(
                     f"{self.kind} {name!r} is already registered to {_qualname(existing)}; "
-                    f"pick another name for {_qualname(obj)}"
+                    f"pick another name for {_qualname(obj)}, or pass replace=True to take it over"
                 )
             self._items[name] = obj
             return obj

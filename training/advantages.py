@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from tools.errors import ConfigError
 from tools.registry import Registry
+
+if TYPE_CHECKING:  # torch is imported where tensors are made: the config lists estimators without it
+    import torch
 
 
 @dataclass(frozen=True)
@@ -33,11 +36,16 @@ class AdvantageOptions:
     schema_track: str = "schema"
 
 
-TrackScores = Mapping[str, torch.Tensor]  # track name -> [n] scalar rewards
-Estimator = Callable[[TrackScores, Sequence[str], AdvantageOptions], dict[str, torch.Tensor]]
+TrackScores = Mapping[str, "torch.Tensor"]  # track name -> [n] scalar rewards
+Estimator = Callable[[TrackScores, Sequence[str], AdvantageOptions], "dict[str, torch.Tensor]"]
 
 ESTIMATORS: Registry[Estimator] = Registry("advantage estimator")
-register_estimator = ESTIMATORS.register
+
+
+def register_estimator(name: str, replace: bool = False) -> Callable[[Estimator], Estimator]:
+    """Decorator: an advantage estimator ``(tracks, group keys, options) -> {track: [n]}``;
+    ``advantage.estimator=<name>`` then picks it (the config reads this registry)."""
+    return ESTIMATORS.register(name, replace=replace)
 
 
 def get_estimator(name: str) -> Estimator:
@@ -72,7 +80,7 @@ def grpo_advantages(
     if scores.shape[0] == 0:
         return scores.clone().float()
     token_rewards = scores.detach().float().unsqueeze(-1)  # [n, 1]
-    ones = torch.ones_like(token_rewards)  # [n, 1]
+    ones = token_rewards.new_ones(token_rewards.shape)  # [n, 1]
     index = np.array(list(groups), dtype=object)
     adv, _ = compute_grpo_outcome_advantage(
         token_rewards, ones, index, epsilon=epsilon, norm_adv_by_std_in_grpo=norm_by_std
@@ -115,6 +123,8 @@ def token_advantages(
     mask: torch.Tensor,  # [n, resp_len]
 ) -> torch.Tensor:  # [n, resp_len]
     """Broadcast one advantage per trajectory onto its (0/1) token mask."""
+    import torch
+
     return seq_adv.unsqueeze(-1).to(mask.dtype if mask.is_floating_point() else torch.float32) * mask
 
 

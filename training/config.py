@@ -11,42 +11,54 @@ Agent and reward options differ per design: their group files hold ``name`` plus
 design's keyword options, which are kept in ``options`` and passed to ``make_agent`` /
 ``get_reward`` as they are (a typo is caught by Hydra's struct mode, a wrong option by the
 factory's signature).
+
+A name that picks a plugin (agent, reward, execution metric, advantage estimator) is
+checked against its registry when the value is checked, so a plugin a user registered
+is accepted exactly like a built-in one (``training/config_fields.py``). The field helpers,
+the ``stage``/``supervised`` groups and the laptop profile live in ``config_fields``,
+``config_stage`` and ``config_laptop``; every public name is importable from here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-import types
-import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from tools.errors import ConfigError
+from training.config_fields import (
+    _f,
+    _need,
+    _type_hints,
+    agent_names,
+    checked_value,
+    data_kind_names,
+    describe_type,
+    engine_names,
+    estimator_names,
+    exec_metric_names,
+    need_choice,
+    reward_names,
+)
+from training.config_laptop import LaptopProfile, apply_laptop_profile
+from training.config_stage import CHAINS, STAGES, StageConfig, SupervisedConfig, WarmStartConfig
 
-EXEC_METRICS = ("ex", "rex", "qatch", "spider")
+__all__ = [
+    "CHAINS", "STAGES", "AdvantageConfig", "AgentConfig", "AlgorithmConfig", "DataConfig", "DynamicSamplingConfig",
+    "EngineConfig", "EvaluationConfig", "LaptopProfile", "ModelConfig", "OptimConfig", "RewardConfig",
+    "RolloutConfig", "RolloutCorrectionConfig", "StageConfig", "SupervisedConfig", "TrainConfig", "TrainerConfig",
+    "WarmStartConfig", "apply_laptop_profile", "checked_value", "describe_type", "list_recipes", "to_yaml_tree",
+    "warmup_steps",
+]
+
 EX_RULES = ("ex", "spider")  # a dataset's official execution match: BIRD's set rule | Spider's
-ADVANTAGE_ESTIMATORS = ("grpo", "two_track")
 GROUP_BY = ("role", "question")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum")
 KL_TYPES = ("low_var_kl", "k3", "kl", "k1", "mse", "k2", "abs")
 LOGGERS = ("console", "jsonl", "wandb")
-STAGES = ("rl", "data", "sft", "sft_rl")  # training/stages/: the supervised stages
-CHAINS = ("auto", "mine", "annotate")
-
-
-def _f(default: Any, help: str, choices: Sequence[Any] | None = None) -> Any:
-    """A dataclass field with a help string (TRL's ``GRPOConfig`` style) and, for a field
-    with a fixed set of values, ``choices`` (checked with the types in ``_build``)."""
-    metadata: dict[str, Any] = {"help": help}
-    if choices is not None:
-        metadata["choices"] = tuple(choices)
-    if isinstance(default, (list, dict)):
-        value = default
-        return field(default_factory=lambda: type(value)(value), metadata=metadata)
-    return field(default=default, metadata=metadata)
 
 
 def list_recipes() -> list[str]:
@@ -55,20 +67,16 @@ def list_recipes() -> list[str]:
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
-def _need(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
-
-
 @dataclass
 class AgentConfig:
     """``agent`` group: which design drives the episodes, and its options."""
 
-    name: str = _f("retoolsql", "registered agent name (agents.list_agents())")
+    name: str = _f("retoolsql", "registered agent name (agents.list_agents())", agent_names)
     options: dict[str, Any] = _f({}, "keyword options for agents.make_agent, from the group file")
 
     def __post_init__(self) -> None:
-        _need(bool(self.name), "agent.name is empty; pick one with agent=<retoolsql|think2sql|trustsql|dualsql>")
+        _need(bool(self.name), f"agent.name is empty; pick one with agent=<{'|'.join(agent_names())}>")
+        need_choice("agent.name", self.name, agent_names, " (or register one with agents.register_agent)")
         for key, value in self.options.items():
             if "max_turns" in key:
                 _need(isinstance(value, int) and value >= 1,
@@ -83,20 +91,23 @@ class AgentConfig:
 class RewardConfig:
     """``reward`` group: the reward function and its execution metric."""
 
-    name: str = _f("composite", "registered reward name (training.rewards.list_rewards())")
-    exec_metric: str = _f("ex", "execution score inside the reward: ex | rex | qatch", EXEC_METRICS)
+    name: str = _f("composite", "registered reward name (training.rewards.list_rewards())", reward_names)
+    exec_metric: str = _f("ex", "execution score inside the reward: a registered metric - ex | rex | qatch | "
+                                "spider, or one added with rex.register_metric", exec_metric_names)
     options: dict[str, Any] = _f({}, "other keyword options for training.rewards.get_reward")
 
     def __post_init__(self) -> None:
-        _need(self.exec_metric in EXEC_METRICS,
-              f"reward.exec_metric={self.exec_metric!r}; choose one of {', '.join(EXEC_METRICS)}")
+        need_choice("reward.name", self.name, reward_names, " (or register one with training.rewards.register_reward)")
+        need_choice("reward.exec_metric", self.exec_metric, exec_metric_names,
+                    " (or register one with rex.register_metric)")
 
 
 @dataclass
 class AdvantageConfig:
     """``advantage`` group: how rewards become per-token advantages."""
 
-    estimator: str = _f("grpo", "grpo (one track) | two_track (TRUST-SQL phase-aware)", ADVANTAGE_ESTIMATORS)
+    estimator: str = _f("grpo", "a registered estimator: grpo (one track) | two_track (TRUST-SQL phase-aware), "
+                                "or one added with training.advantages.register_estimator", estimator_names)
     epsilon: float = _f(1e-6, "added to the group std before dividing")
     norm_by_std: bool = _f(True, "divide by the group std (False = Dr.GRPO, mean-centred only)")
     group_by: str = _f("role", "role: one group per (question, role) - DualSQL's linker and "
@@ -106,9 +117,8 @@ class AdvantageConfig:
     schema_track: str = _f("schema", "two_track: the reward track normalised on the phase prefix")
 
     def __post_init__(self) -> None:
-        _need(self.estimator in ADVANTAGE_ESTIMATORS,
-              f"advantage.estimator={self.estimator!r}; choose one of {', '.join(ADVANTAGE_ESTIMATORS)} "
-              "(or the group: advantage=grpo / advantage=two_track)")
+        need_choice("advantage.estimator", self.estimator, estimator_names,
+                    " (or the group: advantage=grpo / advantage=two_track)")
         _need(self.group_by in GROUP_BY, f"advantage.group_by={self.group_by!r}; choose one of {GROUP_BY}")
         _need(self.epsilon > 0, f"advantage.epsilon={self.epsilon}: must be > 0 (it guards a division)")
         _need(self.clamp is None or self.clamp > 0, f"advantage.clamp={self.clamp}: positive or null")
@@ -119,7 +129,8 @@ class AdvantageConfig:
 class EngineConfig:
     """``engine`` group: where the update runs."""
 
-    name: str = _f("auto", "auto | local | verl; auto picks verl with CUDA + vLLM, else local")
+    name: str = _f("auto", "auto | local | verl (a registered engine); auto picks verl with CUDA + vLLM, else local",
+                   engine_names)
     device: str = _f("auto", "local engine device: auto | cpu | cuda | cuda:N")
     laptop_profile: str = _f("auto", "auto (on for the local engine on CPU) | on | off", ("auto", "on", "off"))
     cache_check: str = _f("refuse", "engine=verl with trainer.nnodes > 1: training databases whose tool caches are "
@@ -129,6 +140,7 @@ class EngineConfig:
                                 "plugin and agent loop resolve; databases, run_dir and caches visible)")
 
     def __post_init__(self) -> None:
+        need_choice("engine.name", self.name, engine_names)
         _need(self.laptop_profile in ("auto", "on", "off"),
               f"engine.laptop_profile={self.laptop_profile!r}; choose auto, on or off")
         _need(self.cache_check in ("refuse", "warn", "off"),
@@ -182,7 +194,8 @@ class ModelConfig:
 class DataConfig:
     """``data`` group (written with eval.data): which examples train and evaluate."""
 
-    kind: str = _f("minibird", "eval.data.load_examples kind: minibird | bird | spider | jsonl")
+    kind: str = _f("minibird", "eval.data.load_examples kind: minibird | bird | spider | jsonl (eval.data.KINDS)",
+                   data_kind_names)
     root: str | None = _f(None, "dataset root; null = the loader's default (minibird builds its own)")
     split: str = _f("train", "split the policy trains on")
     eval_split: str = _f("dev", "held-out split for validation and before/after EX")
@@ -194,100 +207,13 @@ class DataConfig:
                               "ordered with ORDER BY, column permutation); data=spider sets spider")
 
     def __post_init__(self) -> None:
+        need_choice("data.kind", self.kind, data_kind_names)
         _need(self.ex_metric in EX_RULES, f"data.ex_metric={self.ex_metric!r}; choose one of {', '.join(EX_RULES)}")
         for key in ("limit", "eval_limit"):
             value = getattr(self, key)
             _need(value is None or value >= 1, f"data.{key}={value}: a positive integer or null")
         _need(self.split != self.eval_split or self.kind == "jsonl",
               f"data.split and data.eval_split are both {self.split!r}: validation must be held out")
-
-
-@dataclass
-class WarmStartConfig:
-    """``stage.warm_start``: SFT on demonstrations of the design's protocol before GRPO
-    (training/warm_start.py). Off in the recipes; the CPU laptop profile turns it on,
-    because a 135M model writes no design's format and GRPO then sees only zero rewards."""
-
-    enable: bool = _f(False, "fine-tune on demonstrations before RL (local engine)")
-    examples: int = _f(48, "training questions to demonstrate (a seeded fixed subset)")
-    epochs: int = _f(1, "passes over the demonstrations")
-    lr: float = _f(2.0e-4, "AdamW learning rate (linear warmup, then constant)")
-    batch_size: int = _f(4, "demonstrations per optimizer step")
-    micro_batch_size: int = _f(2, "demonstrations per forward/backward")
-    warmup_ratio: float = _f(0.1, "share of the steps spent warming the learning rate up")
-    eval_after: bool = _f(True, "greedy EX on the held-out subset after the warm start")
-
-    def __post_init__(self) -> None:
-        for key in ("examples", "epochs", "batch_size", "micro_batch_size"):
-            _need(getattr(self, key) >= 1, f"stage.warm_start.{key}={getattr(self, key)}: must be >= 1")
-        _need(self.lr > 0, f"stage.warm_start.lr={self.lr}: must be > 0")
-        _need(0 <= self.warmup_ratio < 1, f"stage.warm_start.warmup_ratio={self.warmup_ratio}: in [0, 1)")
-
-
-@dataclass
-class SupervisedConfig:
-    """``supervised`` (top level, set per design by the recipes; not in the ``stage`` group so that
-    ``stage=<name>`` only picks what runs): the papers' supervised stages (training/stages/): traces from
-    the policy and teachers, filters, an SFT dataset, SFT, then (sft_rl) RL."""
-
-    chain: str = _f("auto", "auto (retoolsql/dualsql: mine; trustsql/think2sql: annotate) | mine | annotate", CHAINS)
-    questions: int | None = _f(None, "training questions to draw traces for (a seeded fixed subset); null = all")
-    samples: int = _f(16, "mine: k samples per question with the current policy (pass@k, bands)")
-    temperature: float = _f(1.0, "mine: sampling temperature of the policy")
-    teachers: list[dict[str, Any]] = _f([], "teachers: {base_url, model, ...} (OpenAI-compatible) or {path} "
-                                            "(a local HF model); empty = the policy itself")
-    teacher_greedy: bool = _f(True, "one greedy trace per teacher and question")
-    teacher_samples: int = _f(4, "sampled traces per teacher and question (0 = none)")
-    teacher_temperature: float = _f(0.7, "teachers' sampling temperature")
-    privileged: bool | None = _f(None, "teachers see the gold SQL as guidance; null = on for chain=mine")
-    leak_filter: bool = _f(True, "drop privileged traces whose reasoning reveals the gold SQL or guidance")
-    leak_similarity: float = _f(0.9, "leak filter: normalised SQL at least this alike counts as the gold")
-    max_traces_per_question: int = _f(4, "keep at most this many distinct traces per question")
-    dataset: str | None = _f(None, "bring your own SFT JSONL (skips trace collection)")
-    drop_phases: list[str] = _f([], "phases removed before SFT (TRUST-SQL ablation: [propose_schema])")
-    epochs: int = _f(2, "SFT passes over the dataset")
-    lr: float = _f(1.0e-4, "SFT AdamW learning rate")
-    batch_size: int = _f(8, "SFT conversations per optimizer step")
-    micro_batch_size: int = _f(2, "SFT conversations per forward/backward")
-    warmup_ratio: float = _f(0.1, "SFT warmup share")
-    rl_filter: bool = _f(False, "RL only on questions the SFT policy solves less than rl_filter_pass of "
-                                "rl_filter_samples times (TRUST-SQL: 6 of 8)")
-    rl_filter_samples: int = _f(8, "samples per question for the RL filter")
-    rl_filter_pass: int = _f(6, "keep a question for RL when its correct samples < this")
-    passk_after: bool = _f(False, "pass@k again under the SFT policy (hard questions gained)")
-
-    def __post_init__(self) -> None:
-        _need(self.chain in CHAINS, f"supervised.chain={self.chain!r}; choose one of {', '.join(CHAINS)}")
-        for key in ("samples", "epochs", "batch_size", "micro_batch_size", "max_traces_per_question",
-                    "rl_filter_samples"):
-            _need(isinstance(getattr(self, key), int) and getattr(self, key) >= 1,
-                  f"supervised.{key}={getattr(self, key)!r}: a positive integer")
-        _need(self.questions is None or self.questions >= 1,
-              f"supervised.questions={self.questions}: a positive integer or null")
-        _need(self.teacher_samples >= 0, f"supervised.teacher_samples={self.teacher_samples}: >= 0")
-        _need(self.temperature > 0 and self.teacher_temperature > 0,
-              "supervised.temperature / teacher_temperature: sampling needs > 0")
-        _need(self.lr > 0 and 0 <= self.warmup_ratio < 1, "supervised.lr > 0 and warmup_ratio in [0, 1)")
-        _need(0 < self.leak_similarity <= 1, f"supervised.leak_similarity={self.leak_similarity}: in (0, 1]")
-        _need(1 <= self.rl_filter_pass <= self.rl_filter_samples,
-              f"supervised.rl_filter_pass={self.rl_filter_pass}: between 1 and rl_filter_samples")
-        for i, teacher in enumerate(self.teachers):
-            _need(isinstance(teacher, Mapping) and (("base_url" in teacher and "model" in teacher) or "path" in teacher),
-                  f"supervised.teachers[{i}]={teacher!r}: give base_url + model (an OpenAI-compatible "
-                  "endpoint) or path (a local HF model)")
-
-
-@dataclass
-class StageConfig:
-    """``stage`` group: what this run trains."""
-
-    name: str = _f("rl", "rl: GRPO from model.path (or init_from) | data: traces + filters + SFT dataset | "
-                         "sft: data, then SFT | sft_rl: data, SFT, then RL from the SFT weights", STAGES)
-    init_from: str | None = _f(None, "start from this checkpoint directory (e.g. an SFT output)")
-    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
-
-    def __post_init__(self) -> None:
-        _need(self.name in STAGES, f"stage.name={self.name!r}; available stages: {', '.join(STAGES)}")
 
 
 @dataclass
@@ -492,41 +418,6 @@ class TrainerConfig:
 
 
 @dataclass
-class LaptopProfile:
-    """CPU demo sizes applied on the local engine (FACTS.md "CPU demo profile").
-
-    Each value replaces the recipe's unless that key was set on the command line; the
-    recipe's paper-size numbers stay in the YAML for GPU runs.
-    """
-
-    group_size: int = _f(4, "-> algorithm.group_size")
-    batch_size: int = _f(2, "-> algorithm.batch_size")
-    oversample: int = _f(1, "caps algorithm.dynamic_sampling.oversample (rollouts dominate CPU time)")
-    dynamic_sampling_metric: str = _f("total", "-> algorithm.dynamic_sampling.metric (a 135M model "
-                                               "rarely gets EX right: exec-filtered groups would all drop)")
-    max_turns: int = _f(3, "caps every agent.*max_turns")
-    max_new_tokens: int = _f(128, "caps rollout.max_new_tokens")
-    observation_max_tokens: int = _f(256, "caps rollout.observation_max_tokens")
-    max_response_tokens: int = _f(512, "caps rollout.max_response_tokens")
-    max_prompt_tokens: int = _f(4096, "caps rollout.max_prompt_tokens")
-    total_steps: int = _f(2, "-> trainer.total_steps")
-    save_every: int = _f(2, "-> trainer.save_every")
-    val_every: int = _f(0, "-> trainer.val_every")
-    eval_limit: int = _f(8, "-> data.eval_limit (the fixed before/after subset; eval.run's count on CPU)")
-    eval_mode: str = _f("greedy", "-> evaluation.mode (eval.run on CPU: one greedy answer per question)")
-    eval_samples: int = _f(4, "caps evaluation.samples (eval.mode=sc / passk on CPU: 4 answers, not 16)")
-    lr: float = _f(1e-5, "-> optim.lr (1e-6 moves a 135M model too little in a few steps)")
-    micro_batch_size: int = _f(2, "-> optim.micro_batch_size")
-    warm_start: bool = _f(True, "-> stage.warm_start.enable (SFT on demonstrations first: without it "
-                                "the 135M model writes no protocol and every reward is 0)")
-    warm_start_examples: int = _f(32, "caps stage.warm_start.examples (SFT time grows with prompt length)")
-    supervised_questions: int = _f(16, "caps supervised.questions (traces per question cost rollouts)")
-    supervised_samples: int = _f(4, "caps supervised.samples and rl_filter_samples (k on CPU)")
-    agent_options: dict[str, Any] = _f({}, "agent options set where the agent accepts them "
-                                            "(shorter prompts: schema_format=compact, num_few_shot=1)")
-
-
-@dataclass
 class TrainConfig:
     """The whole project configuration (``recipes/config.yaml``)."""
 
@@ -573,7 +464,7 @@ class TrainConfig:
         _need(not (self.resume != "never" and self.fresh), f"resume={self.resume} and fresh=true contradict; pick one")
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> "TrainConfig":
+    def from_mapping(cls, data: Mapping[str, Any]) -> TrainConfig:
         """Convert a composed (resolved) config tree, rejecting unknown keys by name."""
         return _build(cls, dict(data), "")
 
@@ -611,172 +502,6 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
         return cls(**kwargs)
     except TypeError as err:
         raise ConfigError(f"bad config under {prefix or 'root'}: {err}") from err
-
-
-# ----------------------------------------------------------------------------- type checks
-# Hydra composes plain YAML, so a value of the wrong type (``resume=maybe``,
-# ``trainer.total_steps=abc``) would reach the dataclasses unchecked. Every field is
-# checked against its annotation here, so a field added to any dataclass is covered.
-
-class _Mismatch(Exception):
-    """A value does not fit a type annotation (turned into a ConfigError by the caller)."""
-
-
-@functools.lru_cache(maxsize=None)
-def _type_hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def describe_type(hint: Any) -> str:
-    """What a person should write for a field of this annotation.
-
-    >>> describe_type(int | None)
-    'an integer or null'
-    >>> describe_type(list[list[float]])
-    'a list of (a list of (a number))'
-    """
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        named = [describe_type(a) for a in args if a is not type(None)]
-        return " or ".join(named) + (" or null" if type(None) in args else "")
-    if origin is list:
-        return f"a list of ({describe_type(args[0])})" if args else "a list"
-    if origin is dict or hint is dict:
-        return "a mapping of keys to values"
-    return {bool: "a boolean (true or false)", int: "an integer", float: "a number", str: "text",
-            Any: "any value"}.get(hint, getattr(hint, "__name__", str(hint)))
-
-
-def checked_value(path: str, value: Any, hint: Any, choices: Sequence[Any] | None = None) -> Any:
-    """``value`` conformed to ``hint`` (an int where a float is expected becomes a float,
-    a number where text is expected becomes text), or a ConfigError naming the key, the
-    expected type and the allowed values."""
-    try:
-        value = _conform(value, hint)
-    except _Mismatch:
-        allowed = f"; allowed values: {', '.join(map(str, choices))}" if choices else ""
-        raise ConfigError(f"{path}={value!r}: expected {describe_type(hint)}{allowed}") from None
-    if choices and value is not None and value not in choices:
-        raise ConfigError(f"{path}={value!r}; choose one of {', '.join(map(str, choices))}")
-    return value
-
-
-def _conform(value: Any, hint: Any) -> Any:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return value
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        for arg in (a for a in args if a is not type(None)):
-            try:
-                return _conform(value, arg)
-            except _Mismatch:
-                continue
-        raise _Mismatch
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is bool and isinstance(value, bool):
-        return value
-    if hint is int and number and isinstance(value, int):
-        return value
-    if hint is float and number:
-        return float(value)
-    if hint is str and (isinstance(value, str) or number):
-        return value if isinstance(value, str) else str(value)
-    if origin is list and isinstance(value, (list, tuple)):
-        for item in value if args else ():
-            _conform(item, args[0])  # checked; items keep their own type ([[0, 0.005]] stays as written)
-        return list(value)
-    if (origin is dict or hint is dict) and isinstance(value, Mapping):
-        return dict(value)
-    raise _Mismatch
-
-
-# ----------------------------------------------------------------------------- laptop profile
-
-def apply_laptop_profile(
-    cfg: TrainConfig, explicit: Sequence[str] = ()
-) -> tuple[TrainConfig, dict[str, tuple[Any, Any]]]:
-    """Return a copy with the laptop sizes applied, and ``{path: (recipe value, new value)}``.
-
-    ``explicit`` holds config paths set on the command line (``algorithm.group_size``):
-    those keep the user's value. Caps (turns, lengths) only ever lower a value.
-    """
-    p = cfg.laptop
-    changes: dict[str, tuple[Any, Any]] = {}
-    data = cfg.to_dict()
-
-    def put(path: str, value: Any, cap: bool = False) -> None:
-        if path in explicit or path.replace(".options.", ".") in explicit:
-            return
-        node = data
-        *parents, leaf = path.split(".")
-        for part in parents:
-            node = node[part]
-        old = node.get(leaf)
-        new = min(old, value) if cap and old is not None else value
-        if new != old:
-            node[leaf] = new
-            changes[path.replace(".options.", ".")] = (old, new)
-
-    put("algorithm.group_size", p.group_size)
-    put("algorithm.batch_size", p.batch_size)
-    put("algorithm.dynamic_sampling.oversample", p.oversample, cap=True)
-    if cfg.algorithm.dynamic_sampling.enable:
-        put("algorithm.dynamic_sampling.metric", p.dynamic_sampling_metric)
-    for key in cfg.agent.turn_budget_keys():
-        put(f"agent.options.{key}", p.max_turns, cap=True)
-    put("rollout.max_new_tokens", p.max_new_tokens, cap=True)
-    put("rollout.observation_max_tokens", p.observation_max_tokens, cap=True)
-    put("rollout.max_response_tokens", p.max_response_tokens, cap=True)
-    put("rollout.max_prompt_tokens", p.max_prompt_tokens, cap=True)
-    put("trainer.total_steps", p.total_steps)
-    put("trainer.save_every", p.save_every)
-    put("trainer.val_every", p.val_every)
-    put("data.eval_limit", p.eval_limit, cap=True)
-    put("evaluation.mode", p.eval_mode)
-    put("evaluation.samples", p.eval_samples, cap=True)
-    put("evaluation.max_new_tokens", p.max_new_tokens, cap=True)
-    put("evaluation.max_response_tokens", p.max_response_tokens, cap=True)
-    put("optim.lr", p.lr)
-    put("optim.micro_batch_size", p.micro_batch_size)
-    # the supervised stages replace the demonstration warm start
-    put("stage.warm_start.enable", p.warm_start and cfg.stage.name == "rl")
-    put("stage.warm_start.examples", p.warm_start_examples, cap=True)
-    if cfg.stage.name != "rl":
-        put("supervised.questions", p.supervised_questions, cap=True)
-        put("supervised.samples", p.supervised_samples, cap=True)
-        put("supervised.rl_filter_samples", p.supervised_samples, cap=True)
-        put("supervised.rl_filter_pass", max(1, round(cfg.supervised.rl_filter_pass
-                                                          * p.supervised_samples / cfg.supervised.rl_filter_samples)),
-            cap=True)
-    accepted = _agent_option_names(cfg.agent.name)
-    options = data["agent"]["options"]
-    for key, value in p.agent_options.items():
-        old = options.get(key, "(agent default)")
-        if key in accepted and f"agent.{key}" not in explicit and old != value:
-            options[key] = value
-            changes[f"agent.{key}"] = (old, value)
-    return _rebuild(data), changes
-
-
-def _agent_option_names(name: str) -> set[str]:
-    """Options the registered agent accepts (empty if the agent is unknown here)."""
-    try:
-        from agents import agent_options
-
-        return set(agent_options(name))
-    except Exception:  # noqa: BLE001 - an unknown agent is reported when the engine builds it
-        return set()
-
-
-def _rebuild(data: dict[str, Any]) -> TrainConfig:
-    agent = data["agent"]
-    reward = data["reward"]
-    flat = dict(data)
-    flat["agent"] = {"name": agent["name"], **agent["options"]}
-    flat["reward"] = {"name": reward["name"], "exec_metric": reward["exec_metric"], **reward["options"]}
-    return TrainConfig.from_mapping(flat)
 
 
 def to_yaml_tree(cfg: TrainConfig) -> dict[str, Any]:

@@ -13,7 +13,9 @@ An episode is kept only when every turn passed the design's format check and it 
 with an answer; the others are counted and dropped.
 
 Scripts are plain functions ``(example, role, max_turns) -> [turn text, ...]``, registered
-per agent name with ``register_script``; a custom agent gets a warm start by registering one.
+per agent name with ``register_script`` (the one registry idiom: registering a second script
+under a taken name is an error unless ``replace=True``); a custom agent gets a warm start by
+registering one.
 """
 
 from __future__ import annotations
@@ -25,28 +27,29 @@ from typing import TYPE_CHECKING, Any
 
 from agents.types import Example, Trajectory
 from tools.errors import ConfigError
+from tools.registry import Registry, did_you_mean
 
 if TYPE_CHECKING:
     from training.rollout import RolloutLimits
 
 Script = Callable[[Example, str, int], list[str]]
-_SCRIPTS: dict[str, Script] = {}
+SCRIPTS: Registry[Script] = Registry("demonstration script")
 
 
-def register_script(agent_name: str) -> Callable[[Script], Script]:
-    def wrap(fn: Script) -> Script:
-        _SCRIPTS[agent_name] = fn
-        return fn
-
-    return wrap
+def register_script(agent_name: str, replace: bool = False) -> Callable[[Script], Script]:
+    """Decorator: the demonstration script of agent ``agent_name``. A second script for a
+    name already taken is an error unless ``replace=True`` (swapping a design's script)."""
+    return SCRIPTS.register(agent_name, replace=replace)
 
 
 def get_script(agent_name: str) -> Script:
-    if agent_name not in _SCRIPTS:
+    if agent_name not in SCRIPTS:
+        names = SCRIPTS.names()
         raise ConfigError(
-            f"no demonstration script for agent {agent_name!r} (scripts: {', '.join(sorted(_SCRIPTS))}); "
+            f"no demonstration script for agent {agent_name!r}{did_you_mean(agent_name, names) or ';'} "
+            f"scripts: {', '.join(names)}; "
             "register one with training.demonstrations.register_script or set stage.warm_start.enable=false")
-    return _SCRIPTS[agent_name]
+    return SCRIPTS.get(agent_name)
 
 
 # ----------------------------------------------------------------------------- gold schema text

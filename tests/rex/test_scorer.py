@@ -68,8 +68,43 @@ def test_predictions_cannot_write(test_db: Any) -> None:
 def test_bad_settings_are_config_errors(test_db: Any) -> None:
     with pytest.raises(ConfigError, match="timeout_s"):
         ExecScorer(timeout_s=0)
-    with pytest.raises(ConfigError, match="ex, rex, qatch"):
+    with pytest.raises(ConfigError, match="registered: ex, qatch, rex, spider"):
         ExecScorer().score(test_db, "SELECT 1", "SELECT 1", metric="bleu")
+    with pytest.raises(ConfigError, match="did you mean 'qatch'"):
+        ExecScorer().score(test_db, "SELECT 1", "SELECT 1", metric="qatc")
+
+
+def _first_word_is_select(sql: str) -> bool:
+    return sql.lstrip().upper().startswith("SELECT")
+
+
+def test_a_registered_metric_scores_with_its_order_rule(test_db: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rex import METRICS, register_metric
+    from tools.registry import Registry
+
+    fresh: Registry[Any] = Registry("execution metric")
+    for name in METRICS.names():
+        fresh.register(name)(METRICS.get(name))
+    monkeypatch.setattr("rex.scorer.METRICS", fresh)  # the test's metric leaves the real registry alone
+    seen: list[Any] = []
+
+    @register_metric("row_ratio", order_rule=_first_word_is_select)
+    def row_ratio(gold: Any, pred: Any, ordered: bool | None, outcome: str) -> tuple[float, dict[str, Any]]:
+        seen.append(ordered)
+        return min(len(pred.rows), len(gold.rows)) / max(len(pred.rows), len(gold.rows), 1), {"row_ratio": "rows"}
+
+    out = ExecScorer().score(test_db, "SELECT id FROM people", "SELECT id FROM people LIMIT 1", metric="row_ratio")
+    count = ExecScorer().execute(test_db, "SELECT COUNT(*) FROM people").rows[0][0]
+    assert seen == [True] and out.details["row_ratio"] == "rows" and out.details["ordered"] is True
+    assert 0.0 < out.score < 1.0 and out.outcome == "mismatch" and out.metric == "row_ratio"
+    assert count > 1 and out.score == pytest.approx(1 / count)
+    failed = ExecScorer().score(test_db, "SELECT id FROM people", "SELECT nope FROM people", metric="row_ratio")
+    assert failed.score == 0.0 and len(seen) == 1  # a failing prediction never reaches the metric
+
+    with pytest.raises(ValueError, match="already registered"):
+        register_metric("ex")(row_ratio)
+    register_metric("ex", replace=True)(row_ratio)
+    assert fresh.get("ex") is row_ratio
 
 
 def test_scorer_pickles_for_process_pools(test_db: Any) -> None:

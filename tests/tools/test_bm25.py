@@ -114,3 +114,18 @@ def test_engines_agree_on_the_best_hit(city_db: Path) -> None:
     for query in ("los angeles", "haven", "heights yorktown", "south san"):
         tops = [bm25_search_sqlite(db, "place", "city", query, top_k=1, engine=e)["hits"][0]["value"] for e in ("bm25s", "fts5")]  # type: ignore[index]
         assert tops[0] == tops[1], (query, tops)
+
+
+def test_engines_are_a_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.helpers.registries import isolate_registry
+    from tools.errors import UnknownNameError
+
+    with pytest.raises(UnknownNameError, match="did you mean 'bm25s'.*registered BM25 engines: bm25s, fts5"):
+        ValueIndex.build(["Fresno"], engine="bm25z")
+    engines = isolate_registry(monkeypatch, "tools.bm25.ENGINES")
+    bm25.register_bm25_engine("in_memory")(bm25.Bm25sRanker)  # another name for one engine class
+    index = ValueIndex.build(["Fresno", "Clovis"], engine="in_memory")
+    assert index.engine == "in_memory" and index.search("fresno", 1)[0]["value"] == "Fresno"
+    assert engines.names() == ["bm25s", "fts5", "in_memory"]
+    with pytest.raises(ValueError, match="already registered"):
+        bm25.register_bm25_engine("fts5")(bm25.Bm25sRanker)

@@ -86,7 +86,10 @@ def test_unknown_recipe_lists_the_recipes() -> None:
 
 
 @pytest.mark.parametrize("override,match", [
-    ("reward.exec_metric=bleu", "exec_metric='bleu'; choose one of ex, rex, qatch"),
+    ("reward.exec_metric=bleu", "exec_metric='bleu'; choose one of ex, qatch, rex, spider"),
+    ("reward.exec_metric=rexx", "exec_metric='rexx'; did you mean 'rex'\\? choose one of ex, qatch, rex, spider"),
+    ("advantage.estimator=two-track", "estimator='two-track'; did you mean 'two_track'\\? choose one of grpo, two_track"),
+    ("agent.name=trustsq", "agent.name='trustsq'; did you mean 'trustsql'\\?"),
     ("rollout.temperature=0", "GRPO samples"),
     ("algorithm.clip_ratio_c=1.0", "clip_ratio_c"),
     ("optim.warmup_ratio=1.5", "warmup_ratio"),

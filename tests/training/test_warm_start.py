@@ -102,8 +102,13 @@ def test_a_design_without_a_script_is_refused_before_any_work(tmp_path: Path, ex
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     import training.demonstrations as demonstrations
     from tools.errors import ConfigError
+    from tools.registry import Registry
 
-    monkeypatch.delitem(demonstrations._SCRIPTS, "think2sql")
+    without = Registry("demonstration script")
+    for name in demonstrations.SCRIPTS.names():
+        if name != "think2sql":
+            without.register(name)(demonstrations.SCRIPTS.get(name))
+    monkeypatch.setattr(demonstrations, "SCRIPTS", without)
     with pytest.raises(ConfigError, match="no demonstration script for agent 'think2sql'"):
         trainer("think2sql", tmp_path, examples, "stage.warm_start.enable=true")
     assert not (tmp_path / "metrics.jsonl").exists()

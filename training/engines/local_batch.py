@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from agents.registry import training_spec
+from agents.types import ERROR_TURN_MASK, TrainingSpec
 from training.advantages import AdvantageOptions, dynamic_sampling_filter, get_estimator, group_keys
 from training.engines.local_policy import PolicyBatch, build_policy_batch
 from training.masks import track_masks
@@ -71,8 +73,10 @@ def build_buffer(
     rewards: Sequence[Any],
     cfg: Any,
     target_questions: int,
+    spec: TrainingSpec | None = None,
 ) -> StepBuffer:
-    """Filter, compute advantages and masks for the update (see the module docstring)."""
+    """Filter, compute advantages and masks for the update (see the module docstring).
+    ``spec``: the agent's training needs; None asks the configured agent (``cfg.agent``)."""
     adv_cfg, ds = cfg.advantage, cfg.algorithm.dynamic_sampling
     groups = group_keys([t.example_id for t in trajectories], [t.role for t in trajectories], adv_cfg.group_by)
     roles = max(1, len({t.role for t in trajectories}))
@@ -100,8 +104,10 @@ def build_buffer(
     opts = AdvantageOptions(epsilon=adv_cfg.epsilon, norm_by_std=adv_cfg.norm_by_std, clamp=adv_cfg.clamp,
                             schema_track=adv_cfg.schema_track)
     advantages = get_estimator(adv_cfg.estimator)(tracks, kept_groups, opts)
-    guardrails = bool(cfg.agent.options.get("guardrails", False))
-    buffer.masks, buffer.flags = track_masks(buffer.trajectories, list(advantages), adv_cfg.schema_track, guardrails)
+    if spec is None:  # the agent's own answer, from its effective options (its defaults included)
+        spec = training_spec(cfg.agent.name, cfg.agent.options)
+    error_turns = spec.needs(ERROR_TURN_MASK)
+    buffer.masks, buffer.flags = track_masks(buffer.trajectories, list(advantages), adv_cfg.schema_track, error_turns)
     buffer.advantages = {k: [float(x) for x in v] for k, v in advantages.items()}
     return buffer
 

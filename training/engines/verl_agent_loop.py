@@ -350,7 +350,7 @@ class SqlAgentLoop(AgentLoopBase):
                 breakdowns.append(breakdown_to_json(breakdown))
             score_seconds = loop.time() - start
             schema = self.settings.schema_track
-            masks, _ = track_masks(kept, ["full", schema], schema, self.settings.guardrails)
+            masks, _ = track_masks(kept, ["full", schema], schema, self.settings.error_turn_mask)
             metrics = {"generate_sequences": seconds / len(kept), "compute_score": score_seconds / len(kept)}
             for i, (traj, breakdown) in enumerate(zip(kept, breakdowns, strict=True)):
                 out = to_output(traj, breakdown, keys, masks["full"][i], masks[schema][i], metrics, self.response_length)

@@ -13,13 +13,14 @@ defaults are the only defaults: nothing on the worker side re-declares them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agents.types import Example
+    from agents.types import Example, TrainingSpec
 
 AGENT_LOOP_NAME = "sqlagent"
 """The agent loop's registered name (``agent_name`` of every prompt row)."""
@@ -189,10 +190,21 @@ class WorkerSettings:
         """The reward component dynamic sampling reads, or None when it is off."""
         return self.dynamic_sampling.metric if self.dynamic_sampling.enable else None
 
+    @functools.cached_property
+    def training_spec(self) -> TrainingSpec:
+        """What the configured agent's episodes need from the trainer, asked of the agent
+        built with ``agent_options`` (its own defaults fill the rest); built once per worker."""
+        from agents.registry import training_spec
+
+        return training_spec(self.agent, self.agent_options)
+
     @property
-    def guardrails(self) -> bool:
-        """DualSQL's error-turn loss mask applies when the agent runs with guardrails."""
-        return bool(self.agent_options.get("guardrails", False))
+    def error_turn_mask(self) -> bool:
+        """Whether an episode ending in a failed turn trains on that turn only (DualSQL with
+        its guardrails on, whether the config says so or the agent's default does)."""
+        from agents.types import ERROR_TURN_MASK
+
+        return self.training_spec.needs(ERROR_TURN_MASK)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-like values (they survive OmegaConf and Ray pickling)."""

@@ -144,7 +144,7 @@ def test_bad_options_say_how_to_fix() -> None:
 
     with pytest.raises(ConfigError, match="unknown term"):
         get_reward("composite", weights={"exe": 1.0})
-    with pytest.raises(ConfigError, match="ex, rex, qatch"):
+    with pytest.raises(ConfigError, match="registered: ex, qatch, rex, spider"):
         get_reward("composite", exec_metric="accuracy")
     with pytest.raises(ConfigError, match="length_start"):
         get_reward("composite", length_start=8000, length_max=6000)

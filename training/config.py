@@ -25,6 +25,7 @@ from importlib import resources
 from typing import Any, Mapping, Sequence
 
 from tools.errors import ConfigError
+from training.hardware import HardwareConfig
 
 EXEC_METRICS = ("ex", "rex", "qatch", "spider")
 EX_RULES = ("ex", "spider")  # a dataset's official execution match: BIRD's set rule | Spider's
@@ -529,6 +530,7 @@ class TrainConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)  # recipes/hardware/, training/hardware.py
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     stage: StageConfig = field(default_factory=StageConfig)

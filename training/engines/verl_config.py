@@ -41,11 +41,13 @@ from training.engines.verl_common import (
     WorkerSettings,
     plain,
 )
+from training.engines.verl_sizing import episode_cap, hardware_fields, sizing_values
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
     from training.config import TrainConfig
+    from training.hardware import Sizing
     from training.kl import KLSchedule
 
 log = logging.getLogger(__name__)
@@ -123,6 +125,7 @@ class VerlSettings:
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.6
     fsdp_offload: bool = False  # actor + reference parameters (and the actor's optimizer) on CPU between passes
+    sizing: Sizing | None = None  # the hardware group's row for this model (verl_sizing); None: generic sizes
     agent_workers: int = 8
     project_name: str = "sqlagent-rl"
     experiment_name: str = "run"  # unique per sweep job (training.sweep.verl_runtime_env)
@@ -368,7 +371,7 @@ def trainer_values(s: VerlSettings) -> dict[str, Any]:
 
 
 SECTIONS: tuple[Callable[[VerlSettings], dict[str, Any]], ...] = (
-    model_values, actor_values, rollout_values, data_values, algorithm_values, trainer_values,
+    model_values, actor_values, rollout_values, data_values, algorithm_values, trainer_values, sizing_values,
 )
 """The mapping from project settings to veRL keys, one plain function per part of the tree."""
 
@@ -404,6 +407,7 @@ def worker_settings(s: VerlSettings) -> WorkerSettings:
         exec_metric=str(s.reward_options.get("exec_metric", "ex")),
         eval_after=s.val_before_train,
         samples_per_step=s.samples_per_step,
+        max_concurrent_episodes=episode_cap(s),
     )
 
 
@@ -585,6 +589,7 @@ def _model_fields(cfg: TrainConfig) -> dict[str, Any]:
         "tensor_parallel_size": backbone.tensor_parallel_size if backbone else 1,
         "fsdp_offload": backbone.fsdp_offload if backbone else False,
         "trust_remote_code": cfg.model.trust_remote_code,
+        **hardware_fields(cfg, cfg.model.path or cfg.gpu_backbone or ""),
     }
 
 

@@ -112,6 +112,9 @@ class HardwareConfig:
         util = self.gpu_memory_utilization
         if util is not None and not 0.0 < util < 1.0:
             raise ConfigError(f"hardware.gpu_memory_utilization={util}: a fraction in (0, 1), or null")
+        if not self.sized and self.overrides:
+            raise ConfigError(f"hardware={self.name} sizes nothing, so {sorted(self.overrides)} would be ignored: "
+                              "pick the machine first (hardware=h100x8 | h200x8 | gpu1)")
 
     @property
     def sized(self) -> bool:

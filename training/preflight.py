@@ -301,7 +301,8 @@ def check_chat_template(facts: dict[str, Any], ctx: Context) -> Check:
     for key, want in golden.items():
         got = chat["renders"].get(key)
         if got != want:
-            at = next((i for i, (a, b) in enumerate(zip(got or "", want)) if a != b), min(len(got or ""), len(want)))
+            pairs = zip(got or "", want, strict=False)
+            at = next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(got or ""), len(want)))
             return Check("chat template", "FAIL", f"{key}: the tokenizer renders {(got or '')[at:at + 60]!r} at "
                                                   f"character {at} where the golden {family} prompt has "
                                                   f"{want[at:at + 60]!r}: use the checkpoint's own tokenizer files")

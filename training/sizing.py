@@ -49,7 +49,7 @@ GIB = 2**30
 BF16, FP32 = 2, 4
 ADAM_BYTES = 8  # two fp32 moments per parameter
 HEADROOM = 0.10  # of the GPU kept free for what the estimate leaves out (allocator slack, NCCL buffers)
-CUDA_CONTEXT = 1.5 * GIB  # per process on the GPU (the FSDP worker's; vLLM's is inside its share)
+CUDA_CONTEXT = 3 * GIB // 2  # per process on the GPU (the FSDP worker's; vLLM's is inside its share)
 VLLM_FIXED = 3 * GIB  # vLLM's CUDA graphs and non-torch memory beside weights and activations
 
 

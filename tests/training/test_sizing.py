@@ -82,6 +82,8 @@ def test_the_hardware_row_reaches_verl() -> None:
                                  num_train_examples=660)
     assert override.actor_rollout_ref.actor.ppo_max_token_len_per_gpu == 50_000
     plain = C.verl_config_for(project_config("dualsql"), num_train_examples=660)  # hardware=cpu: generic sizes
+    with pytest.raises(ConfigError, match=r"hardware=cpu sizes nothing, so \['ulysses_sp'\] would be ignored"):
+        project_config("dualsql", "hardware.ulysses_sp=2")
     assert plain.actor_rollout_ref.rollout.max_num_seqs == 256 and plain.actor_rollout_ref.rollout.gpu_memory_utilization == 0.6
 
 

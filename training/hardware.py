@@ -22,7 +22,7 @@ sharded over all GPUs, logits are tokens x vocab):
   and names hardware.nnodes=2); on 2 nodes, Ulysses 4 and offload of everything during
   rollout (vLLM TP 4, 0.6 of the GPU).
 - On 8x H200-141G the Qwen models need no sequence parallelism (DualSQL ~84 GiB of
-  139.8) and vLLM gets 0.75; Gemma fits one node with Ulysses 2, parameter and optimizer
+  140.4) and vLLM gets 0.75; Gemma fits one node with Ulysses 2, parameter and optimizer
   offload during rollout (43 GiB otherwise) and vLLM at TP 2 (4 replicas), 0.6.
 - One GPU (``gpu1``) is for smoke runs with a small model (``model.path=<dir>``): a 7-8B
   backbone's 16 B/parameter alone exceed 80 GB, and the check says so.

@@ -25,7 +25,8 @@ from rex.spider import order_matters, spider_execution_match
 from rex.sql import has_top_level_order_by, normalize_sql
 from rex.tables import Failure, Table, as_outcome
 from tools.errors import ConfigError
-from tools.registry import Registry, did_you_mean
+from tools.registry import Registry
+from tools.spelling import did_you_mean
 
 if TYPE_CHECKING:
     from tools import Database, QueryLimits, QueryResult, ToolError

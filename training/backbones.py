@@ -27,6 +27,56 @@ from tools.errors import ConfigError
 
 
 @dataclass(frozen=True)
+class Architecture:
+    """The decoder numbers memory sizing needs (``training/sizing.py``), as ``config.json``
+    spells them (``text_config`` for multimodal checkpoints).
+
+    Hybrid attention (Gemma 4): ``sliding_layers`` of the ``num_hidden_layers`` attend to
+    the last ``sliding_window`` tokens only (their KV cache stops growing there); the other
+    (global) layers have their own KV heads and head size, and with ``global_k_eq_v`` their
+    values reuse the keys' projection (no ``v_proj`` weights).
+    """
+
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    tie_word_embeddings: bool
+    sliding_layers: int = 0
+    sliding_window: int | None = None
+    global_key_value_heads: int | None = None  # None: as num_key_value_heads
+    global_head_dim: int | None = None  # None: as head_dim
+    global_k_eq_v: bool = False
+
+    @property
+    def global_layers(self) -> int:
+        return self.num_hidden_layers - self.sliding_layers
+
+    @classmethod
+    def from_config(cls, data: dict[str, Any]) -> Architecture:
+        """From a parsed ``config.json`` (its ``text_config`` when there is one)."""
+        text = data.get("text_config") or data
+        heads = int(text["num_attention_heads"])
+        kinds = text.get("layer_types") or []
+        sliding = sum(1 for kind in kinds if kind == "sliding_attention")
+        tie = text.get("tie_word_embeddings", data.get("tie_word_embeddings", False))
+        return cls(
+            hidden_size=int(text["hidden_size"]), intermediate_size=int(text["intermediate_size"]),
+            num_hidden_layers=int(text["num_hidden_layers"]), num_attention_heads=heads,
+            num_key_value_heads=int(text.get("num_key_value_heads") or heads),
+            head_dim=int(text.get("head_dim") or int(text["hidden_size"]) // heads),
+            vocab_size=int(text["vocab_size"]), tie_word_embeddings=bool(tie),
+            sliding_layers=sliding, sliding_window=text.get("sliding_window") if sliding else None,
+            global_key_value_heads=text.get("num_global_key_value_heads"),
+            global_head_dim=text.get("global_head_dim") if sliding else None,
+            global_k_eq_v=bool(text.get("attention_k_eq_v", False)),
+        )
+
+
+@dataclass(frozen=True)
 class Backbone:
     """What the checks read from a model's ``config.json`` (text part for multimodal ones)."""
 
@@ -40,6 +90,7 @@ class Backbone:
     tensor_parallel_size: int  # vLLM rollout TP the engine uses on 80 GB GPUs
     source: str  # where the numbers come from
     fsdp_offload: bool = False  # FSDP parameter + optimizer offload to CPU (too big for 8x80 GB otherwise)
+    arch: Architecture | None = None  # the decoder's sizes (training/sizing.py)
 
 
 BACKBONES: dict[str, Backbone] = {
@@ -52,18 +103,28 @@ BACKBONES: dict[str, Backbone] = {
         # https://ai.google.dev/gemma/docs/core/model_card_4
         # 31B dense: fp32 master weights + AdamW states alone are ~46 GB per GPU on 8 GPUs,
         # beside vLLM's share, so the actor and reference offload to CPU between passes.
+        # text_config: hidden 5,376, intermediate 21,504, head_dim 256 (sliding) / global_head_dim 512,
+        # num_global_key_value_heads 4, attention_k_eq_v true, sliding_window 1,024, tied embeddings:
+        # 30.7B parameters by the formula in training/sizing.py (the card says 30.7B).
         Backbone("google/gemma-4-31B-it", "gemma4_31b", 262_144, 32, 16, 262_144, "gemma4", 4,
-                 "huggingface.co/google/gemma-4-31B-it config.json (text_config)", fsdp_offload=True),
+                 "huggingface.co/google/gemma-4-31B-it config.json (text_config)", fsdp_offload=True,
+                 arch=Architecture(5376, 21504, 60, 32, 16, 256, 262_144, True, sliding_layers=50,
+                                   sliding_window=1024, global_key_value_heads=4, global_head_dim=512,
+                                   global_k_eq_v=True)),
         # https://huggingface.co/Qwen/Qwen2.5-Coder-7B-Instruct/blob/main/config.json:
         # 28 layers, 28 heads, 4 KV heads, vocab 152,064, max_position_embeddings 32,768
         # (the card's 128K needs YaRN factor 4, which the card adds by hand).
+        # hidden 3,584, intermediate 18,944, head_dim 128, untied embeddings: 7.6B (card: 7.61B).
         Backbone("Qwen/Qwen2.5-Coder-7B-Instruct", "qwen2_5_coder_7b", 32_768, 28, 4, 152_064, "chatml", 1,
-                 "huggingface.co/Qwen/Qwen2.5-Coder-7B-Instruct config.json"),
+                 "huggingface.co/Qwen/Qwen2.5-Coder-7B-Instruct config.json",
+                 arch=Architecture(3584, 18944, 28, 28, 4, 128, 152_064, False)),
         # https://huggingface.co/Qwen/Qwen3-8B/blob/main/config.json: 36 layers, 32 heads,
         # 8 KV heads, vocab 151,936, max_position_embeddings 40,960 (= 32,768 output +
         # 8,192 prompt, the card's "32,768 natively"; 131,072 with YaRN factor 4).
+        # hidden 4,096, intermediate 12,288, head_dim 128, untied embeddings: 8.2B (card: 8.2B).
         Backbone("Qwen/Qwen3-8B", "qwen3_8b", 40_960, 32, 8, 151_936, "chatml (qwen3, <think>)", 1,
-                 "huggingface.co/Qwen/Qwen3-8B config.json"),
+                 "huggingface.co/Qwen/Qwen3-8B config.json",
+                 arch=Architecture(4096, 12288, 36, 32, 8, 128, 151_936, False)),
     )
 }
 NOTE = "numbers from the cited config.json files, not read from a checkpoint here"
@@ -105,6 +166,21 @@ def model_card(path: str) -> ModelCard:
     why = ("not a local directory with config.json and not in training/backbones.py's table; "
            "its context length and head counts are unchecked (download it, or pass a local directory)")
     return ModelCard(path, None, None, None, None, None, f"unknown: {why}")
+
+
+def architecture_of(path: str) -> tuple[Architecture | None, str]:
+    """The decoder sizes of ``path`` and where they come from: its ``config.json`` when it
+    is a local directory, else the table row of that hub name, else (None, why)."""
+    config = Path(path) / "config.json"
+    if config.is_file():
+        try:
+            return Architecture.from_config(json.loads(config.read_text())), f"config.json at {Path(path).resolve()}"
+        except (KeyError, TypeError, ValueError) as err:
+            return None, f"{config} lacks a size the estimate needs ({err!r})"
+    row = BACKBONES.get(path)
+    if row is not None and row.arch is not None:
+        return row.arch, f"backbone table ({row.source}; {NOTE})"
+    return None, f"{path}: not a local directory with config.json and not in training/backbones.py's table"
 
 
 def backbone_for_group(group: str) -> Backbone:

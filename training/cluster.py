@@ -22,7 +22,7 @@ the real Ray cluster the job will use:
 The cache root (``$SQLAGENT_RL_CACHE``) is passed to every worker through Ray's runtime
 environment (:func:`worker_env`), so the workers read the cache the driver checked.
 
-    python -m training.cluster recipe=retoolsql data=bird data.root=/shared/bird +verl.trainer.nnodes=2
+    python -m training.cluster recipe=retoolsql data=bird data.root=/shared/bird hardware=h100x8 hardware.nnodes=2
 """
 
 from __future__ import annotations

@@ -53,6 +53,7 @@ __all__ = [
     "WarmStartConfig", "apply_laptop_profile", "checked_value", "describe_type", "list_recipes", "to_yaml_tree",
     "warmup_steps",
 ]
+from training.hardware import HardwareConfig
 
 EX_RULES = ("ex", "spider")  # a dataset's official execution match: BIRD's set rule | Spider's
 GROUP_BY = ("role", "question")
@@ -436,6 +437,7 @@ class TrainConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)  # recipes/hardware/, training/hardware.py
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     stage: StageConfig = field(default_factory=StageConfig)

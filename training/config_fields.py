@@ -14,7 +14,7 @@ from dataclasses import field
 from typing import Any
 
 from tools.errors import ConfigError
-from tools.registry import did_you_mean
+from tools.spelling import did_you_mean
 
 Choices = Sequence[Any] | Callable[[], Sequence[Any]]
 """Allowed values of a field: fixed, or a function giving them at validation time (a registry's names)."""

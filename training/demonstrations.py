@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from agents.types import Example, Trajectory
 from tools.errors import ConfigError
-from tools.registry import Registry, did_you_mean
+from tools.registry import Registry
+from tools.spelling import did_you_mean
 
 if TYPE_CHECKING:
     from training.rollout import RolloutLimits

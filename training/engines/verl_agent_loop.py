@@ -39,6 +39,7 @@ tokens and on policy tokens a guardrail masks (DualSQL's error-turn rule). veRL 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -235,6 +236,26 @@ def to_output(
     )
 
 
+_SLOTS: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Semaphore]] = {}
+
+
+def episode_slot(cap: int | None) -> contextlib.AbstractAsyncContextManager[Any]:
+    """A slot among ``cap`` live episodes of this worker's event loop (no limit when None).
+
+    veRL's agent-loop worker starts every episode of a step at once; beyond vLLM's
+    sequence slots the extra requests would wait in vLLM's queue between their turns and
+    evict the prefixes of the live ones. Waiting here instead keeps at most
+    ``replicas x max_num_seqs`` episodes live (``training/sizing.py`` sizes ``cap``).
+    """
+    if not cap:
+        return contextlib.nullcontext()
+    loop = asyncio.get_running_loop()
+    held = _SLOTS.get(id(loop))
+    if held is None or held[0] is not loop:
+        held = _SLOTS[id(loop)] = (loop, asyncio.Semaphore(int(cap)))
+    return held[1]
+
+
 @register(AGENT_LOOP_NAME)
 class SqlAgentLoop(AgentLoopBase):
     """Runs the configured project agent on one prompt row; one output per episode."""
@@ -256,7 +277,8 @@ class SqlAgentLoop(AgentLoopBase):
         agent = build_agent(self.settings, validate=validate, pool_file=self._pool_file())
         request_id = f"{kwargs.get('uid', uuid4().hex)}-{kwargs.get('session_id', 0)}"
         versions = WeightVersions()
-        trajectories, seconds = await self._rollout(agent, example, db, sampling_params, request_id, versions)
+        async with episode_slot(self.settings.max_concurrent_episodes):
+            trajectories, seconds = await self._rollout(agent, example, db, sampling_params, request_id, versions)
         if not trajectories:
             raise RuntimeError(f"agent {self.settings.agent!r} produced no episode for example {example.id!r}")
         # a session that made no call at all ran under the weights the sync trainer serves

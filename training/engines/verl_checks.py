@@ -20,7 +20,7 @@ Where each rule comes from in veRL 0.9.1 / vLLM:
   heads divisible by TP (or TP by them);
 - sequence parallel: ``monkey_patch.apply_monkey_patch`` asserts the same for the heads,
   and only patches flash-attn's forward;
-- token budgets: ``seqlen_balancing`` asserts each budget holds one full sequence.
+- token budgets: ``seqlen_balancing`` asserts each budget (x the Ulysses size) holds one full sequence.
 """
 
 from __future__ import annotations
@@ -161,11 +161,14 @@ def token_budget_rule(cfg: DictConfig, card: ModelCard) -> list[str]:
         "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": arr.rollout.log_prob_max_token_len_per_gpu,
         "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": arr.ref.log_prob_max_token_len_per_gpu,
     }
+    sp = _sp(cfg)  # veRL packs budget x sp tokens per Ulysses group
+    least = -(-longest // sp)
+    over = f" / Ulysses {sp}" if sp > 1 else ""
     return [
-        f"{key}={value} is below one full sequence ({longest} = prompt + response tokens); veRL asserts every "
-        f"packed micro-batch holds one: set +verl.{key} >= {longest}"
+        f"{key}={value} is below one full sequence ({longest} = prompt + response tokens{over}); veRL asserts every "
+        f"packed micro-batch holds one: set +verl.{key} >= {least}"
         for key, value in budgets.items()
-        if value is not None and int(value) < longest
+        if value is not None and int(value) * sp < longest
     ]
 
 

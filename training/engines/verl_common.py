@@ -180,6 +180,7 @@ class WorkerSettings:
     eval_after: bool = False
     few_shot_pool: str | None = None
     samples_per_step: int = 0  # rollouts per step written to samples.jsonl (the driver sets trainer.samples_per_step)
+    max_concurrent_episodes: int | None = None  # live episodes per agent-loop worker (training/sizing.py); None: all
 
     @property
     def schema_track(self) -> str:
@@ -224,6 +225,7 @@ class WorkerSettings:
             "eval_after": bool(self.eval_after),
             "few_shot_pool": self.few_shot_pool,
             "samples_per_step": int(self.samples_per_step),
+            "max_concurrent_episodes": self.max_concurrent_episodes,
         }
 
     @classmethod
@@ -254,6 +256,7 @@ class WorkerSettings:
             eval_after=bool(data.get("eval_after", defaults.eval_after)),
             few_shot_pool=data.get("few_shot_pool"),
             samples_per_step=int(data.get("samples_per_step") or defaults.samples_per_step),
+            max_concurrent_episodes=data.get("max_concurrent_episodes"),
         )
 
     @classmethod

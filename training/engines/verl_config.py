@@ -15,15 +15,14 @@ dataclasses. Instead this module
 5. validates with veRL's own ``validate_config`` plus the dataclass conversions veRL runs
    at start-up, so a bad value fails here rather than minutes into a Ray launch (the
    rules veRL only asserts later live in :mod:`training.engines.verl_checks`).
+
+Composition, overrides, validation and printing live in :mod:`.verl_tree`; the rollout,
+data and algorithm sections in :mod:`.verl_sections`; the hardware group's sizes in
+:mod:`.verl_sizing` (the last section written). Their public names import from here too.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
-import logging
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,27 +30,41 @@ from typing import TYPE_CHECKING, Any
 
 from tools.errors import ConfigError
 from training.engines.verl_common import (
-    AGENT_LOOP_NAME,
     PROJECT_NAMESPACE,
-    REWARD_FUNCTION_MODULE,
-    REWARD_FUNCTION_NAME,
     TRAINER_MODE,
     AdvantageSettings,
     DynamicSampling,
     WorkerSettings,
     plain,
 )
+from training.engines.verl_sections import (
+    _algorithm_fields,
+    _rollout_fields,
+    algorithm_values,
+    data_values,
+    max_tokens_per_gpu,
+    rollout_values,
+)
+from training.engines.verl_sizing import episode_cap, hardware_fields, sizing_values
+from training.engines.verl_tree import (  # noqa: F401  (public names of this module, kept importable)
+    PPO_CONFIG_MODULE,
+    PPO_CONFIG_NAME,
+    apply_verl_overrides,
+    compose_ppo_trainer,
+    resolved_tree,
+    split_verl_block,
+    to_yaml,
+    validate_verl_config,
+)
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
     from training.config import TrainConfig
+    from training.hardware import Sizing
     from training.kl import KLSchedule
 
-log = logging.getLogger(__name__)
 
-PPO_CONFIG_MODULE = "verl.trainer.config"
-PPO_CONFIG_NAME = "ppo_trainer"
 VERL_LOGGERS = {"console": "console", "jsonl": "file", "wandb": "wandb"}
 ATTENTION = ("sdpa", "flash_attention_2", "eager")
 
@@ -123,6 +136,7 @@ class VerlSettings:
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.6
     fsdp_offload: bool = False  # actor + reference parameters (and the actor's optimizer) on CPU between passes
+    sizing: Sizing | None = None  # the hardware group's row for this model (verl_sizing); None: generic sizes
     agent_workers: int = 8
     project_name: str = "sqlagent-rl"
     experiment_name: str = "run"  # unique per sweep job (training.sweep.verl_runtime_env)
@@ -184,26 +198,6 @@ def _check_positive(name: str, value: int, what: str) -> None:
 # ----------------------------------------------------------------------------- composition
 
 
-def compose_ppo_trainer() -> DictConfig:
-    """veRL's own ``ppo_trainer`` config, composed with Hydra from its package.
-
-    Inside the project's ``@hydra.main`` entry point Hydra's global state is already
-    initialised (with the project's search path); it is set aside for this composition
-    and restored afterwards, so the two configs never mix.
-    """
-    from hydra import compose, initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.initialize import get_gh_backup, restore_gh_from_backup
-
-    backup = get_gh_backup()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_module(config_module=PPO_CONFIG_MODULE, version_base=None):
-            return compose(config_name=PPO_CONFIG_NAME)
-    finally:
-        restore_gh_from_backup(backup)
-
-
 def fill_from_settings(cfg: DictConfig, s: VerlSettings) -> DictConfig:
     """Write the project's settings into veRL's tree (in place; returns ``cfg``): the
     sections below, in order, then the ``sqlagent`` namespace."""
@@ -218,20 +212,6 @@ def fill_from_settings(cfg: DictConfig, s: VerlSettings) -> DictConfig:
             runtime_env = cfg.ray_kwargs.ray_init.runtime_env
             runtime_env.env_vars = {**(runtime_env.get("env_vars") or {}), **s.wandb_env}
     return cfg
-
-
-def max_tokens_per_gpu(s: VerlSettings) -> int:
-    """Per-GPU token budget of a packed micro-batch (dynamic batch size: multi-turn
-    responses vary a lot in length, so micro-batches are packed by tokens, not rows).
-
-    With flash-attn the varlen kernel needs no mask: two full-length sequences per GPU.
-    With sdpa, transformers builds a block-diagonal boolean mask over the packed row,
-    ``budget**2`` bytes (more where a kernel converts it to the compute dtype): one
-    full-length sequence per GPU keeps it at ``max_model_len**2`` - 1.7 GB for DualSQL's
-    40,960 (tests/training/verl/test_packed_sdpa.py shows the packed mask is exact).
-    """
-    per_sequence = s.max_model_len
-    return per_sequence if s.attn_implementation == "sdpa" else 2 * per_sequence
 
 
 def model_values(s: VerlSettings) -> dict[str, Any]:
@@ -279,73 +259,6 @@ def actor_values(s: VerlSettings) -> dict[str, Any]:
     return out
 
 
-def rollout_values(s: VerlSettings) -> dict[str, Any]:
-    """vLLM in async mode behind our agent loop; G samples per prompt; greedy validation."""
-    prefix = "actor_rollout_ref.rollout"
-    values = {
-        "name": "vllm",
-        "mode": "async",
-        "n": s.group_size,
-        "temperature": s.temperature,
-        "top_p": s.top_p,
-        "top_k": s.top_k,
-        "val_kwargs.temperature": s.val_temperature,
-        "val_kwargs.top_p": s.val_top_p,
-        "val_kwargs.n": s.val_n,
-        "val_kwargs.do_sample": s.val_temperature > 0,
-        "prompt_length": s.prompt_length,
-        "response_length": s.response_length,
-        "max_model_len": s.max_model_len,
-        "tensor_model_parallel_size": s.tensor_parallel_size,
-        "gpu_memory_utilization": s.gpu_memory_utilization,
-        "calculate_log_probs": True,
-        "multi_turn.enable": True,
-        "agent.default_agent_loop": AGENT_LOOP_NAME,
-        "agent.num_workers": s.agent_workers,
-        "log_prob_use_dynamic_bsz": True,
-        "log_prob_max_token_len_per_gpu": max_tokens_per_gpu(s),
-    }
-    out = {f"{prefix}.{key}": value for key, value in values.items()}
-    out["actor_rollout_ref.ref.log_prob_use_dynamic_bsz"] = True
-    out["actor_rollout_ref.ref.log_prob_max_token_len_per_gpu"] = max_tokens_per_gpu(s)
-    return out
-
-
-def data_values(s: VerlSettings) -> dict[str, Any]:
-    return {
-        "data.train_files": s.train_files,
-        "data.val_files": s.val_files,
-        "data.train_batch_size": s.train_batch_size,
-        "data.max_prompt_length": s.prompt_length,
-        "data.max_response_length": s.response_length,
-        "data.return_raw_chat": True,
-        "data.filter_overlong_prompts": False,  # the agent builds the real prompt; the driver drops long ones
-        "data.truncation": "error",
-        "data.shuffle": True,
-        "data.seed": s.seed,
-    }
-
-
-def algorithm_values(s: VerlSettings) -> dict[str, Any]:
-    """GRPO (the trainer subclass computes it), dynamic sampling, our reward function.
-
-    veRL's ``filter_groups`` refills a step with new batches until B groups have reward
-    variance; that is only switched on with ``algorithm.dynamic_sampling.refill=true``.
-    The default (SPEC's DAPO as the papers ran it: draw B x K once, keep up to B groups,
-    zero-mask the rest) is the trainer subclass's, from the ``sqlagent`` namespace.
-    """
-    return {
-        "algorithm.adv_estimator": "grpo",
-        "algorithm.norm_adv_by_std_in_grpo": s.norm_by_std,
-        "algorithm.use_kl_in_reward": False,
-        "algorithm.filter_groups.enable": s.dynamic_sampling and s.refill,
-        "algorithm.filter_groups.metric": "score" if s.filter_metric == "total" else s.filter_metric,
-        "algorithm.filter_groups.max_inflight_gen_batches": s.oversample,
-        "reward.custom_reward_function.path": _module_file(REWARD_FUNCTION_MODULE),
-        "reward.custom_reward_function.name": REWARD_FUNCTION_NAME,
-    }
-
-
 def trainer_values(s: VerlSettings) -> dict[str, Any]:
     return {
         "trainer.use_v1": True,
@@ -368,7 +281,7 @@ def trainer_values(s: VerlSettings) -> dict[str, Any]:
 
 
 SECTIONS: tuple[Callable[[VerlSettings], dict[str, Any]], ...] = (
-    model_values, actor_values, rollout_values, data_values, algorithm_values, trainer_values,
+    model_values, actor_values, rollout_values, data_values, algorithm_values, trainer_values, sizing_values,
 )
 """The mapping from project settings to veRL keys, one plain function per part of the tree."""
 
@@ -404,131 +317,8 @@ def worker_settings(s: VerlSettings) -> WorkerSettings:
         exec_metric=str(s.reward_options.get("exec_metric", "ex")),
         eval_after=s.val_before_train,
         samples_per_step=s.samples_per_step,
+        max_concurrent_episodes=episode_cap(s),
     )
-
-
-def _module_file(module: str) -> str:
-    """Absolute path of a module's source file (veRL loads reward functions by path)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec(module)
-    if spec is None or spec.origin is None:
-        raise ConfigError(f"cannot locate module {module!r}; is the project installed (`pip install -e .`)?")
-    return spec.origin
-
-
-def apply_verl_overrides(
-    cfg: DictConfig, block: Mapping[str, Any] | None = None, overrides: Iterable[str] = ()
-) -> DictConfig:
-    """Apply the recipe's ``verl:`` block, then ``verl.<path>=<value>`` strings, on top.
-
-    Keys must already exist in veRL's tree (a typo fails with the key and the closest
-    existing one); the ``sqlagent`` namespace is ours and accepts any key.
-    """
-    if block:
-        for dotted, value in _flatten(plain(block)).items():
-            _set_existing(cfg, dotted, value)
-    for item in overrides:
-        dotted, value = _parse_override(item)
-        _set_existing(cfg, dotted, value)
-    return cfg
-
-
-def _parse_override(item: str) -> tuple[str, Any]:
-    """``verl.<path>=<value>`` -> (path, value), parsed with Hydra's override grammar."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    text = item.strip()
-    if not text.startswith("verl.") or "=" not in text:
-        raise ConfigError(f"bad veRL override {item!r}: write verl.<path>=<value>, e.g. verl.trainer.save_freq=10")
-    try:
-        parsed = OverridesParser.create().parse_override(text)
-    except HydraException as err:
-        raise ConfigError(f"bad veRL override {item!r}: {err}") from err
-    return parsed.key_or_group.removeprefix("verl."), plain(parsed.value())
-
-
-def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mapping -> {"a.b.c": leaf}. Lists and empty dicts are leaves."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(_flatten(value, dotted + "."))
-        else:
-            out[dotted] = value
-    return out
-
-
-def _set_existing(cfg: DictConfig, dotted: str, value: Any) -> None:
-    from omegaconf import OmegaConf, open_dict
-
-    if dotted.split(".", 1)[0] == PROJECT_NAMESPACE:
-        with open_dict(cfg):
-            OmegaConf.update(cfg, dotted, value, merge=True, force_add=True)
-        return
-    parent_path, _, leaf = dotted.rpartition(".")
-    parent = OmegaConf.select(cfg, parent_path) if parent_path else cfg
-    if parent is None or not hasattr(parent, "keys") or leaf not in parent:
-        raise ConfigError(f"verl.{dotted}: no such key in veRL's ppo_trainer config{_closest_key(cfg, dotted)}")
-    OmegaConf.update(cfg, dotted, value, merge=True)
-
-
-def _closest_key(cfg: DictConfig, dotted: str) -> str:
-    import difflib
-
-    from omegaconf import OmegaConf
-
-    container = OmegaConf.to_container(cfg, resolve=False)
-    keys = list(_flatten(container).keys()) if isinstance(container, dict) else []
-    close = difflib.get_close_matches(dotted, keys, n=1, cutoff=0.6)
-    return f"; did you mean verl.{close[0]}?" if close else "; see `engine=verl dry_run=true` for every key"
-
-
-def validate_verl_config(cfg: DictConfig) -> None:
-    """veRL's ``validate_config`` plus the conversions veRL does at start-up.
-
-    Failures are re-raised as :class:`ConfigError` with the veRL message inside.
-    """
-    from hydra.errors import HydraException
-    from verl.trainer.config import AlgoConfig  # noqa: F401  (registers _target_ classes)
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from verl.utils.config import omega_conf_to_dataclass, validate_config
-
-    _check_namespace(cfg)
-    chatter = io.StringIO()  # veRL prints progress lines; keep stdout for the YAML of a dry run
-    try:
-        with contextlib.redirect_stdout(chatter), warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Disabled critic")  # GRPO needs no critic
-            validate_config(
-                config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg)
-            )
-        omega_conf_to_dataclass(cfg.algorithm)
-        omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
-    except (AssertionError, ValueError, TypeError, KeyError, HydraException) as err:
-        raise ConfigError(f"veRL rejected the composed config: {err}") from err
-    log.debug("veRL validate_config: %s", chatter.getvalue().strip())
-    rollout = cfg.actor_rollout_ref.rollout
-    if rollout.agent.default_agent_loop != AGENT_LOOP_NAME:
-        log.warning("rollout.agent.default_agent_loop=%s is not the project's agent loop", rollout.agent.default_agent_loop)
-    if cfg.trainer.v1.trainer_mode != TRAINER_MODE or not cfg.trainer.use_v1:
-        raise ConfigError(
-            f"verl.trainer.v1.trainer_mode={cfg.trainer.v1.trainer_mode!r} (use_v1={cfg.trainer.use_v1}): the "
-            f"project's per-role and two-track advantages and the KL schedule live in the {TRAINER_MODE!r} "
-            "trainer; leave trainer.use_v1=true and trainer.v1.trainer_mode unset"
-        )
-    if cfg.algorithm.filter_groups.enable and not cfg.algorithm.filter_groups.metric:
-        raise ConfigError("algorithm.filter_groups.enable needs a metric (the project uses 'exec')")
-
-
-def _check_namespace(cfg: DictConfig) -> None:
-    """The ``sqlagent`` block reads back as the workers will read it (a ``verl.sqlagent.*``
-    override with a bad key or value fails here, not in a Ray worker)."""
-    try:
-        WorkerSettings.from_config(cfg)
-    except (ValueError, TypeError) as err:
-        raise ConfigError(str(err)) from err
 
 
 def build_verl_config(
@@ -585,55 +375,7 @@ def _model_fields(cfg: TrainConfig) -> dict[str, Any]:
         "tensor_parallel_size": backbone.tensor_parallel_size if backbone else 1,
         "fsdp_offload": backbone.fsdp_offload if backbone else False,
         "trust_remote_code": cfg.model.trust_remote_code,
-    }
-
-
-def _algorithm_fields(cfg: TrainConfig) -> dict[str, Any]:
-    """GRPO, the optimizer, dynamic sampling and the advantage estimator."""
-    alg, opt, adv, ds = cfg.algorithm, cfg.optim, cfg.advantage, cfg.algorithm.dynamic_sampling
-    return {
-        "group_size": alg.group_size,
-        "train_batch_size": alg.batch_size,
-        "ppo_mini_batch_size": alg.batch_size // alg.mini_batches,
-        "lr": opt.lr,
-        "betas": (float(opt.betas[0]), float(opt.betas[1])),
-        "warmup_ratio": opt.warmup_ratio,
-        "weight_decay": opt.weight_decay,
-        "grad_clip": opt.grad_clip,
-        "clip_ratio_low": alg.clip_ratio_low,
-        "clip_ratio_high": alg.clip_ratio_high,
-        "clip_ratio_c": alg.clip_ratio_c,
-        "entropy_coeff": alg.entropy_coeff,
-        "loss_agg_mode": alg.loss_agg_mode,
-        "kl_schedule": tuple((int(a), float(b)) for a, b in alg.kl_schedule),
-        "kl_loss_type": alg.kl_type,
-        "dynamic_sampling": ds.enable,
-        "refill": ds.refill,
-        "filter_metric": ds.metric,
-        "filter_min_std": ds.min_std,
-        "oversample": ds.oversample,
-        "advantage": adv.estimator,
-        "schema_weight": adv.schema_weight,
-        "schema_track": adv.schema_track,
-        "advantage_clip": adv.clamp,
-        "advantage_epsilon": adv.epsilon,
-        "norm_by_std": adv.norm_by_std,
-        "group_by": adv.group_by,
-    }
-
-
-def _rollout_fields(cfg: TrainConfig) -> dict[str, Any]:
-    """Sampling and lengths (the prompt budget is the design's drop rule)."""
-    roll = cfg.rollout
-    return {
-        "temperature": roll.temperature,
-        "top_p": roll.top_p,
-        "top_k": roll.top_k if roll.top_k > 0 else -1,
-        "val_temperature": roll.eval_temperature,
-        "prompt_length": roll.max_prompt_tokens,
-        "response_length": roll.max_response_tokens,
-        "max_new_tokens_per_turn": roll.max_new_tokens,
-        "observation_max_tokens": roll.observation_max_tokens,
+        **hardware_fields(cfg, cfg.model.path or cfg.gpu_backbone or ""),
     }
 
 
@@ -691,23 +433,6 @@ def policy_path(cfg: TrainConfig) -> str:
     return str(embedded_checkpoint_dir())
 
 
-def split_verl_block(block: Mapping[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
-    """The project's ``verl`` node -> (nested block, dotted overrides).
-
-    Recipes write nested YAML (``verl: {trainer: {save_freq: 5}}``); the command line's
-    ``+verl.a.b=1`` arrives nested too, and a key written with dots in YAML
-    (``"actor_rollout_ref.actor.optim.lr": 2e-6``) is kept as a dotted override.
-    """
-    nested: dict[str, Any] = {}
-    dotted: list[str] = []
-    for key, value in plain(block or {}).items():
-        if "." in str(key):
-            dotted.append(f"verl.{key}={json.dumps(value)}")
-        else:
-            nested[str(key)] = value
-    return nested, dotted
-
-
 def verl_config_for(
     cfg: TrainConfig, model_path: str | None = None, num_train_examples: int | None = None
 ) -> DictConfig:
@@ -717,41 +442,3 @@ def verl_config_for(
     return build_verl_config(settings, block, dotted)
 
 
-def resolved_tree(cfg: DictConfig) -> tuple[dict[str, Any], list[str]]:
-    """The config as plain values with every interpolation resolved that can be, and the
-    dotted keys of those that cannot (kept as written, e.g. a ``${oc.env:...}`` whose
-    variable is unset on this machine)."""
-    from omegaconf import DictConfig as _Dict
-    from omegaconf import ListConfig, OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    unresolved: list[str] = []
-
-    def walk(node: Any, path: str) -> Any:
-        if isinstance(node, _Dict):
-            return {str(k): walk_key(node, k, f"{path}{k}") for k in node.keys()}
-        if isinstance(node, ListConfig):
-            return [walk_key(node, i, f"{path}{i}") for i in range(len(node))]
-        return node
-
-    def walk_key(parent: Any, key: Any, path: str) -> Any:
-        try:
-            value = parent[key]
-        except OmegaConfBaseException:
-            unresolved.append(path)
-            return OmegaConf.to_container(parent, resolve=False)[key]
-        return walk(value, path + ".")
-
-    return walk(cfg, ""), unresolved
-
-
-def to_yaml(cfg: DictConfig) -> str:
-    """The config as YAML with interpolations resolved (what veRL will run); any that
-    cannot be resolved here are listed in a comment above it."""
-    import yaml
-
-    tree, unresolved = resolved_tree(cfg)
-    head = ""
-    if unresolved:
-        head = "# left as written (cannot be resolved here): " + ", ".join(unresolved) + "\n"
-    return head + yaml.safe_dump(tree, sort_keys=False, default_flow_style=False, width=120)

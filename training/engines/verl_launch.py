@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from tools.errors import ConfigError, ToolkitError
 from training.engines.verl_common import VERL_METRICS_FILE
 from training.engines.verl_config import PPO_CONFIG_MODULE, checkpoint_dir, policy_path, to_yaml, verl_config_for
+from training.engines.verl_sizing import sizing_report
 from training.run_dir import ResumeDecision, check_shared_storage
 
 if TYPE_CHECKING:
@@ -55,7 +56,9 @@ def describe(cfg: TrainConfig) -> str:
         verl_cfg = verl_config_for(cfg, num_train_examples=count)
         card = expected_card(cfg)
         report = check_run(verl_cfg, card)
-    report.raise_first()
+        sized = sizing_report(cfg, verl_cfg)
+    dataclasses.replace(report, failures=report.failures + sized.failures).raise_first()
+    notes += [f"sizing: {line}" for line in sized.lines]
     shared = check_shared_storage(cfg.run_dir, int(verl_cfg.trainer.nnodes), cfg.trainer.shared_run_dir_check)
     notes += [shared.removeprefix("[run] ")] if shared else []
     if card.known:
@@ -160,8 +163,9 @@ def prepare(cfg: TrainConfig, say: Say = print, check_devices: bool = True) -> t
             "(model.path=<dir or hub name> to change)")
     verl_cfg = verl_config_for(cfg, num_train_examples=len(train_examples))
     report = check_run(verl_cfg, expected_card(cfg))
-    report.raise_first()
-    for item in report.unchecked + report.notes:
+    sized = sizing_report(cfg, verl_cfg)
+    dataclasses.replace(report, failures=report.failures + sized.failures).raise_first()
+    for item in report.unchecked + report.notes + sized.lines:
         say(f"[verl] {item}")
     if check_devices:
         check_gpus(verl_cfg)

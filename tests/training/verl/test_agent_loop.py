@@ -205,6 +205,39 @@ def test_trustsql_row_through_veRLs_agent_loop_worker(model_dir: Path, db_file: 
         compute_score("gsm8k", "", "", {})
 
 
+class SlowServer(FakeServer):
+    """FakeServer whose calls take a moment, counting how many run at once."""
+
+    def __init__(self, script: dict[str, list[str]]) -> None:
+        super().__init__(script)
+        self.live = self.most = 0
+
+    async def generate(self, request_id: str, **kwargs: Any):
+        self.live += 1
+        self.most = max(self.most, self.live)
+        try:
+            await asyncio.sleep(0.1)  # long beside building a prompt, so every started episode overlaps
+            return await super().generate(request_id, **kwargs)
+        finally:
+            self.live -= 1
+
+
+@pytest.mark.parametrize("cap", [None, 2])
+def test_live_episodes_stay_within_the_sized_cap(model_dir: Path, db_file: Path, cap: int | None) -> None:
+    """veRL's worker starts all 6 episodes at once; sqlagent.max_concurrent_episodes (set by
+    training/sizing.py to fit vLLM's slots) keeps at most that many generating."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+
+    cfg = verl_config(model_dir, "trustsql", "trustsql", advantage="two_track")
+    if cap:
+        E.apply_verl_overrides(cfg, overrides=[f"verl.sqlagent.max_concurrent_episodes={cap}"])
+    server = SlowServer(TRUSTSQL)
+    worker = AgentLoopWorker(cfg, llm_client=server)
+    out = asyncio.run(worker.generate_sequences(batch_for(example_for(db_file, COUNT_SQL), n=6)))
+    assert len(out) == 6 and len({r["request_id"] for r in server.requests}) == 6
+    assert server.most == (cap or 6)
+
+
 class CapturedTQ:
     def __init__(self) -> None:
         self.puts: list[dict[str, Any]] = []

@@ -88,7 +88,6 @@ class TrainerInputs:
     generate: Callable[..., Any] | None = None  # a GenerateFn replacing the model's generate
 
 
-@dataclass
 def _latest_local_checkpoint(run_dir: Path) -> Any:
     """The local engine's newest checkpoint as the run-directory policy sees it (its saves are
     atomic renames, so the newest one is complete)."""
@@ -98,6 +97,7 @@ def _latest_local_checkpoint(run_dir: Path) -> Any:
     return None if path is None else StepCheckpoint(step=st.read_meta(path).step, path=path)
 
 
+@dataclass
 class LocalTrainer:
     """One run: the model bundle (``models``), the updater, the data, agents, reward and
     loggers, and the loop that drives them."""

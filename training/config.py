@@ -491,7 +491,7 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
                 f"unknown config key {prefix}{key!r}; known keys here: {', '.join(sorted(fields))}"
             )
         hint = _type_hints(cls)[key]
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             if not isinstance(value, Mapping):
                 raise ConfigError(f"{prefix}{key}={value!r}: expected a group of keys "
                                   f"({', '.join(f.name for f in dataclasses.fields(hint))}), e.g. {prefix}{key}.<key>=<value>")

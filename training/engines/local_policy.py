@@ -387,7 +387,7 @@ def grpo_loss(
         isw = rollout_is_weights.to(device) if rollout_is_weights is not None else None  # [batch, resp_len]
         loss, pg = compute_policy_loss_vanilla(
             old_log_probs, log_probs, adv, mask, settings.loss_agg_mode, config, rollout_is_weights=isw
-        )
+        )  # type: ignore[call-arg]  # veRL's registering decorator hides this keyword from mypy
         total = total + weight * loss
         metrics[f"pg_loss/{track}"] = float(loss.detach())
         metrics[f"clip_frac/{track}"] = pg["actor/pg_clipfrac"]
@@ -397,13 +397,13 @@ def grpo_loss(
     if full is not None and n_full > 0:
         full = full.to(device)  # [batch, resp_len]
         if beta > 0 and ref_log_probs is not None:
-            kld = kl_penalty(log_probs, ref_log_probs.to(device), settings.kl_type)  # [batch, resp_len]
-            kl = agg_loss(kld, full, settings.loss_agg_mode, batch_num_tokens=n_full,
-                          global_batch_size=max(totals.sequences["full"], 1.0))
+            kld = kl_penalty(log_probs, ref_log_probs.to(device), settings.kl_type)  # type: ignore[arg-type]  # veRL types it FloatTensor; [batch, resp_len]
+            kl = agg_loss(kld, full, settings.loss_agg_mode, batch_num_tokens=int(n_full),
+                          global_batch_size=int(max(totals.sequences["full"], 1.0)))
             total = total + beta * kl
             metrics["kl"] = float(kl.detach())
         if settings.entropy_coeff and entropy is not None:
-            ent = agg_loss(entropy, full, settings.loss_agg_mode, batch_num_tokens=n_full,
-                           global_batch_size=max(totals.sequences["full"], 1.0))
+            ent = agg_loss(entropy, full, settings.loss_agg_mode, batch_num_tokens=int(n_full),
+                           global_batch_size=int(max(totals.sequences["full"], 1.0)))
             total = total - settings.entropy_coeff * ent
     return total, metrics

@@ -231,7 +231,7 @@ def to_output(
         response_logprobs=[float(v) for v in logprobs[:n]],
         reward_score=float(breakdown["total"]),
         num_turns=2 * len(traj.result.turns) + 1,  # veRL counts user + assistant + tool messages
-        metrics=AgentLoopMetrics(**metrics),
+        metrics=AgentLoopMetrics(**metrics),  # type: ignore[arg-type]  # veRL declares some timers int; they are seconds
         extra_fields=extra,
     )
 
@@ -267,7 +267,10 @@ class SqlAgentLoop(AgentLoopBase):
         self.response_length = int(self.rollout_config.response_length)
         self.prompt_length = int(self.rollout_config.prompt_length)
 
-    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
+    # several episodes -> a list, which veRL 0.9.1's v1 (TransferQueue) worker stores per episode (see below)
+    async def run(  # type: ignore[override]
+        self, sampling_params: dict[str, Any], **kwargs: Any
+    ) -> AgentLoopOutput | list[AgentLoopOutput]:
         from tools import get_database
 
         extra_info = kwargs.get("extra_info")
@@ -368,8 +371,8 @@ class SqlAgentLoop(AgentLoopBase):
             start = loop.time()
             breakdowns = []
             for traj in kept:  # rewards execute SQL: off the event loop
-                breakdown = await loop.run_in_executor(None, score_episode, reward_fn, traj, example, db)
-                breakdowns.append(breakdown_to_json(breakdown))
+                scored = await loop.run_in_executor(None, score_episode, reward_fn, traj, example, db)
+                breakdowns.append(breakdown_to_json(scored))
             score_seconds = loop.time() - start
             schema = self.settings.schema_track
             masks, _ = track_masks(kept, ["full", schema], schema, self.settings.error_turn_mask)
@@ -379,7 +382,7 @@ class SqlAgentLoop(AgentLoopBase):
                 outputs[id(traj)] = out
         result = []
         for traj in trajectories:
-            out = outputs.get(id(traj)) or dropped_output(traj, keys, self.prompt_length, self.tokenizer.eos_token_id)
+            out = outputs.get(id(traj)) or dropped_output(traj, keys, self.prompt_length, getattr(self.tokenizer, "eos_token_id"))
             out.extra_fields.update(versions)
             result.append(out)
         return result

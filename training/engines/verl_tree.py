@@ -109,7 +109,7 @@ def _closest_key(cfg: DictConfig, dotted: str) -> str:
     from omegaconf import OmegaConf
 
     container = OmegaConf.to_container(cfg, resolve=False)
-    keys = list(_flatten(container).keys()) if isinstance(container, dict) else []
+    keys = list(_flatten({str(k): v for k, v in container.items()}).keys()) if isinstance(container, dict) else []
     close = difflib.get_close_matches(dotted, keys, n=1, cutoff=0.6)
     return f"; did you mean verl.{close[0]}?" if close else "; see `engine=verl dry_run=true` for every key"
 
@@ -188,7 +188,7 @@ def resolved_tree(cfg: DictConfig) -> tuple[dict[str, Any], list[str]]:
 
     def walk(node: Any, path: str) -> Any:
         if isinstance(node, _Dict):
-            return {str(k): walk_key(node, k, f"{path}{k}") for k in node.keys()}
+            return {str(k): walk_key(node, k, path + str(k)) for k in node.keys()}
         if isinstance(node, ListConfig):
             return [walk_key(node, i, f"{path}{i}") for i in range(len(node))]
         return node
@@ -198,7 +198,8 @@ def resolved_tree(cfg: DictConfig) -> tuple[dict[str, Any], list[str]]:
             value = parent[key]
         except OmegaConfBaseException:
             unresolved.append(path)
-            return OmegaConf.to_container(parent, resolve=False)[key]
+            raw: Any = OmegaConf.to_container(parent, resolve=False)  # the unresolved text, e.g. ${oc.env:X}
+            return raw[key]
         return walk(value, path + ".")
 
     return walk(cfg, ""), unresolved

@@ -312,6 +312,7 @@ def run_text_episodes(agent: Any, requests: Sequence[Any], tokenizer: Any, sourc
             asks: dict[str, tuple[list[Message], Any]] = {}
             for i in active:
                 runner = slots[i].runner
+                assert runner is not None  # active slots have one
                 _, params = runner.next_request()
                 messages = [dict(m) for m in runner.conversation]
                 if transform is not None:
@@ -322,11 +323,13 @@ def run_text_episodes(agent: Any, requests: Sequence[Any], tokenizer: Any, sourc
             futures = {key: pool.submit(_ask, source, *asks[key], len(members)) for key, members in groups.items()}
             for key, members in groups.items():
                 texts = futures[key].result()
-                for i, text in zip(members, texts):
+                for i, text in zip(members, texts, strict=True):
                     if text is None:
                         failed.add(i)
                         continue
-                    slots[i].runner.feed(GenerationOutput(token_ids=segments.encode(text) + eos))
+                    runner = slots[i].runner
+                    assert runner is not None  # it asked, so it runs
+                    runner.feed(GenerationOutput(token_ids=segments.encode(text) + eos))
                     slots[i].advance(agent, segments, sampling, limits)
     done = [t for i, s in enumerate(slots) if i not in failed for t in s.trajectories]
     return EpisodeBatch(done, [(slots[i].example.id, slots[i].sample_index) for i in sorted(failed)])

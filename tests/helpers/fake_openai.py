@@ -77,7 +77,7 @@ class FakeOpenAI:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
-    def __enter__(self) -> "FakeOpenAI":
+    def __enter__(self) -> FakeOpenAI:
         self.thread.start()
         return self
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from agents import make_agent
 from agents.types import Example
 from tests.helpers.fake_openai import FakeOpenAI, Reply
 from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
@@ -93,7 +92,8 @@ def leaky(reply: Any, examples: list[Example]) -> Any:
         answer = reply(body)
         if examples[1].question in json.dumps(body["messages"]):
             for c in answer.body["choices"]:
-                c["message"]["content"] = c["message"]["content"].replace("plan A", "I will write " + examples[1].gold_sql)
+                leak = "I will write " + examples[1].gold_sql
+                c["message"]["content"] = c["message"]["content"].replace("plan A", leak)
         return answer
 
     return wrapped
@@ -141,7 +141,7 @@ def test_each_design_chain_on_the_tiny_model(recipe: str, tmp_path: Path, exampl
 def test_zero_surviving_traces_are_reported_as_zero(tmp_path: Path, examples: list[Example]) -> None:
     two = examples[:2]
     with FakeOpenAI(lambda body: Reply(503, "down")) as server:
-        cfg = chain_config("think2sql", tmp_path, server.base_url, "stage=sft",
+        cfg = chain_config("think2sql", tmp_path, server.base_url, "stage=sft", "supervised.passk_after=true",
                            f"supervised.teachers=[{{base_url:'{server.base_url}',model:fake,retries:0}}]")
         inputs = TrainerInputs(model=tiny_model(seed=1), tokenizer=tiny_tokenizer(), train_examples=two,
                                eval_examples=two, generate=wrong_policy("think2sql", two))
@@ -149,6 +149,9 @@ def test_zero_surviving_traces_are_reported_as_zero(tmp_path: Path, examples: li
         summary = run_stage(cfg, inputs, log.append)
     assert summary["rows"] == 0 and summary["dropped"] == {"request_failed": 2}
     assert summary["sft"]["steps"] == 0 and any("0 conversations to train on" in line for line in log)
+    # an annotate chain mines pass@k before SFT only for passk_after: the wrong policy solves nothing
+    assert summary["pass_at_k"]["bands"]["all_wrong"] == 2 and summary["pass_at_k_after_sft"]["pass_at_k"] == 0
+    assert summary["hard_gained"] == {"hard_before": 2, "solved_after": 0}
 
 
 # ----------------------------------------------------------------------------- resume after a kill
@@ -212,7 +215,8 @@ def test_a_kill_during_mining_resumes_without_redoing_or_duplicating(tmp_path: P
     keys = [(t["question_id"], t["sample"], t["source"]) for t in traces]
     assert len(keys) == len(set(keys)) == 3 * len(examples)
     rows = (run_dir / "supervised" / "dataset" / "train.jsonl").read_text().splitlines()
-    assert len(rows) == len(examples)  # all solved: own correct traces; the scripted samples are identical (deduplicated)
+    # all solved: own correct traces; the scripted samples are identical (deduplicated)
+    assert len(rows) == len(examples)
 
 
 def test_users_bring_their_own_dataset(tmp_path: Path, examples: list[Example]) -> None:

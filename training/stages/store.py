@@ -75,7 +75,7 @@ class StageDir:
         write_json_atomic(self.path / DONE, {"fingerprint": self.fingerprint, "result": dict(result)})
         return dict(result)
 
-    def records(self, name: str, key: Callable[[dict[str, Any]], Any]) -> "KeyedJsonl":
+    def records(self, name: str, key: Callable[[dict[str, Any]], Any]) -> KeyedJsonl:
         return KeyedJsonl(self.path / name, key)
 
 

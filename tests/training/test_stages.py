@@ -71,7 +71,8 @@ def test_keyed_jsonl_survives_a_torn_line_and_never_duplicates(tmp_path: Path) -
 # ----------------------------------------------------------------------------- the chains
 
 def chain_config(recipe: str, run_dir: Path, base_url: str, *extra: str) -> Any:
-    return config(recipe, run_dir, "stage=sft_rl", f"supervised.teachers=[{{base_url:'{base_url}',model:fake}}]",
+    teacher = f"supervised.teachers=[{{base_url:'{base_url}',model:fake,backoff_s:0}}]"
+    return config(recipe, run_dir, "stage=sft_rl", teacher,
                   "supervised.samples=2", "supervised.questions=2", "supervised.teacher_samples=1",
                   "supervised.epochs=1", "supervised.batch_size=2", "supervised.lr=1e-3",
                   "supervised.rl_filter_samples=2", "supervised.rl_filter_pass=2",
@@ -83,6 +84,12 @@ def wrong_policy(recipe: str, examples: list[Example]) -> ScriptedPolicy:
     """The policy's generate: the design's protocol with a wrong SQL every time (instant and
     deterministic, so every question is all-wrong); SFT and RL update the tiny model."""
     return ScriptedPolicy(recipe, examples, always_good=lambda ex, k: False)
+
+
+def flaky(reply: Any) -> Any:
+    """The teacher's first two answers are a malformed body and an HTTP 503 (both retried)."""
+    calls = iter([Reply(200, "{not json"), Reply(503, {"error": "overloaded"})])
+    return lambda body: next(calls, None) or reply(body)
 
 
 def leaky(reply: Any, examples: list[Example]) -> Any:
@@ -111,13 +118,15 @@ def test_each_design_chain_on_the_tiny_model(recipe: str, tmp_path: Path, exampl
         log: list[str] = []
         return run_stage(cfg, inputs, log.append), log
 
-    with FakeOpenAI(leaky(teacher_reply(recipe, two), two)) as server:
+    with FakeOpenAI(flaky(leaky(teacher_reply(recipe, two), two))) as server:
         summary, log = run()
         asked = len(server.requests)
         _, again = run("resume=true")  # a second run reuses every finished stage and redoes nothing
         assert len(server.requests) == asked
     assert any("reusing the finished SFT" in line for line in again)
     root = tmp_path / "supervised"
+    stats = json.loads((root / "teachers" / "done.json").read_text())["result"]["teachers"]["teacher0"]
+    assert stats["retries"] == 2 and stats["failed"] == 0  # the malformed body and the 503 were retried
     card = json.loads((root / "dataset" / "card.json").read_text())
     rows = [json.loads(x) for x in (root / "dataset" / "train.jsonl").read_text().splitlines()]
     assert summary["rows"] == card["rows"] == len(rows), summary

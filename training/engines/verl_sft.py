@@ -13,6 +13,22 @@ Everything it needs to rebuild the agent travels in the ``data.sqlagent`` block.
 config; ``dry_run=true`` prints that config. With ``stage=sft_rl`` the SFT run saves a HF
 copy (``checkpoint.save_contents`` includes ``hf_model``) and GRPO then starts from it on
 the veRL engine (``stage.init_from``), so the SFT weights are also the KL reference.
+
+Mining on GPU (``engine=verl stage=data``): the policy's k samples per question come from
+a served copy of it — ``vllm serve MODEL`` and ``supervised.policy_endpoint={base_url,
+model}`` — through the endpoint client of ``training/generation.py``, the design's tools
+running in this process; without an endpoint the local HF model generates on this node's
+GPU. Either way the traces go through the local stage's filters into the same files.
+(veRL's own validation pass with n = k was not used: its ``_validate`` keeps only the last
+output per session and clears the rows from TransferQueue inside one method, so capturing
+every episode would mean copying that method.)
+
+veRL 0.9.1's SFT trainer does not run on CPU, checked step by step with the tiny model:
+veRL has no CPU platform (it falls back to ``nvidia`` and asks for an NCCL group), its
+engine registry has the FSDP engines for cuda/npu only, FSDP1 needs an accelerator
+``device_id``, and FSDP2 loading moves the model to ``get_device_id()`` (CUDA). The CPU
+tests therefore check the dataset class through veRL's own ``create_sft_dataset`` and the
+composed config; the trainer itself needs a GPU node with veRL installed.
 """
 
 from __future__ import annotations

@@ -66,7 +66,11 @@ class SupervisedConfig:
                                 "rl_filter_samples times (TRUST-SQL: 6 of 8)")
     rl_filter_samples: int = _f(8, "samples per question for the RL filter")
     rl_filter_pass: int = _f(6, "keep a question for RL when its correct samples < this")
-    passk_after: bool = _f(False, "pass@k again under the SFT policy (hard questions gained)")
+    passk_after: bool = _f(False, "pass@k under the SFT policy too (and before SFT on annotate chains): "
+                                  "hard questions gained")
+    policy_endpoint: dict[str, Any] | None = _f(None, "mine the initial policy through a served copy of it: "
+                                                      "{base_url, model, ...} of an OpenAI-compatible server "
+                                                      "(vLLM on GPU); null = the local model")
 
     def __post_init__(self) -> None:
         _need(self.chain in CHAINS, f"supervised.chain={self.chain!r}; choose one of {', '.join(CHAINS)}")
@@ -83,6 +87,11 @@ class SupervisedConfig:
         _need(0 < self.leak_similarity <= 1, f"supervised.leak_similarity={self.leak_similarity}: in (0, 1]")
         _need(1 <= self.rl_filter_pass <= self.rl_filter_samples,
               f"supervised.rl_filter_pass={self.rl_filter_pass}: between 1 and rl_filter_samples")
+        _need(self.policy_endpoint is None or (isinstance(self.policy_endpoint, Mapping)
+                                               and "base_url" in self.policy_endpoint
+                                               and "model" in self.policy_endpoint),
+              f"supervised.policy_endpoint={self.policy_endpoint!r}: give base_url and model (the served "
+              "policy, e.g. {base_url: 'http://HOST:8000/v1', model: NAME}) or null")
         for i, teacher in enumerate(self.teachers):
             _need(isinstance(teacher, Mapping) and (("base_url" in teacher and "model" in teacher) or "path" in teacher),
                   f"supervised.teachers[{i}]={teacher!r}: give base_url + model (an OpenAI-compatible "

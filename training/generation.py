@@ -319,7 +319,9 @@ def run_text_episodes(agent: Any, requests: Sequence[Any], tokenizer: Any, sourc
                 break
             groups: dict[str, list[int]] = {}
             asks: dict[str, tuple[list[Message], Any]] = {}
-            for i, runner in active.items():
+            for i in active:
+                runner = slots[i].runner
+                assert runner is not None  # active slots have one
                 _, params = runner.next_request()
                 messages = [dict(m) for m in runner.conversation]
                 if transform is not None:
@@ -334,7 +336,9 @@ def run_text_episodes(agent: Any, requests: Sequence[Any], tokenizer: Any, sourc
                     if text is None:
                         failed.add(i)
                         continue
-                    active[i].feed(GenerationOutput(token_ids=segments.encode(text) + eos))
+                    runner = slots[i].runner
+                    assert runner is not None  # it asked, so it runs
+                    runner.feed(GenerationOutput(token_ids=segments.encode(text) + eos))
                     slots[i].advance(agent, segments, sampling, limits)
     done = [t for i, s in enumerate(slots) if i not in failed for t in s.trajectories]
     return EpisodeBatch(done, [(slots[i].example.id, slots[i].sample_index) for i in sorted(failed)])

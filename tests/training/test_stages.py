@@ -71,7 +71,8 @@ def test_keyed_jsonl_survives_a_torn_line_and_never_duplicates(tmp_path: Path) -
 # ----------------------------------------------------------------------------- the chains
 
 def chain_config(recipe: str, run_dir: Path, base_url: str, *extra: str) -> Any:
-    return config(recipe, run_dir, "stage=sft_rl", f"supervised.teachers=[{{base_url:'{base_url}',model:fake}}]",
+    teacher = f"supervised.teachers=[{{base_url:'{base_url}',model:fake,backoff_s:0}}]"
+    return config(recipe, run_dir, "stage=sft_rl", teacher,
                   "supervised.samples=2", "supervised.questions=2", "supervised.teacher_samples=1",
                   "supervised.epochs=1", "supervised.batch_size=2", "supervised.lr=1e-3",
                   "supervised.rl_filter_samples=2", "supervised.rl_filter_pass=2",
@@ -85,6 +86,12 @@ def wrong_policy(recipe: str, examples: list[Example]) -> ScriptedPolicy:
     return ScriptedPolicy(recipe, examples, always_good=lambda ex, k: False)
 
 
+def flaky(reply: Any) -> Any:
+    """The teacher's first two answers are a malformed body and an HTTP 503 (both retried)."""
+    calls = iter([Reply(200, "{not json"), Reply(503, {"error": "overloaded"})])
+    return lambda body: next(calls, None) or reply(body)
+
+
 def leaky(reply: Any, examples: list[Example]) -> Any:
     """The teacher writes the gold SQL into its reasoning on the second question."""
 
@@ -92,7 +99,8 @@ def leaky(reply: Any, examples: list[Example]) -> Any:
         answer = reply(body)
         if examples[1].question in json.dumps(body["messages"]):
             for c in answer.body["choices"]:
-                c["message"]["content"] = c["message"]["content"].replace("plan A", "I will write " + examples[1].gold_sql)
+                leak = "I will write " + examples[1].gold_sql
+                c["message"]["content"] = c["message"]["content"].replace("plan A", leak)
         return answer
 
     return wrapped
@@ -110,13 +118,15 @@ def test_each_design_chain_on_the_tiny_model(recipe: str, tmp_path: Path, exampl
         log: list[str] = []
         return run_stage(cfg, inputs, log.append), log
 
-    with FakeOpenAI(leaky(teacher_reply(recipe, two), two)) as server:
+    with FakeOpenAI(flaky(leaky(teacher_reply(recipe, two), two))) as server:
         summary, log = run()
         asked = len(server.requests)
         _, again = run("resume=true")  # a second run reuses every finished stage and redoes nothing
         assert len(server.requests) == asked
     assert any("reusing the finished SFT" in line for line in again)
     root = tmp_path / "supervised"
+    stats = json.loads((root / "teachers" / "done.json").read_text())["result"]["teachers"]["teacher0"]
+    assert stats["retries"] == 2 and stats["failed"] == 0  # the malformed body and the 503 were retried
     card = json.loads((root / "dataset" / "card.json").read_text())
     rows = [json.loads(x) for x in (root / "dataset" / "train.jsonl").read_text().splitlines()]
     assert summary["rows"] == card["rows"] == len(rows), summary
@@ -140,7 +150,7 @@ def test_each_design_chain_on_the_tiny_model(recipe: str, tmp_path: Path, exampl
 def test_zero_surviving_traces_are_reported_as_zero(tmp_path: Path, examples: list[Example]) -> None:
     two = examples[:2]
     with FakeOpenAI(lambda body: Reply(503, "down")) as server:
-        cfg = chain_config("think2sql", tmp_path, server.base_url, "stage=sft",
+        cfg = chain_config("think2sql", tmp_path, server.base_url, "stage=sft", "supervised.passk_after=true",
                            f"supervised.teachers=[{{base_url:'{server.base_url}',model:fake,retries:0}}]")
         inputs = TrainerInputs(model=tiny_model(seed=1), tokenizer=tiny_tokenizer(), train_examples=two,
                                eval_examples=two, generate=wrong_policy("think2sql", two))
@@ -148,6 +158,9 @@ def test_zero_surviving_traces_are_reported_as_zero(tmp_path: Path, examples: li
         summary = run_stage(cfg, inputs, log.append)
     assert summary["rows"] == 0 and summary["dropped"] == {"request_failed": 2}
     assert summary["sft"]["steps"] == 0 and any("0 conversations to train on" in line for line in log)
+    # an annotate chain mines pass@k before SFT only for passk_after: the wrong policy solves nothing
+    assert summary["pass_at_k"]["bands"]["all_wrong"] == 2 and summary["pass_at_k_after_sft"]["pass_at_k"] == 0
+    assert summary["hard_gained"] == {"hard_before": 2, "solved_after": 0}
 
 
 # ----------------------------------------------------------------------------- resume after a kill
@@ -211,7 +224,8 @@ def test_a_kill_during_mining_resumes_without_redoing_or_duplicating(tmp_path: P
     keys = [(t["question_id"], t["sample"], t["source"]) for t in traces]
     assert len(keys) == len(set(keys)) == 3 * len(examples)
     rows = (run_dir / "supervised" / "dataset" / "train.jsonl").read_text().splitlines()
-    assert len(rows) == len(examples)  # all solved: own correct traces; the scripted samples are identical (deduplicated)
+    # all solved: own correct traces; the scripted samples are identical (deduplicated)
+    assert len(rows) == len(examples)
 
 
 def test_users_bring_their_own_dataset(tmp_path: Path, examples: list[Example]) -> None:

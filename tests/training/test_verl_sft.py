@@ -140,6 +140,85 @@ def test_dry_run_composes_verl_sft_for_every_design(recipe: str, tmp_path: Path)
     assert launched.data.custom_cls.path == str(Path(verl_sft.__file__).resolve())
 
 
+def served_policy(recipe: str, examples: list, solved: set[str]) -> Any:
+    """A served policy (vLLM's OpenAI server in production): right on ``solved`` questions,
+    wrong on the others, stop strings stripped as servers do; its first answer is an HTTP
+    503 (retried by the client)."""
+    from tests.helpers.fake_openai import Reply, choice, completion
+    from tests.training.test_local_engine import turn_text
+
+    calls = {"n": 0}
+
+    def reply(body: dict) -> Reply:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return Reply(503, {"error": "warming up"})
+        messages = body["messages"]
+        ex = next(e for e in examples if any(e.question in str(m["content"]) for m in messages))
+        role = "generator" if "SQL generator of a text-to-SQL" in messages[0]["content"] else "linker"
+        text = turn_text(recipe, role, sum(m["role"] == "assistant" for m in messages), ex, ex.id in solved)
+        text = next((text[: -len(s)] for s in body.get("stop", []) if text.endswith(s)), text)
+        return Reply(body=completion(*[choice(text, i) for i in range(body.get("n", 1))]))
+
+    return reply
+
+
+def test_verl_data_stage_mines_through_a_served_policy(data_root: Path, tmp_path: Path) -> None:
+    """``training.run engine=verl stage=data`` with ``supervised.policy_endpoint``: the k samples
+    come from the served policy over HTTP (tools run here), all-wrong questions go to the
+    privileged teacher, and the traces land in the dataset files veRL's SFT trainer reads,
+    through the same filters as the local stage."""
+    from verl.trainer.sft_trainer import create_sft_dataset
+
+    from training.config import TrainConfig
+    from training.run import prepare_config, run
+
+    model_dir = tmp_path / "policy"
+    tiny_tokenizer().save_pretrained(model_dir)
+    tiny_model(seed=1).save_pretrained(model_dir)
+    examples = load_examples("jsonl", data_root, "train")
+    run_dir = tmp_path / "run"
+    with FakeOpenAI(served_policy("retoolsql", examples, {"q0"})) as policy, \
+            FakeOpenAI(teacher_reply("retoolsql", examples)) as teacher:
+        overrides = [
+            "recipe=retoolsql", "engine=verl", "stage=data", f"run_dir={run_dir}", f"model.path={model_dir}",
+            "data=jsonl", f"data.root={data_root}", "logger=[]", "trainer.eval_before_after=false",
+            "rollout.max_new_tokens=200", "supervised.samples=2", "supervised.teacher_samples=1",
+            f"supervised.policy_endpoint={{base_url:'{policy.base_url}',model:served-policy,backoff_s:0}}",
+            f"supervised.teachers=[{{base_url:'{teacher.base_url}',model:teacher}}]"]
+        with initialize_config_module("recipes", version_base=None):
+            raw = OmegaConf.to_container(compose("config", overrides=[*overrides, "dry_run=true"]), resolve=True)
+        out: list[str] = []
+        assert run(raw, {"recipe", "engine", "stage", "dry_run"}, out.append) is None
+        assert f"pass@2 of the served policy served-policy at {policy.base_url}" in "\n".join(out)
+        with initialize_config_module("recipes", version_base=None):
+            raw = OmegaConf.to_container(compose("config", overrides=overrides), resolve=True)
+        log: list[str] = []
+        summary = run(raw, {o.split("=", 1)[0] for o in overrides}, log.append)
+        served = [r for r in policy.requests if r.get("model") == "served-policy"]
+    assert served and all(r["n"] == 2 for r in served[1:])  # the k samples of a question share a request
+    assert any("the policy answers through endpoint:served-policy" in line for line in log)
+    assert summary["pass_at_k"]["bands"] == {"all_wrong": 3, "partly_solved": 0, "all_solved": 1}
+    records = [json.loads(x) for x in (run_dir / "supervised" / "mine" / "questions.jsonl").read_text().splitlines()]
+    assert {r["question_id"]: r["correct"] for r in records} == {"q0": 2, "q1": 0, "q2": 0, "q3": 0}
+    folder = run_dir / "supervised" / "dataset"
+    rows = [json.loads(x) for x in (folder / "train.jsonl").read_text().splitlines()]
+    by_question = {r["question_id"]: r for r in rows}
+    assert set(by_question) == {"q0", "q1", "q2", "q3"}
+    assert by_question["q0"]["source"] == "policy" and by_question["q0"]["band"] == "all_solved"
+    assert all(by_question[q]["source"].startswith("teacher0-") for q in ("q1", "q2", "q3"))
+    # the mined duplicate (both samples of q0 are the same text) is dropped by the local stage's filters
+    card = json.loads((folder / "card.json").read_text())
+    assert card["rows"] == 4 and card["dropped"].get("duplicate", 0) >= 1
+    # veRL's SFT trainer reads these files: the config points at them and its dataset loader replays them
+    raw.pop("hydra", None)
+    cfg = prepare_config(raw, set(), lambda _: None)
+    assert isinstance(cfg, TrainConfig) and verl_sft.dataset_file(cfg) == folder / "train.jsonl"
+    verl_cfg = verl_sft.compose_sft_config(cfg, str(model_dir))
+    dataset = create_sft_dataset(verl_cfg.data.train_files, verl_cfg.data, tiny_tokenizer(), None)
+    assert len(dataset) == 4 and dataset.dropped == {}
+
+
 def test_eval_run_scores_an_endpoint(data_root: Path, tokenizer_dir: Path, tmp_path: Path) -> None:
     from eval.run import run
 

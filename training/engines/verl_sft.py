@@ -13,6 +13,22 @@ Everything it needs to rebuild the agent travels in the ``data.sqlagent`` block.
 config; ``dry_run=true`` prints that config. With ``stage=sft_rl`` the SFT run saves a HF
 copy (``checkpoint.save_contents`` includes ``hf_model``) and GRPO then starts from it on
 the veRL engine (``stage.init_from``), so the SFT weights are also the KL reference.
+
+Mining on GPU (``engine=verl stage=data``): the policy's k samples per question come from
+a served copy of it — ``vllm serve MODEL`` and ``supervised.policy_endpoint={base_url,
+model}`` — through the endpoint client of ``training/generation.py``, the design's tools
+running in this process; without an endpoint the local HF model generates on this node's
+GPU. Either way the traces go through the local stage's filters into the same files.
+(veRL's own validation pass with n = k was not used: its ``_validate`` keeps only the last
+output per session and clears the rows from TransferQueue inside one method, so capturing
+every episode would mean copying that method.)
+
+veRL 0.9.1's SFT trainer does not run on CPU, checked step by step with the tiny model:
+veRL has no CPU platform (it falls back to ``nvidia`` and asks for an NCCL group), its
+engine registry has the FSDP engines for cuda/npu only, FSDP1 needs an accelerator
+``device_id``, and FSDP2 loading moves the model to ``get_device_id()`` (CUDA). The CPU
+tests therefore check the dataset class through veRL's own ``create_sft_dataset`` and the
+composed config; the trainer itself needs a GPU node with veRL installed.
 """
 
 from __future__ import annotations
@@ -149,6 +165,11 @@ def sft_overrides(cfg: Any, model_path: str) -> list[str]:
         "data.custom_cls.name=RolloutDriverSFTDataset",
         "data.pad_mode=no_padding",
         f"data.max_length={r.max_prompt_tokens + r.max_response_tokens}",
+        # packed micro-batches of up to one whole episode (veRL's default 8,192 is shorter than
+        # most designs' episodes); the attention kernel the RL side uses (sdpa unless
+        # flash-attn is opted in: veRL's default flash_attention_2 is not installed by verl[vllm])
+        f"data.max_token_len_per_gpu={max(8192, r.max_prompt_tokens + r.max_response_tokens)}",
+        f"+model.override_config.attn_implementation={cfg.model.attn_implementation}",
         f"data.train_batch_size={sup.batch_size}",
         f"data.micro_batch_size_per_gpu={sup.micro_batch_size}",
         f"optim.lr={sup.lr}",
@@ -200,12 +221,45 @@ def write_sft_config(cfg: Any, model_path: str) -> Path:
 def describe(cfg: Any) -> str:
     from omegaconf import OmegaConf
 
+    if cfg.stage.name == "data":
+        return describe_data(cfg)
+
     path = cfg.stage.init_from or cfg.model.path or "EMBEDDED_DEFAULT"  # resolved (converted) when training starts
     data = dataset_file(cfg)
     state = "present" if data.exists() else "not built yet: stage=data (or this command) builds it first"
     header = (f"# engine=verl stage={cfg.stage.name}: veRL sft_trainer_engine composed from pkg://{SFT_CONFIG_MODULE};"
               f"\n# dataset {data} ({state}); model {path}\n")
     return header + OmegaConf.to_yaml(compose_sft_config(cfg, str(path)))
+
+
+def data_config(cfg: Any) -> Any:
+    """The dataset stage of an ``engine=verl`` run: the local chain (traces, filters, the
+    dataset files) on this node's GPU when it has one. With ``supervised.policy_endpoint``
+    the policy's k samples come from the served copy (vLLM) through the endpoint client, and
+    teachers are endpoints or local models as on the local engine; the files it writes are
+    the ones veRL's SFT trainer reads."""
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return dataclasses.replace(cfg, stage=dataclasses.replace(cfg.stage, name="data"),
+                               engine=dataclasses.replace(cfg.engine, name="local", device=device))
+
+
+def describe_data(cfg: Any) -> str:
+    """``engine=verl stage=data dry_run=true``: where the traces come from and where they land."""
+    from training.stages.runner import chain_of
+
+    sup, data = cfg.supervised, dataset_file(cfg)
+    ep = sup.policy_endpoint
+    policy = (f"the served policy {ep['model']} at {ep['base_url']} (endpoint client; tools run here)" if ep
+              else f"the local model {cfg.stage.init_from or cfg.model.path or 'EMBEDDED_DEFAULT'} on "
+                   f"{data_config(cfg).engine.device}")
+    teachers = [t.get("model", t.get("path")) for t in sup.teachers] or ["the policy itself"]
+    chain = chain_of(cfg)
+    mined = f"pass@{sup.samples} of {policy}" if chain == "mine" else "no policy mining"
+    return (f"# engine=verl stage=data: chain={chain} ({cfg.agent.name}); {mined}; teachers {teachers}"
+            f"{' (privileged)' if (sup.privileged if sup.privileged is not None else chain == 'mine') else ''};\n"
+            f"# writes {data} (+ card.json), which stage=sft engine=verl reads\n")
 
 
 def train(cfg: Any, say: Any = print) -> dict[str, Any]:
@@ -216,13 +270,13 @@ def train(cfg: Any, say: Any = print) -> dict[str, Any]:
     from training.model import resolve_model_path
     from training.stages.runner import run_stage
 
+    if cfg.stage.name == "data":
+        return run_stage(data_config(cfg), None, say)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if not gpus:
         raise ConfigError("engine=verl stage=sft needs CUDA GPUs; on CPU use engine=local")
     if not cfg.supervised.dataset:
-        data_cfg = dataclasses.replace(cfg, stage=dataclasses.replace(cfg.stage, name="data"),
-                                       engine=dataclasses.replace(cfg.engine, name="local", device="cuda"))
-        run_stage(data_cfg, None, say)
+        run_stage(data_config(cfg), None, say)
     model_path = resolve_model_path(cfg.stage.init_from or cfg.model.path, say)
     config_file = write_sft_config(cfg, model_path)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}",

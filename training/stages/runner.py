@@ -107,14 +107,18 @@ class Chain:
         summary.update({k: data[k] for k in ("pass_at_k", "dataset", "rows", "dropped") if k in data})
         if self.cfg.stage.name == "data":
             return summary
+        before = data.get("bands") or {}
+        if self.sup.passk_after and not before:  # annotate chains mine no pass@k: measure it before SFT
+            before = self.mine("passk_before_sft", self.sup.samples, self.questions, {}, initial=True)
+            summary["pass_at_k"] = pass_summary(before, self.sup.samples)
         sft = self.fine_tune(data)
         summary["sft"] = sft
         if self.cfg.stage.name == "sft":
             summary["ex_after_sft"] = self.evaluate("after_sft", {"sft": sft.get("fingerprint")})
-        if self.sup.passk_after and "pass_at_k" in data:
+        if self.sup.passk_after:
             after = self.mine("passk_after_sft", self.sup.samples, self.questions, {"sft": sft.get("fingerprint")})
             summary["pass_at_k_after_sft"] = pass_summary(after, self.sup.samples)
-            summary["hard_gained"] = hard_gained(data["bands"], after)
+            summary["hard_gained"] = hard_gained(before, after)
         return summary
 
     def evaluate(self, tag: str, fingerprint: dict[str, Any]) -> float | None:
@@ -129,13 +133,16 @@ class Chain:
         return stage.finish({k: v for k, v in result.items() if not isinstance(v, dict)}).get("ex")
 
     # ------------------------------------------------------------------ traces
-    def policy_run(self, temperature: float) -> Any:
+    def policy_run(self, temperature: float, served: Any = None) -> Any:
+        """Episodes of the policy: its local ``generate``, or ``served``: an endpoint client
+        of a served copy of it (``supervised.policy_endpoint``, the GPU route where vLLM
+        serves the policy), our tools running here."""
         from tools import get_database
         from training.generation import PolicySource, run_source_episodes
 
         r = self.cfg.rollout
         sampling = dataclasses.replace(self.t.sampling, temperature=temperature, top_p=r.top_p)
-        source = PolicySource(self.t.generate)
+        source: Any = served if served is not None else PolicySource(self.t.generate)
 
         def run(questions: list[Example], k: int) -> Any:
             requests = [(ex, get_database(ex.db_path), s) for ex in questions for s in range(k)]
@@ -143,18 +150,40 @@ class Chain:
 
         return run
 
-    def mine(self, name: str, k: int, questions: Sequence[Example], extra: dict[str, Any]) -> dict[str, dict]:
-        """pass@k of the current policy: per question id, its record (samples, correct, band)."""
+    def mine(self, name: str, k: int, questions: Sequence[Example], extra: dict[str, Any],
+             initial: bool = False) -> dict[str, dict]:
+        """pass@k of the current policy: per question id, its record (samples, correct, band).
+
+        ``initial``: the policy before SFT, which ``supervised.policy_endpoint`` may serve;
+        after SFT the local (SFT) weights always answer.
+        """
+        served = initial and self.sup.policy_endpoint is not None
         fp = {**self.base_fingerprint(), **extra, "k": k, "temperature": self.sup.temperature,
               "ids": digest([ex.id for ex in questions])}
+        if served:
+            ep = self.sup.policy_endpoint or {}
+            fp["policy_endpoint"] = [ep["base_url"], ep["model"]]
         stage = self.stage(name, fp)
         saved = stage.finished()
         if saved is None:
             stage.open()
-            store = col.collect(stage, questions, self.policy_run(self.sup.temperature), k, "policy",
-                                self.correct, self.chunk, self.say)
+            client = None
+            if served:
+                from training.generation import EndpointSource, endpoint_from_mapping
+
+                client = EndpointSource(endpoint_from_mapping(self.sup.policy_endpoint or {}, self.cfg.agent.name))
+                self.say(f"[{name}] the policy answers through {client.name}; tools run here")
+            try:
+                store = col.collect(stage, questions, self.policy_run(self.sup.temperature, client), k, "policy",
+                                    self.correct, self.chunk, self.say)
+            finally:
+                if client is not None:
+                    client.close()
             records = store.pass_at("policy")
-            stage.finish(pass_summary(records, k))
+            summary = pass_summary(records, k)
+            if client is not None:
+                summary["endpoint"] = dict(client.stats)
+            stage.finish(summary)
         store = col.open_collection(stage)
         records = store.pass_at("policy")
         self.say(f"[{name}] pass@{k} {pass_summary(records, k)['pass_at_k']:.3f} on {len(records)} questions; "
@@ -172,7 +201,8 @@ class Chain:
                 from training.model import load_model
 
                 loaded = load_model(spec["path"], self.t.device, say=self.say)
-                out.append((f"teacher{i}", LocalChatSource(loaded.model, loaded.tokenizer, self.t.device, spec["path"])))
+                out.append((f"teacher{i}",
+                            LocalChatSource(loaded.model, loaded.tokenizer, self.t.device, spec["path"])))
         if not out:
             out.append(("teacher0", LocalChatSource(self.t.gen_model, self.t.tokenizer, self.t.device, "policy")))
         return out
@@ -220,9 +250,10 @@ class Chain:
                     "digest": digest(rows), "dropped": {}}
         bands: dict[str, dict] = {}
         if self.chain == "mine":
-            bands = self.mine("mine", self.sup.samples, self.questions, {})
+            bands = self.mine("mine", self.sup.samples, self.questions, {}, initial=True)
             targets = [ex for ex in self.questions if bands[ex.id]["band"] == "all_wrong"]
-            self.say(f"[teachers] {len(targets)} all-wrong questions go to the {'privileged ' if self.privileged else ''}"
+            self.say(f"[teachers] {len(targets)} all-wrong questions go to the "
+                     f"{'privileged ' if self.privileged else ''}"
                      "teacher(s)")
         else:
             targets = list(self.questions)
@@ -236,10 +267,9 @@ class Chain:
         if saved is None:
             stage.open()
             rows, dropped = self.select(mined, teacher.traces.rows(), bands)
-            teachers: list[dict[str, Any] | str] = [
-                {k: v for k, v in t.items() if k != "api_key"} for t in self.sup.teachers] or ["the policy itself"]
-            card = {"design": self.cfg.agent.name, "chain": self.chain, "dropped": dropped,
-                    "teachers": teachers, "settings": dataclasses.asdict(self.sup),
+            card: dict[str, Any] = {"design": self.cfg.agent.name, "chain": self.chain, "dropped": dropped,
+                    "teachers": [{k: v for k, v in t.items() if k != "api_key"} for t in self.sup.teachers] or
+                    ["the policy itself"], "settings": dataclasses.asdict(self.sup),
                     "pass_at_k": pass_summary(bands, self.sup.samples) if bands else None}
             card = ds.write_dataset(stage.path, rows, card)
             saved = stage.finish({"rows": len(rows), "dropped": dropped, "card": card,
@@ -317,10 +347,11 @@ class Chain:
             stage.open()
             return {**stage.finish({"steps": 0, "conversations": 0, "replay_dropped": dropped}),
                     "fingerprint": digest(fp)}
-        self.say(f"[sft] {len(trajectories)} episodes from {len(rows)} conversations (replay drops: {_counts(dropped)})")
-        result: dict[str, Any] = supervised_fine_tune(self.t.model, trajectories, settings, self.t.tokenizer.pad_token_id,
-                                      self.t.device, self.t.autocast, seed=self.cfg.seed,
-                                      progress="console" in self.cfg.logger)
+        self.say(f"[sft] {len(trajectories)} episodes from {len(rows)} conversations "
+                 f"(replay drops: {_counts(dropped)})")
+        result: dict[str, Any] = supervised_fine_tune(
+            self.t.model, trajectories, settings, self.t.tokenizer.pad_token_id, self.t.device, self.t.autocast,
+            seed=self.cfg.seed, progress="console" in self.cfg.logger)
         self.t._sync_generation_copy()
         result.update({"conversations": float(len(rows)), "episodes": float(len(trajectories)),
                        "replay_dropped": dropped})

@@ -176,9 +176,10 @@ def test_checkpoint_optimizer_and_sampling_settings_reach_verl(tmp_path: Path) -
     assert "hf_model" in cfg.actor_rollout_ref.actor.checkpoint.save_contents  # trainer.save_weights=true
     assert cfg.sqlagent.final_dir == str(tmp_path.resolve() / "final")
     assert cfg.sqlagent.dynamic_sampling.min_std == pytest.approx(0.01)
-    no_weights = verl_cfg("retoolsql", "trainer.save_weights=false")
+    no_weights = verl_cfg("retoolsql", f"run_dir={tmp_path}", "trainer.save_weights=false")
     assert "hf_model" not in no_weights.actor_rollout_ref.actor.checkpoint.save_contents
-    assert no_weights.sqlagent.final_dir is None
+    # without veRL's hf_model copy the run still ends with final/: veRL's merger writes it (training/export.py)
+    assert no_weights.sqlagent.final_dir == str(tmp_path.resolve() / "final")
 
 
 @pytest.mark.parametrize("netrc, mode", [("machine api.wandb.ai\n  login user\n  password k\n", "online"), (None, "offline")])

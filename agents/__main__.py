@@ -78,8 +78,9 @@ def build_example(db_path: Path, question: str, evidence: str = "", gold_sql: st
     return example, db
 
 
-def prompt_messages(agent_name: str, example: Example, db: Any, options: dict[str, Any],
-                    role: str | None = None, linked: str = "") -> list[Message]:
+def prompt_messages(
+    agent_name: str, example: Example, db: Any, options: dict[str, Any], role: str | None = None, linked: str = ""
+) -> list[Message]:
     """The first messages of ``agent_name``'s episode (``role`` picks a DualSQL episode)."""
     agent = make_agent(agent_name, **options)
     previous: Sequence[EpisodeResult] = ()

@@ -72,7 +72,9 @@ class DualSQLEpisode(BaseEpisode):
     def _fail(self, reason: str, call: ToolCall | None = None, tool_outcome: str | None = None) -> TurnOutcome:
         if self.guardrails:
             return invalid(reason, done=True, end_reason="format_cutoff", call=call, tool_outcome=tool_outcome)
-        message = prompts.render("format_error", reason=reason, expected="Write <think>…</think> and one tool call or one code block.")
+        message = prompts.render(
+            "format_error", reason=reason, expected="Write <think>…</think> and one tool call or one code block."
+        )
         return invalid(reason, tool_message("format_error", message), call=call, tool_outcome=tool_outcome)
 
     def _turn(self, text: str) -> TurnOutcome:
@@ -106,7 +108,9 @@ class DualSQLEpisode(BaseEpisode):
             return self._fail(parsed.error if parsed else "the tool call is not closed")
         call = parsed.call
         if call.name not in self.tool_names:
-            return self._fail(f"unknown tool {call.name[:60]!r}; tools: {', '.join(self.tool_names)}", call, "unknown_tool")
+            return self._fail(
+                f"unknown tool {call.name[:60]!r}; tools: {', '.join(self.tool_names)}", call, "unknown_tool"
+            )
         key = call_key(call)
         if key in self._calls_made:
             return self._fail("identical repeat of an earlier tool call", call)

@@ -74,5 +74,7 @@ def training_spec(name: str, options: Mapping[str, Any] | None = None) -> Traini
         )
     result = spec()
     if not isinstance(result, TrainingSpec):
-        raise ConfigError(f"agent {name!r}: training_spec() returned {type(result).__name__}, not agents.types.TrainingSpec")
+        raise ConfigError(
+            f"agent {name!r}: training_spec() returned {type(result).__name__}, not agents.types.TrainingSpec"
+        )
     return result

@@ -124,7 +124,9 @@ class ReToolSQLEpisode(BaseEpisode):
                 tool_outcome="unknown_tool",
             )
         run = run_tool(self.toolbox, parsed.call)
-        return TurnOutcome("tool_call", True, observations=(run.observation,), call=parsed.call, tool_outcome=run.outcome)
+        return TurnOutcome(
+            "tool_call", True, observations=(run.observation,), call=parsed.call, tool_outcome=run.outcome
+        )
 
     def _final_turn(self, text: str) -> TurnOutcome:
         final, reason = single_block(text, "final_answer")
@@ -185,7 +187,9 @@ class ReToolSQLAgent:
         if not shots:
             return ""
         items = "\n\n".join(
-            prompts.render("retoolsql_few_shot_item", question=s.question, evidence=s.evidence or "(none)", sql=s.gold_sql)
+            prompts.render(
+                "retoolsql_few_shot_item", question=s.question, evidence=s.evidence or "(none)", sql=s.gold_sql
+            )
             for s in shots
         )
         return prompts.render("retoolsql_few_shot", examples=items) + "\n"

@@ -63,7 +63,10 @@ class Think2SQLAgent:
             question=example.question,
             evidence=example.evidence or "(none)",
         )
-        return [{"role": "system", "content": prompts.render("think2sql_system")}, {"role": "user", "content": user}], fallback
+        return [
+            {"role": "system", "content": prompts.render("think2sql_system")},
+            {"role": "user", "content": user},
+        ], fallback
 
     def start(self, example: Example, db: Database, previous: Sequence[EpisodeResult] = ()) -> Think2SQLEpisode | None:
         if previous:

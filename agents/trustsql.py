@@ -51,8 +51,10 @@ def prefill_messages(toolbox: ToolBox, db_id: str) -> list[dict]:
     """Schema-Prefill: one synthetic explore turn (assistant call + the tool's real answer)."""
     arguments = {"db_id": db_id, "sql": PREFILL_SQL}
     run = run_tool(toolbox, ToolCall(TOOL, arguments))
-    turn = ("<think>The full schema of the database, to start from.</think>\n<action>explore_schema</action>\n"
-            f"<tool_call>{json.dumps({'name': TOOL, 'arguments': arguments})}</tool_call>")
+    turn = (
+        "<think>The full schema of the database, to start from.</think>\n<action>explore_schema</action>\n"
+        f"<tool_call>{json.dumps({'name': TOOL, 'arguments': arguments})}</tool_call>"
+    )
     return [{"role": "assistant", "content": turn}, run.observation]
 
 
@@ -70,9 +72,7 @@ def schema_span_turn(turns: Sequence[TurnRecord]) -> tuple[int, str]:
 
 
 class TrustSQLEpisode(BaseEpisode):
-    def __init__(
-        self, messages: list, toolbox: ToolBox, parser: ToolCallParser, max_turns: int, formats: str
-    ) -> None:
+    def __init__(self, messages: list, toolbox: ToolBox, parser: ToolCallParser, max_turns: int, formats: str) -> None:
         stop = tuple(dict.fromkeys((*parser.stop, "</schema>", "</answer>")))
         super().__init__("agent", messages, toolbox.schemas(), stop, max_turns)
         self.toolbox, self.parser, self.formats = toolbox, parser, formats
@@ -106,7 +106,9 @@ class TrustSQLEpisode(BaseEpisode):
             return self._error(parsed.error)
         if parsed.call.name != TOOL:
             return self._error(
-                f"unknown tool {parsed.call.name[:60]!r}; the tool is {TOOL}", call=parsed.call, tool_outcome="unknown_tool"
+                f"unknown tool {parsed.call.name[:60]!r}; the tool is {TOOL}",
+                call=parsed.call,
+                tool_outcome="unknown_tool",
             )
         run = run_tool(self.toolbox, parsed.call)
         return TurnOutcome(action, True, observations=(run.observation,), call=parsed.call, tool_outcome=run.outcome)
@@ -171,7 +173,9 @@ class TrustSQLAgent:
 
     def messages(self, example: Example, schemas: list) -> tuple[list[dict], str]:
         formats = prompts.render("trustsql_formats", db_id=example.db_id)
-        system = prompts.render("trustsql_system", formats=formats, max_turns=self.max_turns, tools=tools_block(schemas))
+        system = prompts.render(
+            "trustsql_system", formats=formats, max_turns=self.max_turns, tools=tools_block(schemas)
+        )
         user = prompts.render(
             "trustsql_user", db_id=example.db_id, question=example.question, evidence=example.evidence or "(none)"
         )

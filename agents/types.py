@@ -212,9 +212,7 @@ class Agent(Protocol):
 
     name: str
 
-    def start(
-        self, example: Example, db: Database, previous: Sequence[EpisodeResult] = ()
-    ) -> Episode | None: ...
+    def start(self, example: Example, db: Database, previous: Sequence[EpisodeResult] = ()) -> Episode | None: ...
 
     def training_spec(self) -> TrainingSpec: ...
 

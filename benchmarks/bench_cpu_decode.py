@@ -41,8 +41,14 @@ def timed(model: Any, ids: Any, mask: Any, pad: int, new_tokens: int) -> tuple[f
     def run(n: int) -> tuple[float, Any]:
         start = time.perf_counter()
         with torch.no_grad():
-            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
-                                 do_sample=False, pad_token_id=pad)
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=n,
+                min_new_tokens=n,
+                do_sample=False,
+                pad_token_id=pad,
+            )
         return time.perf_counter() - start, out
 
     prefill, _ = run(1)
@@ -72,15 +78,19 @@ def main() -> None:
     hybrid = copy.deepcopy(model)
     if not use_hybrid_cpu_attention(hybrid):
         sys.exit(f"model type {model.config.model_type!r} is not supported by the hybrid attention")
-    print(f"{args.rows} rows x ~{args.prompt_tokens} prompt tokens, {args.new_tokens} new tokens, bf16, "
-          f"{torch.get_num_threads()} threads")
+    print(
+        f"{args.rows} rows x ~{args.prompt_tokens} prompt tokens, {args.new_tokens} new tokens, bf16, "
+        f"{torch.get_num_threads()} threads"
+    )
     p0, d0, out0 = timed(model, ids, mask, tok.pad_token_id, args.new_tokens)
     p1, d1, out1 = timed(hybrid, ids, mask, tok.pad_token_id, args.new_tokens)
     print(f"{'attention':<28}{'prefill s':>10}{'decode ms/step':>16}")
     print(f"{'sdpa (baseline)':<28}{p0:>10.2f}{d0 * 1000:>16.1f}")
     print(f"{'hybrid (prefill sdpa)':<28}{p1:>10.2f}{d1 * 1000:>16.1f}")
-    print(f"decode speed-up: {d0 / d1:.2f}x; prefill ratio {p1 / p0:.2f}; "
-          f"greedy tokens identical: {bool(torch.equal(out0, out1))}")
+    print(
+        f"decode speed-up: {d0 / d1:.2f}x; prefill ratio {p1 / p0:.2f}; "
+        f"greedy tokens identical: {bool(torch.equal(out0, out1))}"
+    )
 
 
 if __name__ == "__main__":

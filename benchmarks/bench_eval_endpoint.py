@@ -40,16 +40,19 @@ def server_script(examples: list[Any], delay_s: float, first: list[float]) -> An
             call = json.dumps({"name": "sqlite_query", "arguments": {"db_id": ex.db_id, "sql": ex.gold_sql}})
             text = f"<scratch_pad>check it</scratch_pad><tool_call>{call}"  # the stop string is stripped
         else:
-            text = (f"<scratch_pad>verified</scratch_pad><relevant_tables>{', '.join(ex.gold_tables)}</relevant_tables>"
-                    f"<relevant_columns>{', '.join(ex.gold_columns)}</relevant_columns>"
-                    f"<final_answer>```sql\n{ex.gold_sql}\n```</final_answer>")
+            text = (
+                f"<scratch_pad>verified</scratch_pad><relevant_tables>{', '.join(ex.gold_tables)}</relevant_tables>"
+                f"<relevant_columns>{', '.join(ex.gold_columns)}</relevant_columns>"
+                f"<final_answer>```sql\n{ex.gold_sql}\n```</final_answer>"
+            )
         return Reply(body=completion(*[choice(text, i) for i in range(body.get("n", 1))]), delay_s=delay_s)
 
     return reply
 
 
-def run_once(args: argparse.Namespace, tokenizer_dir: Path, out: Path, concurrency: int,
-             examples: list[Any]) -> tuple[float, dict[str, Any], int, int]:
+def run_once(
+    args: argparse.Namespace, tokenizer_dir: Path, out: Path, concurrency: int, examples: list[Any]
+) -> tuple[float, dict[str, Any], int, int]:
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
@@ -58,10 +61,19 @@ def run_once(args: argparse.Namespace, tokenizer_dir: Path, out: Path, concurren
 
     first: list[float] = []
     with FakeOpenAI(server_script(examples, args.delay, first)) as server:
-        overrides = ["recipe=retoolsql", f"model.path={tokenizer_dir}", f"model.base_url={server.base_url}",
-                     "model.name=served", f"model.concurrency={concurrency}", "data=minibird", "engine.device=cpu",
-                     "engine.laptop_profile=off", f"eval.limit={args.questions}", f"eval.out_dir={out}",
-                     "rollout.max_new_tokens=256"]
+        overrides = [
+            "recipe=retoolsql",
+            f"model.path={tokenizer_dir}",
+            f"model.base_url={server.base_url}",
+            "model.name=served",
+            f"model.concurrency={concurrency}",
+            "data=minibird",
+            "engine.device=cpu",
+            "engine.laptop_profile=off",
+            f"eval.limit={args.questions}",
+            f"eval.out_dir={out}",
+            "rollout.max_new_tokens=256",
+        ]
         if args.samples > 1:
             overrides += ["eval.mode=sc", f"eval.samples={args.samples}", "eval.temperature=1.0"]
         with initialize_config_module("recipes", version_base=None):
@@ -91,12 +103,16 @@ def main() -> None:
             seconds, summary, peak, requests = run_once(args, tokenizer_dir, Path(tmp) / f"c{n}", n, examples)
             records = sorted((Path(tmp) / f"c{n}" / "records.jsonl").read_text().splitlines())
             rows[n] = (seconds, summary, peak, requests, records)
-            print(f"concurrency {n:>3}: {summary['n']} questions x {args.samples} samples in {seconds:6.2f} s = "
-                  f"{summary['n'] / seconds:7.2f} questions/s; {requests} requests, at most {peak} in flight; "
-                  f"EX {summary['ex']:.1%}, failed samples {summary['endpoint']['failed_samples']}")
+            print(
+                f"concurrency {n:>3}: {summary['n']} questions x {args.samples} samples in {seconds:6.2f} s = "
+                f"{summary['n'] / seconds:7.2f} questions/s; {requests} requests, at most {peak} in flight; "
+                f"EX {summary['ex']:.1%}, failed samples {summary['endpoint']['failed_samples']}"
+            )
     seq, par = rows[1], rows[args.concurrency]
-    print(f"server delay {args.delay * 1000:.0f} ms per request: concurrent / sequential = {seq[0] / par[0]:.1f}x "
-          f"questions/s; same records: {seq[4] == par[4]}")
+    print(
+        f"server delay {args.delay * 1000:.0f} ms per request: concurrent / sequential = {seq[0] / par[0]:.1f}x "
+        f"questions/s; same records: {seq[4] == par[4]}"
+    )
 
 
 if __name__ == "__main__":

@@ -43,8 +43,16 @@ def make_config(recipe: str, run_dir: str, overrides: list[str]) -> Any:
 
     from training.run import prepare_config
 
-    base = [f"recipe={recipe}", "engine=local", "engine.device=cpu", "logger=[]", f"run_dir={run_dir}",
-            "trainer.eval_before_after=false", "trainer.total_steps=1", *overrides]
+    base = [
+        f"recipe={recipe}",
+        "engine=local",
+        "engine.device=cpu",
+        "logger=[]",
+        f"run_dir={run_dir}",
+        "trainer.eval_before_after=false",
+        "trainer.total_steps=1",
+        *overrides,
+    ]
     with initialize_config_module("recipes", version_base=None):
         raw = OmegaConf.to_container(compose("config", overrides=base), resolve=True)
     explicit = {o.split("=", 1)[0] for o in base}
@@ -83,8 +91,9 @@ def bench_recipe(recipe: str, args: argparse.Namespace) -> dict[str, float]:
         torch.manual_seed(0)
         for _ in range(args.warmup):
             trainer.train_step()
-        trainer.models.keep_reference(trainer.kl.needs_reference(trainer.step), trainer._reference_path(),
-                                      step=trainer.step)  # a one-time load, not a step's work
+        trainer.models.keep_reference(
+            trainer.kl.needs_reference(trainer.step), trainer._reference_path(), step=trainer.step
+        )  # a one-time load, not a step's work
         policy = copy.deepcopy(trainer.model)  # the weights the measured step starts from
         gen_state = {k: v.clone() for k, v in trainer.gen_model.state_dict().items()}
         recorder = RecordingGenerate(trainer.generate)
@@ -129,8 +138,9 @@ def bare_compute(trainer: Any, policy: Any, recorder: RecordingGenerate, buffer:
         return out
     cfg, models = trainer.cfg, trainer.models
     o, a = cfg.optim, cfg.algorithm
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=o.lr, betas=(o.betas[0], o.betas[1]),
-                                  weight_decay=o.weight_decay)
+    optimizer = torch.optim.AdamW(
+        policy.parameters(), lr=o.lr, betas=(o.betas[0], o.betas[1]), weight_decay=o.weight_decay
+    )
     chunks = _split(list(range(buffer.size)), a.mini_batches)
     correct = a.rollout_correction.enabled and all(t.logprobs is not None for t in buffer.trajectories)
     pad, size = trainer.tokenizer.pad_token_id, o.micro_batch_size
@@ -171,16 +181,34 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured steps before the measured one")
     parser.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides, e.g. algorithm.group_size=2")
     args = parser.parse_args()
-    cols = ["step", "bare", "generation", "tools", "rewards", "logprob", "update", "bare_generate", "bare_passes",
-            "bare_adamw"]
-    print(f"{'recipe':<10} " + " ".join(f"{c:>13}" for c in cols) + f" {'rows':>5} {'turns':>6} {'step/bare':>10}"
-          + f" {'cpu':>8} {'same gen':>9} {'driver/bare':>12}")
+    cols = [
+        "step",
+        "bare",
+        "generation",
+        "tools",
+        "rewards",
+        "logprob",
+        "update",
+        "bare_generate",
+        "bare_passes",
+        "bare_adamw",
+    ]
+    print(
+        f"{'recipe':<10} "
+        + " ".join(f"{c:>13}" for c in cols)
+        + f" {'rows':>5} {'turns':>6} {'step/bare':>10}"
+        + f" {'cpu':>8} {'same gen':>9} {'driver/bare':>12}"
+    )
     for recipe in args.recipes:
         t = bench_recipe(recipe, args)
-        print(f"{recipe:<10} " + " ".join(f"{t.get(c, 0.0):>12.2f}s" for c in cols)
-              + f" {t['trajectories']:>5.0f} {t['turns']:>6.2f} {t['step_over_bare']:>9.3f}x"
-              + f" {t['cpu_step_over_bare']:>7.3f}x {t['same_generate_over_bare']:>8.3f}x"
-              + f" {t['driver_over_bare']:>11.3f}x", flush=True)
+        print(
+            f"{recipe:<10} "
+            + " ".join(f"{t.get(c, 0.0):>12.2f}s" for c in cols)
+            + f" {t['trajectories']:>5.0f} {t['turns']:>6.2f} {t['step_over_bare']:>9.3f}x"
+            + f" {t['cpu_step_over_bare']:>7.3f}x {t['same_generate_over_bare']:>8.3f}x"
+            + f" {t['driver_over_bare']:>11.3f}x",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

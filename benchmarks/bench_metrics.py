@@ -81,11 +81,23 @@ def generated_pairs(n: int, folder: Path) -> tuple[list[Pair], str]:
     con.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, city TEXT, score REAL)")
     con.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER, amount REAL, status TEXT, year)")
     cities = ["Oslo", "Rome", "Lima", "Pune", None]
-    con.executemany("INSERT INTO customers VALUES (?, ?, ?, ?)",
-                    [(i, f"c{i}", rng.choice(cities), rng.choice([None, rng.random() * 100])) for i in range(1, 3001)])
-    con.executemany("INSERT INTO orders VALUES (?, ?, ?, ?, ?)",
-                    [(i, rng.randint(1, 3000), round(rng.random() * 500, 2), rng.choice(["new", "paid", "void"]),
-                      rng.choice([2019, "2020", 2021])) for i in range(1, 20001)])
+    con.executemany(
+        "INSERT INTO customers VALUES (?, ?, ?, ?)",
+        [(i, f"c{i}", rng.choice(cities), rng.choice([None, rng.random() * 100])) for i in range(1, 3001)],
+    )
+    con.executemany(
+        "INSERT INTO orders VALUES (?, ?, ?, ?, ?)",
+        [
+            (
+                i,
+                rng.randint(1, 3000),
+                round(rng.random() * 500, 2),
+                rng.choice(["new", "paid", "void"]),
+                rng.choice([2019, "2020", 2021]),
+            )
+            for i in range(1, 20001)
+        ],
+    )
     con.commit()
     con.close()
     golds = [
@@ -250,15 +262,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     pool.close()
     ours = [int(s == 1.0) for s in results["ex/1 process, gold cache"]]
     agree = sum(a == b for a, b in zip(ours, base, strict=True))
-    print(f"EX agreement with the official loop: {agree}/{len(pairs)}; accuracy ours {sum(ours) / len(ours):.4f}, "
-          f"official {sum(base) / len(base):.4f}")
+    print(
+        f"EX agreement with the official loop: {agree}/{len(pairs)}; accuracy ours {sum(ours) / len(ours):.4f}, "
+        f"official {sum(base) / len(base):.4f}"
+    )
     mean = {m: sum(results[f"{m}/1 process, gold cache"]) / len(pairs) for m in ("rex", "qatch")}
     print(f"mean REX {mean['rex']:.4f}, mean QATCH {mean['qatch']:.4f}")
 
     pure = pure_metrics(pairs)
     n = int(pure.pop("pairs"))
-    print(f"metric functions alone on {n} executed pairs: " + ", ".join(
-        f"{k.upper()} {n / v:,.0f}/s" for k, v in pure.items()))
+    print(
+        f"metric functions alone on {n} executed pairs: "
+        + ", ".join(f"{k.upper()} {n / v:,.0f}/s" for k, v in pure.items())
+    )
     tmp.cleanup()
     return 0
 

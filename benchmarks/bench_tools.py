@@ -45,8 +45,17 @@ def make_database(path: Path, rows: int, seed: int = 0) -> list[str]:
     batch = []
     for i in range(1, rows + 1):
         name = " ".join(rng.choice(vocab) for _ in range(rng.randint(2, 3))).title()
-        batch.append((i, name, rng.choice(cities), rng.choice(categories), round(rng.uniform(1, 500), 2),
-                      rng.randint(0, 99), f"20{rng.randint(10, 23)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"))
+        batch.append(
+            (
+                i,
+                name,
+                rng.choice(cities),
+                rng.choice(categories),
+                round(rng.uniform(1, 500), 2),
+                rng.randint(0, 99),
+                f"20{rng.randint(10, 23)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}",
+            )
+        )
         if len(batch) == 50_000:
             conn.executemany("INSERT INTO items VALUES (?,?,?,?,?,?,?)", batch)
             batch.clear()
@@ -66,11 +75,15 @@ def overhead_queries(rows: int, n: int, rng: random.Random, cities: list[str]) -
         if kind == 0:
             out.append(f"SELECT * FROM items WHERE id = {rng.randint(1, rows)}")
         elif kind == 1:
-            out.append(f"SELECT name, price FROM items WHERE city = '{rng.choice(cities)}' ORDER BY price DESC LIMIT 20")
+            out.append(
+                f"SELECT name, price FROM items WHERE city = '{rng.choice(cities)}' ORDER BY price DESC LIMIT 20"
+            )
         elif kind == 2:
             lo = rng.randint(1, max(1, rows - rows // 20))
-            out.append(f"SELECT category, COUNT(*), AVG(price) FROM items "
-                       f"WHERE id BETWEEN {lo} AND {lo + rows // 20} GROUP BY category")
+            out.append(
+                f"SELECT category, COUNT(*), AVG(price) FROM items "
+                f"WHERE id BETWEEN {lo} AND {lo + rows // 20} GROUP BY category"
+            )
         else:
             out.append(f"SELECT COUNT(*), MAX(price) FROM items WHERE qty = {rng.randint(0, 99)}")
     return out
@@ -123,9 +136,7 @@ def bench_overhead(path: Path, rows: int, n: int, repeat: int) -> dict[str, Any]
         "total_time_ratio": sum(tool_times) / sum(raw_times),
         "median_ratio_with_dispatcher_and_json": statistics.median(dispatch_ratios),
         "median_ratio_by_kind": by_kind,
-        "median_raw_ms_by_kind": {
-            name: 1000 * statistics.median(raw_times[i::4]) for i, name in enumerate(by_kind)
-        },
+        "median_raw_ms_by_kind": {name: 1000 * statistics.median(raw_times[i::4]) for i, name in enumerate(by_kind)},
     }
 
 
@@ -202,7 +213,11 @@ def bench_rank_bm25(path: Path, queries: list[str]) -> dict[str, Any]:
         scores = okapi.get_scores(tokenize(q))
         scores.argsort()[-10:]
         latencies.append(time.perf_counter() - start)
-    return {"engine": "rank-bm25 (all documents)", "build_s": build, "search_p50_ms": 1000 * statistics.median(latencies)}
+    return {
+        "engine": "rank-bm25 (all documents)",
+        "build_s": build,
+        "search_p50_ms": 1000 * statistics.median(latencies),
+    }
 
 
 def bench_runaway(path: Path, deadline_s: float, repeats: int) -> dict[str, Any]:

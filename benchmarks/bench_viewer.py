@@ -36,26 +36,50 @@ def make_rows(n: int, tokens: int, group: int = 8, seed: int = 0) -> tuple[list[
     quarter = tokens // 4
     for i in range(n):
         q = i // group
-        prompt = [{"role": "system", "content": "You are a database agent. " * 60},
-                  {"role": "user", "content": f"Question {q}: how many schools are in city {q}? " * 3}]
+        prompt = [
+            {"role": "system", "content": "You are a database agent. " * 60},
+            {"role": "user", "content": f"Question {q}: how many schools are in city {q}? " * 3},
+        ]
         key = prompt_id([q])
         prompts[key] = prompt
         policy = [1] * quarter + [0] * quarter + [1] * quarter + [0] * (tokens - 3 * quarter)
         turn = [0] * (2 * quarter) + [1] * (tokens - 2 * quarter)
         full = [float(p) for p in policy]
-        rows.append(sample_record(
-            step=1 + i // 64, engine="local", design="trustsql",
-            example={"id": f"q{q}", "db_id": "schools", "question": f"How many schools are in city {q}?",
-                     "gold_sql": "SELECT COUNT(*) FROM schools WHERE city = 'x'", "difficulty": "simple"},
-            role="agent", group=f"q{q}:agent", sample=i % group, prompt=key,
-            tokens=[rng.choice(WORDS) + " " for _ in range(tokens)], turn_index=turn, response_mask=policy,
-            loss_masks={"full": full, "schema": full[: 2 * quarter] + [0.0] * (tokens - 2 * quarter)},
-            advantages={"full": rng.uniform(-1, 1), "schema": 0.0}, reward=rng.choice([0.0, 0.1, 1.1]),
-            components={"exec": 0.0, "format": 0.1}, tracks={"full": 0.1, "schema": 0.0}, reward_error=None,
-            outcome=rng.choice(["match", "mismatch", "pred_error"]), final_sql="SELECT 1", end_reason="answer",
-            turns=[{"index": 0, "phase": "explore_schema", "format_ok": True, "tool_name": "execute_sql_query"},
-                   {"index": 1, "phase": "confirm_answer", "format_ok": True}],
-            tables={"gold": {"columns": ["n"], "rows": [[3]], "row_count": 1, "truncated": False}}))
+        rows.append(
+            sample_record(
+                step=1 + i // 64,
+                engine="local",
+                design="trustsql",
+                example={
+                    "id": f"q{q}",
+                    "db_id": "schools",
+                    "question": f"How many schools are in city {q}?",
+                    "gold_sql": "SELECT COUNT(*) FROM schools WHERE city = 'x'",
+                    "difficulty": "simple",
+                },
+                role="agent",
+                group=f"q{q}:agent",
+                sample=i % group,
+                prompt=key,
+                tokens=[rng.choice(WORDS) + " " for _ in range(tokens)],
+                turn_index=turn,
+                response_mask=policy,
+                loss_masks={"full": full, "schema": full[: 2 * quarter] + [0.0] * (tokens - 2 * quarter)},
+                advantages={"full": rng.uniform(-1, 1), "schema": 0.0},
+                reward=rng.choice([0.0, 0.1, 1.1]),
+                components={"exec": 0.0, "format": 0.1},
+                tracks={"full": 0.1, "schema": 0.0},
+                reward_error=None,
+                outcome=rng.choice(["match", "mismatch", "pred_error"]),
+                final_sql="SELECT 1",
+                end_reason="answer",
+                turns=[
+                    {"index": 0, "phase": "explore_schema", "format_ok": True, "tool_name": "execute_sql_query"},
+                    {"index": 1, "phase": "confirm_answer", "format_ok": True},
+                ],
+                tables={"gold": {"columns": ["n"], "rows": [[3]], "row_count": 1, "truncated": False}},
+            )
+        )
     return rows, prompts
 
 
@@ -79,7 +103,8 @@ def chromium_load(page: Path) -> dict[str, float] | None:
         out["dom_rows"] = driver.execute_script("return document.querySelectorAll('.traj').length")
         out["search_ms"] = driver.execute_script(
             "const t = performance.now(); const e = document.getElementById('q'); e.value = 'city 77?';"
-            "e.dispatchEvent(new Event('input')); return performance.now() - t;")
+            "e.dispatchEvent(new Event('input')); return performance.now() - t;"
+        )
         out["matches"] = driver.execute_script("return document.getElementById('count').textContent")
         return out
     finally:
@@ -100,16 +125,20 @@ def main() -> None:
         inlined = sum(len(json.dumps(prompts[r["prompt_id"]])) for r in rows)
         size = page.stat().st_size
         print(f"{args.rows} trajectories x {args.tokens} tokens, {len(prompts)} distinct prompts")
-        print(f"page: {size / 1e6:.1f} MB written in {write_s:.2f} s "
-              f"(prompts once: {sum(len(json.dumps(p)) for p in prompts.values()) / 1e6:.2f} MB; "
-              f"repeated per row they would add {inlined / 1e6:.1f} MB)")
+        print(
+            f"page: {size / 1e6:.1f} MB written in {write_s:.2f} s "
+            f"(prompts once: {sum(len(json.dumps(p)) for p in prompts.values()) / 1e6:.2f} MB; "
+            f"repeated per row they would add {inlined / 1e6:.1f} MB)"
+        )
         load = chromium_load(page)
         if load is None:
             print("chromium / chromedriver not found: load time not measured")
             return
         ready = ", ".join(f"{x:.0f}" for x in load["ready_ms"])
-        print(f"chromium: first page rendered after {ready} ms (3 loads); {load['dom_rows']} rows in the DOM; "
-              f"search over all rows {load['search_ms']:.0f} ms ({load['matches']})")
+        print(
+            f"chromium: first page rendered after {ready} ms (3 loads); {load['dom_rows']} rows in the DOM; "
+            f"search over all rows {load['search_ms']:.0f} ms ({load['matches']})"
+        )
 
 
 if __name__ == "__main__":

@@ -69,7 +69,6 @@ def weights_digest(model: Any) -> str:
 
 def held_out(trainer: Any) -> dict[str, Any]:
     """Greedy EX per held-out question (1/0), in the trainer's eval-example order."""
-    from eval.run import model_generate
     from rex import ExecScorer
     from tools import get_database
     from tools import get_database as db_of
@@ -80,8 +79,9 @@ def held_out(trainer: Any) -> dict[str, Any]:
     # the trainer's generation weights, in chunks of 32 rows (fewer, fuller decode batches on CPU)
     generate = hf_generate(trainer.gen_model, trainer.tokenizer, trainer.device, None, chunk=32)
     requests = [(ex, db_of(ex.db_path), 0) for ex in trainer.eval_examples]
-    trajectories = run_episodes(trainer.eval_agent, requests, trainer.tokenizer, generate, trainer.eval_sampling,
-                                trainer.limits)
+    trajectories = run_episodes(
+        trainer.eval_agent, requests, trainer.tokenizer, generate, trainer.eval_sampling, trainer.limits
+    )
     final = {t.example_id: t.result.final_sql for t in trajectories}
     scorer = ExecScorer()
     matches, executable = [], []
@@ -89,8 +89,13 @@ def held_out(trainer: Any) -> dict[str, Any]:
         score = scorer.score(get_database(ex.db_path), ex.gold_sql, final.get(ex.id), "ex")
         matches.append(int(score.ex_match))
         executable.append(int(score.pred_executed))
-    return {"ids": [ex.id for ex in trainer.eval_examples], "match": matches, "executable": executable,
-            "ex": float(np.mean(matches)) if matches else 0.0, "seconds": time.perf_counter() - start}
+    return {
+        "ids": [ex.id for ex in trainer.eval_examples],
+        "match": matches,
+        "executable": executable,
+        "ex": float(np.mean(matches)) if matches else 0.0,
+        "seconds": time.perf_counter() - start,
+    }
 
 
 def bootstrap_ci(diffs: Sequence[float], reps: int = 10_000, seed: int = 0) -> tuple[float, float, float]:
@@ -109,8 +114,11 @@ def bootstrap_ci(diffs: Sequence[float], reps: int = 10_000, seed: int = 0) -> t
 
 def verdict(name: str, mean: float, low: float, high: float) -> str:
     sig = low > 0 or high < 0
-    word = ("significant: GRPO above control" if low > 0 else "significant: GRPO below control") if sig \
+    word = (
+        ("significant: GRPO above control" if low > 0 else "significant: GRPO below control")
+        if sig
         else "NOT significant (the 95 % CI contains 0)"
+    )
     return f"{name}: GRPO - control = {mean:+.4f}, 95 % CI [{low:+.4f}, {high:+.4f}] -> {word}"
 
 
@@ -133,6 +141,7 @@ class RewardRecorder:
 
 # ----------------------------------------------------------------------------- stages
 
+
 def warm_start(args: argparse.Namespace, overrides: list[str], say: Any) -> tuple[Path, dict[str, Any]]:
     """Train (or reuse) the shared warm start; return its directory and its held-out EX."""
     from training.engines.local import LocalTrainer
@@ -147,28 +156,43 @@ def warm_start(args: argparse.Namespace, overrides: list[str], say: Any) -> tupl
     assert (directory / DONE).exists()
     cache = run_dir / "held_out.json"
     digest = weights_digest(trainer.model)
-    if cache.exists() and json.loads(cache.read_text()).get("digest") == digest and \
-            len(json.loads(cache.read_text())["match"]) == len(trainer.eval_examples):
+    if (
+        cache.exists()
+        and json.loads(cache.read_text()).get("digest") == digest
+        and len(json.loads(cache.read_text())["match"]) == len(trainer.eval_examples)
+    ):
         ev = json.loads(cache.read_text())
     else:
         say(f"[warm] greedy EX on {len(trainer.eval_examples)} held-out questions ...")
         ev = dict(held_out(trainer), digest=digest)
         cache.write_text(json.dumps(ev))
-    say(f"[warm] SFT NLL {result.get('nll_first', float('nan')):.3f} -> {result.get('nll_last', float('nan')):.3f}; "
-        f"held-out EX {ev['ex']:.3f} on {len(ev['match'])} questions")
+    say(
+        f"[warm] SFT NLL {result.get('nll_first', float('nan')):.3f} -> {result.get('nll_last', float('nan')):.3f}; "
+        f"held-out EX {ev['ex']:.3f} on {len(ev['match'])} questions"
+    )
     return directory, ev
 
 
-def run_arm(args: argparse.Namespace, overrides: list[str], warm_dir: Path, seed: int, lr_zero: bool,
-            say: Any) -> dict[str, Any]:
+def run_arm(
+    args: argparse.Namespace, overrides: list[str], warm_dir: Path, seed: int, lr_zero: bool, say: Any
+) -> dict[str, Any]:
     """N GRPO steps from the warm start; the control zeroes the learning rate."""
     from training.engines.local import LocalTrainer
 
     arm = "control" if lr_zero else "grpo"
     run_dir = Path(args.out) / f"{arm}-seed{seed}"
-    cfg, _ = make_config(args.recipe, str(run_dir), [
-        *overrides, f"seed={seed}", f"model.path={warm_dir}", "stage.warm_start.enable=false",
-        f"trainer.total_steps={args.steps}", "trainer.eval_before_after=false"])
+    cfg, _ = make_config(
+        args.recipe,
+        str(run_dir),
+        [
+            *overrides,
+            f"seed={seed}",
+            f"model.path={warm_dir}",
+            "stage.warm_start.enable=false",
+            f"trainer.total_steps={args.steps}",
+            "trainer.eval_before_after=false",
+        ],
+    )
     trainer = LocalTrainer(cfg, say=lambda _: None)
     if lr_zero:  # the config refuses lr = 0 (a typo there); the control sets it on the optimizer
         for group in trainer.optimizer.param_groups:
@@ -185,22 +209,38 @@ def run_arm(args: argparse.Namespace, overrides: list[str], warm_dir: Path, seed
         per_question: dict[str, list[float]] = {}
         for example_id, total in recorder.take():
             per_question.setdefault(example_id, []).append(total)
-        steps.append({"step": trainer.step, "reward": metrics.get("reward/total", 0.0),
-                      "per_question": per_question,
-                      "ex_batch": metrics.get("ex/batch", 0.0), "lr": metrics.get("lr", 0.0),
-                      "grad_norm": metrics.get("policy/grad_norm"), "groups_kept": metrics.get("sampling/groups_kept"),
-                      "zero_variance_groups": metrics.get("sampling/zero_variance_groups"),
-                      "seconds": metrics.get("time/step", 0.0)})
-        say(f"[{arm} seed {seed}] step {trainer.step}/{args.steps}: reward {steps[-1]['reward']:.3f} "
+        steps.append(
+            {
+                "step": trainer.step,
+                "reward": metrics.get("reward/total", 0.0),
+                "per_question": per_question,
+                "ex_batch": metrics.get("ex/batch", 0.0),
+                "lr": metrics.get("lr", 0.0),
+                "grad_norm": metrics.get("policy/grad_norm"),
+                "groups_kept": metrics.get("sampling/groups_kept"),
+                "zero_variance_groups": metrics.get("sampling/zero_variance_groups"),
+                "seconds": metrics.get("time/step", 0.0),
+            }
+        )
+        say(
+            f"[{arm} seed {seed}] step {trainer.step}/{args.steps}: reward {steps[-1]['reward']:.3f} "
             f"(batch EX {steps[-1]['ex_batch']:.2f}, {steps[-1]['zero_variance_groups']} zero-variance groups, "
-            f"{steps[-1]['seconds']:.0f}s)")
+            f"{steps[-1]['seconds']:.0f}s)"
+        )
     digest = weights_digest(trainer.model)
-    return {"arm": arm, "seed": seed, "steps": steps, "trainer": trainer, "digest": digest,
-            "moved": digest != start_digest}
+    return {
+        "arm": arm,
+        "seed": seed,
+        "steps": steps,
+        "trainer": trainer,
+        "digest": digest,
+        "moved": digest != start_digest,
+    }
 
 
-def arm_result(args: argparse.Namespace, overrides: list[str], warm_dir: Path, warm_ev: dict[str, Any],
-               name: str, say: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def arm_result(
+    args: argparse.Namespace, overrides: list[str], warm_dir: Path, warm_ev: dict[str, Any], name: str, say: Any
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """One arm's steps and held-out EX, saved to ``<out>/<arm>-seed<k>/result.json`` (a rerun
     with the same settings reuses it)."""
     path = Path(args.out) / f"{name}-seed{args.seed}" / "result.json"
@@ -225,8 +265,10 @@ def arm_result(args: argparse.Namespace, overrides: list[str], warm_dir: Path, w
 
 # ----------------------------------------------------------------------------- report
 
-def summarise(args: argparse.Namespace, warm_ev: dict[str, Any], arms: dict[str, dict[str, Any]],
-              after: dict[str, dict[str, Any]]) -> dict[str, Any]:
+
+def summarise(
+    args: argparse.Namespace, warm_ev: dict[str, Any], arms: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
     last = min(args.last, args.steps)
     ex_diff = [g - c for g, c in zip(after["grpo"]["match"], after["control"]["match"], strict=True)]
     reward_diff = []
@@ -238,7 +280,10 @@ def summarise(args: argparse.Namespace, warm_ev: dict[str, Any], arms: dict[str,
     reward_ci = bootstrap_ci(reward_diff, seed=args.seed)
     rewards = {a: [s["reward"] for s in arms[a]["steps"]] for a in arms}
     return {
-        "recipe": args.recipe, "steps": args.steps, "seed": args.seed, "last_steps": last,
+        "recipe": args.recipe,
+        "steps": args.steps,
+        "seed": args.seed,
+        "last_steps": last,
         "held_out_questions": len(warm_ev["match"]),
         "ex_warm_start": warm_ev["ex"],
         "ex_after": {a: after[a]["ex"] for a in after},
@@ -247,7 +292,8 @@ def summarise(args: argparse.Namespace, warm_ev: dict[str, Any], arms: dict[str,
         "reward_last_mean": {a: float(np.mean(r[-last:])) for a, r in rewards.items()},
         "ex_diff": dict(zip(("mean", "low", "high"), ex_ci, strict=True)),
         "reward_diff": dict(zip(("mean", "low", "high"), reward_ci, strict=True)),
-        "grpo_weights_moved": arms["grpo"]["moved"], "control_weights_moved": arms["control"]["moved"],
+        "grpo_weights_moved": arms["grpo"]["moved"],
+        "control_weights_moved": arms["control"]["moved"],
         "zero_variance_groups": {a: [s["zero_variance_groups"] for s in arms[a]["steps"]] for a in arms},
         "grad_norm": {a: [s["grad_norm"] for s in arms[a]["steps"]] for a in arms},
         "seconds_per_step": {a: float(np.mean([s["seconds"] for s in arms[a]["steps"]])) for a in arms},
@@ -267,8 +313,16 @@ def plot(summary: dict[str, Any], path: Path) -> None:
         r = np.asarray(summary["reward_per_step"][arm])
         x = np.arange(1, r.size + 1)
         label = arm + (" (lr = 0)" if arm == "control" else "")
-        left.plot(x, r, color=color, alpha=0.4 if r.size > 5 else 1.0, lw=1, marker="o", ms=3,
-                  label=None if r.size > 5 else label)
+        left.plot(
+            x,
+            r,
+            color=color,
+            alpha=0.4 if r.size > 5 else 1.0,
+            lw=1,
+            marker="o",
+            ms=3,
+            label=None if r.size > 5 else label,
+        )
         if r.size > 5:  # a 5-step moving mean over the noisy per-step rewards
             smooth = np.convolve(r, np.ones(5) / 5, mode="valid")
             left.plot(np.arange(5, r.size + 1), smooth, color=color, lw=2, label=f"{label}, 5-step mean")
@@ -280,8 +334,10 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     values = [summary["ex_warm_start"], summary["ex_after"]["grpo"], summary["ex_after"]["control"]]
     right.bar(labels, [100 * v for v in values], color=["tab:green", "tab:blue", "tab:gray"])
     d = summary["ex_diff"]
-    right.set_title(f"held-out EX, {summary['held_out_questions']} questions\n"
-                    f"GRPO - control {100 * d['mean']:+.1f} pt [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]")
+    right.set_title(
+        f"held-out EX, {summary['held_out_questions']} questions\n"
+        f"GRPO - control {100 * d['mean']:+.1f} pt [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
+    )
     right.set_ylabel("EX (%)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -294,12 +350,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, default=30, help="GRPO steps per arm")
     parser.add_argument("--last", type=int, default=10, help="steps averaged for the training-reward metric")
     parser.add_argument("--seed", type=int, default=0, help="seed of both arms (questions, sampling)")
-    parser.add_argument("--eval-limit", type=int, default=None,
-                        help="held-out questions (default: all of the split)")
+    parser.add_argument("--eval-limit", type=int, default=None, help="held-out questions (default: all of the split)")
     parser.add_argument("--out", default="runs/learning_curve")
-    parser.add_argument("--control-skips-update", action="store_true",
-                        help="the lr = 0 arm skips the (weight-neutral) update pass to save time; its rollouts, "
-                             "rewards and weights are the same as with the pass (the weights are checked)")
+    parser.add_argument(
+        "--control-skips-update",
+        action="store_true",
+        help="the lr = 0 arm skips the (weight-neutral) update pass to save time; its rollouts, "
+        "rewards and weights are the same as with the pass (the weights are checked)",
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for both arms (key=value)")
     args = parser.parse_args(argv)
     say = lambda line: print(line, flush=True)  # noqa: E731
@@ -316,14 +374,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     out = Path(args.out)
     (out / "learning_curve.json").write_text(json.dumps(summary, indent=2))
     plot(summary, out / "learning_curve.png")
-    say(f"\nEX warm start {summary['ex_warm_start']:.3f}; after {args.steps} steps: GRPO "
+    say(
+        f"\nEX warm start {summary['ex_warm_start']:.3f}; after {args.steps} steps: GRPO "
         f"{summary['ex_after']['grpo']:.3f}, control {summary['ex_after']['control']:.3f} "
-        f"({summary['held_out_questions']} held-out questions)")
-    say(f"mean training reward, last {summary['last_steps']} steps: GRPO {summary['reward_last_mean']['grpo']:.3f}, "
-        f"control {summary['reward_last_mean']['control']:.3f}")
+        f"({summary['held_out_questions']} held-out questions)"
+    )
+    say(
+        f"mean training reward, last {summary['last_steps']} steps: GRPO {summary['reward_last_mean']['grpo']:.3f}, "
+        f"control {summary['reward_last_mean']['control']:.3f}"
+    )
     say(summary["verdict_ex"])
     say(summary["verdict_reward"])
-    say(f"wrote {out / 'learning_curve.json'} and {out / 'learning_curve.png'} ({summary['wall_seconds'] / 60:.1f} min)")
+    say(
+        f"wrote {out / 'learning_curve.json'} and {out / 'learning_curve.png'} ({summary['wall_seconds'] / 60:.1f} min)"
+    )
     return summary
 
 

@@ -59,9 +59,17 @@ def warm_start(recipe: str, out: Path, args: argparse.Namespace, say: Any) -> tu
     from training.engines.local import LocalTrainer, TrainerInputs, fixed_subset
     from training.engines.local_warm_start import run_warm_start, warm_start_dir
 
-    cfg = make_config(recipe, out / "warm", ["stage.warm_start.enable=true", f"seed={args.seed + 1}",
-                                             f"stage.warm_start.examples={args.warm_examples}",
-                                             "trainer.eval_before_after=false"], say)
+    cfg = make_config(
+        recipe,
+        out / "warm",
+        [
+            "stage.warm_start.enable=true",
+            f"seed={args.seed + 1}",
+            f"stage.warm_start.examples={args.warm_examples}",
+            "trainer.eval_before_after=false",
+        ],
+        say,
+    )
     trainer = LocalTrainer(cfg, TrainerInputs(), say)
     result = run_warm_start(trainer)
     ids = [ex.id for ex in fixed_subset(trainer.train_examples, args.warm_examples, args.seed + 1)]
@@ -76,27 +84,47 @@ def measure(recipe: str, args: argparse.Namespace, say: Any) -> dict[str, Any]:
     start = time.perf_counter()
     warm_dir, warm_ids, warm = warm_start(recipe, out, args, say)
     warm_s = time.perf_counter() - start
-    cfg = make_config(recipe, out / "chain", [
-        "stage=sft_rl", f"model.path={warm_dir}", f"seed={args.seed}", "resume=true",
-        # through the laptop caps, so TRUST-SQL's RL filter scales with k (6/8 -> 3/4)
-        f"laptop.supervised_questions={args.questions}", f"laptop.supervised_samples={args.k}",
-        "supervised.passk_after=true",
-        f"data.eval_limit={args.dev}", f"trainer.total_steps={args.rl_steps}", *args.override], say)
+    cfg = make_config(
+        recipe,
+        out / "chain",
+        [
+            "stage=sft_rl",
+            f"model.path={warm_dir}",
+            f"seed={args.seed}",
+            "resume=true",
+            # through the laptop caps, so TRUST-SQL's RL filter scales with k (6/8 -> 3/4)
+            f"laptop.supervised_questions={args.questions}",
+            f"laptop.supervised_samples={args.k}",
+            "supervised.passk_after=true",
+            f"data.eval_limit={args.dev}",
+            f"trainer.total_steps={args.rl_steps}",
+            *args.override,
+        ],
+        say,
+    )
     chain_start = time.perf_counter()
     summary = run_stage(cfg, None, say)
     from eval.data import load_examples
 
     d = cfg.data
-    train = load_examples(kind=d.kind, root=d.root, split=d.split, drop_failing_gold=d.drop_failing_gold,
-                          limit=d.limit)
+    train = load_examples(kind=d.kind, root=d.root, split=d.split, drop_failing_gold=d.drop_failing_gold, limit=d.limit)
     chain_ids = {ex.id for ex in fixed_subset(train, cfg.supervised.questions, cfg.seed)}
-    return {"design": recipe, "summary": summary, "warm_start": {k: v for k, v in warm.items()
-                                                                 if isinstance(v, (int, float))},
-            "warm_start_s": round(warm_s, 1), "chain_s": round(time.perf_counter() - chain_start, 1),
-            "overlap_warm_chain": len(chain_ids & set(warm_ids)), "sizes": {
-                "questions": cfg.supervised.questions, "k": cfg.supervised.samples, "dev": d.eval_limit,
-                "rl_steps": cfg.trainer.total_steps, "warm_examples": args.warm_examples},
-            "load_average": os.getloadavg()}
+    return {
+        "design": recipe,
+        "summary": summary,
+        "warm_start": {k: v for k, v in warm.items() if isinstance(v, (int, float))},
+        "warm_start_s": round(warm_s, 1),
+        "chain_s": round(time.perf_counter() - chain_start, 1),
+        "overlap_warm_chain": len(chain_ids & set(warm_ids)),
+        "sizes": {
+            "questions": cfg.supervised.questions,
+            "k": cfg.supervised.samples,
+            "dev": d.eval_limit,
+            "rl_steps": cfg.trainer.total_steps,
+            "warm_examples": args.warm_examples,
+        },
+        "load_average": os.getloadavg(),
+    }
 
 
 def row(result: dict[str, Any]) -> str:
@@ -106,22 +134,30 @@ def row(result: dict[str, Any]) -> str:
         return "-" if v is None else f"{100 * v:.1f} %"
 
     def passk(p: Any) -> str:
-        return "-" if not p else f"{p['pass_at_k']:.3f} ({p['bands']['all_solved']}/{p['bands']['partly_solved']}/" \
-                                 f"{p['bands']['all_wrong']})"
+        return (
+            "-"
+            if not p
+            else f"{p['pass_at_k']:.3f} ({p['bands']['all_solved']}/{p['bands']['partly_solved']}/"
+            f"{p['bands']['all_wrong']})"
+        )
 
     hard = s.get("hard_gained") or {}
     sft = s.get("sft") or {}
     rl = s.get("rl") or {}
     minutes = (result["warm_start_s"] + result["chain_s"]) / 60
-    return (f"| {result['design']} | {passk(s.get('pass_at_k'))} | {passk(s.get('pass_at_k_after_sft'))} | "
-            f"{hard.get('solved_after', '-')}/{hard.get('hard_before', '-')} | {s.get('rows', 0)} | "
-            f"{int(sft.get('steps', 0))} | {pct(s.get('ex_before'))} → {pct(s.get('ex_after_sft'))} → "
-            f"{pct(s.get('ex_after_rl'))} | {rl.get('questions', '-')} | {minutes:.1f} min |")
+    return (
+        f"| {result['design']} | {passk(s.get('pass_at_k'))} | {passk(s.get('pass_at_k_after_sft'))} | "
+        f"{hard.get('solved_after', '-')}/{hard.get('hard_before', '-')} | {s.get('rows', 0)} | "
+        f"{int(sft.get('steps', 0))} | {pct(s.get('ex_before'))} → {pct(s.get('ex_after_sft'))} → "
+        f"{pct(s.get('ex_after_rl'))} | {rl.get('questions', '-')} | {minutes:.1f} min |"
+    )
 
 
-HEADER = ("| design | pass@k before SFT (solved/partly/wrong) | pass@k after SFT | hard gained | SFT rows | "
-          "SFT steps | EX before → after SFT → after RL | RL questions | wall time |\n"
-          "|---|---|---|---|---|---|---|---|---|")
+HEADER = (
+    "| design | pass@k before SFT (solved/partly/wrong) | pass@k after SFT | hard gained | SFT rows | "
+    "SFT steps | EX before → after SFT → after RL | RL questions | wall time |\n"
+    "|---|---|---|---|---|---|---|---|---|"
+)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -138,18 +174,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     os.environ.setdefault("WANDB_MODE", "offline")
     say = print
-    say(f"[measure] designs {args.designs}; {args.questions} training questions, k={args.k}, {args.dev} dev "
+    say(
+        f"[measure] designs {args.designs}; {args.questions} training questions, k={args.k}, {args.dev} dev "
         f"questions, {args.rl_steps} RL steps, warm start on {args.warm_examples} demonstrations; load average "
-        f"{os.getloadavg()}")
+        f"{os.getloadavg()}"
+    )
     results_path = Path(args.out) / "stages_measure.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
     for recipe in args.designs:
         results[recipe] = measure(recipe, args, say)
         results_path.parent.mkdir(parents=True, exist_ok=True)
         results_path.write_text(json.dumps(results, indent=2, default=str))
-        say(f"[measure] {recipe}: warm start {results[recipe]['warm_start_s']:.0f}s, chain "
+        say(
+            f"[measure] {recipe}: warm start {results[recipe]['warm_start_s']:.0f}s, chain "
             f"{results[recipe]['chain_s']:.0f}s; warm-start questions among the chain's: "
-            f"{results[recipe]['overlap_warm_chain']}")
+            f"{results[recipe]['overlap_warm_chain']}"
+        )
     say(HEADER)
     for recipe in DESIGNS:
         if recipe in results:

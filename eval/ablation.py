@@ -33,7 +33,9 @@ class Arm:
     label: str
     values: dict[str, Any]
     runs: list[Any]  # eval.compare.RunView
-    curves: dict[str, dict[int, tuple[float, float, int]]] = field(default_factory=dict)  # key -> step -> (mean, std, n)
+    curves: dict[str, dict[int, tuple[float, float, int]]] = field(
+        default_factory=dict
+    )  # key -> step -> (mean, std, n)
     scores: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)  # slice -> score -> (mean, std)
     per_question: dict[str, dict[str, float]] = field(default_factory=dict)  # score -> qid -> seed mean
 
@@ -123,8 +125,9 @@ def question_means(runs: Sequence[Any]) -> dict[str, dict[str, float]]:
     return {s: {q: float(np.mean(v)) for q, v in per.items()} for s, per in acc.items()}
 
 
-def bootstrap_ci(diffs: Sequence[float], resamples: int = BOOTSTRAP, level: float = LEVEL,
-                 seed: int = 0) -> tuple[float, float]:
+def bootstrap_ci(
+    diffs: Sequence[float], resamples: int = BOOTSTRAP, level: float = LEVEL, seed: int = 0
+) -> tuple[float, float]:
     """Percentile interval of the mean of ``diffs`` under resampling with replacement.
 
     >>> bootstrap_ci([0.0, 0.0, 0.0])
@@ -190,8 +193,9 @@ class Study:
     samples: list[dict[str, Any]]  # a few sampled trajectories per arm (samples.jsonl records)
 
 
-def study(views: Sequence[Any], baseline: str | None = None, seed_keys: Sequence[str] = SEED_KEYS,
-          samples_per_arm: int = 3) -> Study:
+def study(
+    views: Sequence[Any], baseline: str | None = None, seed_keys: Sequence[str] = SEED_KEYS, samples_per_arm: int = 3
+) -> Study:
     """Arms, baseline and deltas of a set of runs (see the module docstring)."""
     from agents.types import difficulty_order
 
@@ -200,7 +204,10 @@ def study(views: Sequence[Any], baseline: str | None = None, seed_keys: Sequence
     difficulty = {q["id"]: q["difficulty"] for v in views for q in v.questions}
     swept = list(dict.fromkeys(k for v in views for k in (v.ablation or {})))
     return Study(
-        arms=arms, baseline=base, deltas=deltas(arms, base, difficulty), swept=swept,
+        arms=arms,
+        baseline=base,
+        deltas=deltas(arms, base, difficulty),
+        swept=swept,
         grouping=[k for k in swept if k not in seed_keys],
         sweeps=sorted({v.sweep for v in views if v.sweep}),
         difficulties=difficulty_order([d for v in views for d in v.scores if d != "all"]),
@@ -226,9 +233,20 @@ def arm_samples(arm: Arm, count: int) -> list[dict[str, Any]]:
         if records:
             last = max(r.get("step", 0) for r in records)
             chosen = [r for r in records if r.get("step", 0) == last][:count]
-            return [{"arm": arm.label, "run": run.name, "step": r.get("step"), "question": r.get("question"),
-                     "difficulty": r.get("difficulty"), "gold_sql": r.get("gold_sql"), "final_sql": r.get("final_sql"),
-                     "reward": r.get("reward"), "outcome": r.get("outcome")} for r in chosen]
+            return [
+                {
+                    "arm": arm.label,
+                    "run": run.name,
+                    "step": r.get("step"),
+                    "question": r.get("question"),
+                    "difficulty": r.get("difficulty"),
+                    "gold_sql": r.get("gold_sql"),
+                    "final_sql": r.get("final_sql"),
+                    "reward": r.get("reward"),
+                    "outcome": r.get("outcome"),
+                }
+                for r in chosen
+            ]
     return []
 
 

@@ -73,8 +73,9 @@ def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
         if folder.is_dir() and not _is_run(folder):
             runs = [c for c in folder.iterdir() if c.is_dir() and _is_run(c)]
             if runs:
-                out.extend(sorted(runs, key=lambda c: (not c.name.isdigit(), int(c.name) if c.name.isdigit() else 0,
-                                                       c.name)))
+                out.extend(
+                    sorted(runs, key=lambda c: (not c.name.isdigit(), int(c.name) if c.name.isdigit() else 0, c.name))
+                )
                 continue
         out.append(folder)
     return out
@@ -100,8 +101,10 @@ def load_run(path: str | Path) -> RunView:
     metrics = folder / "metrics.jsonl"
     if metrics.is_file():
         return _train_view(folder, metrics)
-    raise DataError(f"{folder} holds neither an eval.run summary.json nor a training metrics.jsonl; "
-                    "pass the folder eval.run wrote (eval.out_dir) or a training run_dir")
+    raise DataError(
+        f"{folder} holds neither an eval.run summary.json nor a training metrics.jsonl; "
+        "pass the folder eval.run wrote (eval.out_dir) or a training run_dir"
+    )
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -132,9 +135,14 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def _scores(summary: Mapping[str, Any]) -> dict[str, dict[str, float | None]]:
     """The four held-out scores of a summary (eval.report.summarize), overall and per difficulty."""
+
     def block(b: Mapping[str, Any]) -> dict[str, float | None]:
-        return {"ex": _number(b.get("ex")), "ex_official": _number(b.get("ex_official")),
-                "rex": _number(b.get("rex")), "qatch": _number((b.get("qatch") or {}).get("mean"))}
+        return {
+            "ex": _number(b.get("ex")),
+            "ex_official": _number(b.get("ex_official")),
+            "rex": _number(b.get("rex")),
+            "qatch": _number((b.get("qatch") or {}).get("mean")),
+        }
 
     out = {"all": block(summary)}
     out.update({d: block(b) for d, b in (summary.get("by_difficulty") or {}).items()})
@@ -146,10 +154,16 @@ def _questions(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for r in records:
         scorable = not r.get("gold_failed")
-        out.append({"id": str(r["id"]), "difficulty": r.get("difficulty", "unknown"),
-                    "ex": float(r["ex"]) if scorable else None, "ex_official": float(r["ex"]),
-                    "rex": float(r["rex"]) if scorable else None,
-                    "qatch": float((r.get("qatch") or {}).get("mean", 0.0)) if scorable else None})
+        out.append(
+            {
+                "id": str(r["id"]),
+                "difficulty": r.get("difficulty", "unknown"),
+                "ex": float(r["ex"]) if scorable else None,
+                "ex_official": float(r["ex"]),
+                "rex": float(r["rex"]) if scorable else None,
+                "qatch": float((r.get("qatch") or {}).get("mean", 0.0)) if scorable else None,
+            }
+        )
     return out
 
 
@@ -157,11 +171,19 @@ def _eval_view(folder: Path, s: dict[str, Any]) -> RunView:
     from eval.records import RECORDS
 
     return RunView(
-        name=folder.name, path=folder, kind="eval", n=s.get("n"), ex=s.get("ex"), ex_official=s.get("ex_official"),
-        rex=s.get("rex"), qatch=(s.get("qatch") or {}).get("mean"), sc_ex=(s.get("sc") or {}).get("ex"),
+        name=folder.name,
+        path=folder,
+        kind="eval",
+        n=s.get("n"),
+        ex=s.get("ex"),
+        ex_official=s.get("ex_official"),
+        rex=s.get("rex"),
+        qatch=(s.get("qatch") or {}).get("mean"),
+        sc_ex=(s.get("sc") or {}).get("ex"),
         pass_at_k=dict(s.get("pass_at_k") or {}),
         by_difficulty={d: b["ex"] for d, b in s["by_difficulty"].items()},
-        scores=_scores(s), questions=_questions(read_jsonl(folder / RECORDS)),
+        scores=_scores(s),
+        questions=_questions(read_jsonl(folder / RECORDS)),
     )
 
 
@@ -220,18 +242,44 @@ def _unique_names(views: list[RunView]) -> None:
 
 # ----------------------------------------------------------------------------- table
 
+
 def table(views: Sequence[RunView]) -> tuple[list[str], list[list[Any]]]:
     """Header and rows: one row per run, EX per difficulty in BIRD order."""
     labels = difficulty_order([d for v in views for d in v.by_difficulty])
     ks = sorted({k for v in views for k in v.pass_at_k}, key=int)
     swept = any(v.ablation for v in views)
-    header = ["run", "kind", "n", "EX", "EX official", "EX before", "REX", "QATCH", "SC EX",
-              *[f"EX {d}" for d in labels], *[f"pass@{k}" for k in ks], *(["ablation"] if swept else [])]
+    header = [
+        "run",
+        "kind",
+        "n",
+        "EX",
+        "EX official",
+        "EX before",
+        "REX",
+        "QATCH",
+        "SC EX",
+        *[f"EX {d}" for d in labels],
+        *[f"pass@{k}" for k in ks],
+        *(["ablation"] if swept else []),
+    ]
     rows = []
     for v in views:
-        rows.append([v.name, v.kind, v.n, v.ex, v.ex_official, v.ex_before, v.rex, v.qatch, v.sc_ex,
-                     *[v.by_difficulty.get(d) for d in labels], *[v.pass_at_k.get(k) for k in ks],
-                     *([", ".join(f"{k}={x}" for k, x in v.ablation.items())] if swept else [])])
+        rows.append(
+            [
+                v.name,
+                v.kind,
+                v.n,
+                v.ex,
+                v.ex_official,
+                v.ex_before,
+                v.rex,
+                v.qatch,
+                v.sc_ex,
+                *[v.by_difficulty.get(d) for d in labels],
+                *[v.pass_at_k.get(k) for k in ks],
+                *([", ".join(f"{k}={x}" for k, x in v.ablation.items())] if swept else []),
+            ]
+        )
     return header, rows
 
 
@@ -262,6 +310,7 @@ def csv_text(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 # ----------------------------------------------------------------------------- plots
+
 
 def plot_ex_by_difficulty(views: Sequence[RunView], path: Path) -> Path | None:
     """Grouped bars: difficulties on the x axis, one bar per run (eval runs only)."""
@@ -306,8 +355,9 @@ def plot_training_curves(views: Sequence[RunView], path: Path) -> Path | None:
                             ax.plot([step], [value], marker=mark, color=line.get_color(), linestyle="none")
         ax.set_xlabel("step")
         ax.set_ylabel(label)
-        ax.set_title(label + (" (squares: held-out EX before, triangles: after)" if key == "ex/batch" else ""),
-                     fontsize="small")
+        ax.set_title(
+            label + (" (squares: held-out EX before, triangles: after)" if key == "ex/batch" else ""), fontsize="small"
+        )
         ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -317,8 +367,10 @@ def plot_training_curves(views: Sequence[RunView], path: Path) -> Path | None:
 
 # ----------------------------------------------------------------------------- wandb
 
-def log_wandb(header: Sequence[str], rows: Sequence[Sequence[Any]], images: Sequence[Path], project: str,
-              say: Say) -> bool:
+
+def log_wandb(
+    header: Sequence[str], rows: Sequence[Sequence[Any]], images: Sequence[Path], project: str, say: Say
+) -> bool:
     """Log the table and plots as a wandb run when wandb is online; True when logged."""
     from training.logging_utils import wandb_mode
 
@@ -343,9 +395,17 @@ def log_wandb(header: Sequence[str], rows: Sequence[Sequence[Any]], images: Sequ
 
 # ----------------------------------------------------------------------------- entry point
 
-def compare(paths: Sequence[str | Path], out_dir: str | Path, project: str = "sqlagent-rl", use_wandb: bool = True,
-            say: Say = print, report: bool = False, baseline: str | None = None,
-            entity: str | None = None) -> dict[str, Any]:
+
+def compare(
+    paths: Sequence[str | Path],
+    out_dir: str | Path,
+    project: str = "sqlagent-rl",
+    use_wandb: bool = True,
+    say: Say = print,
+    report: bool = False,
+    baseline: str | None = None,
+    entity: str | None = None,
+) -> dict[str, Any]:
     """Load the runs, write table + CSV + plots into ``out_dir``, print the table; with
     ``report`` also the ablation report (saved to wandb when logged in, else JSON + HTML)."""
     if not paths:
@@ -358,8 +418,14 @@ def compare(paths: Sequence[str | Path], out_dir: str | Path, project: str = "sq
     md = markdown_table(header, rows)
     (out / "compare.md").write_text("# Runs compared\n\n" + md, encoding="utf-8")
     (out / "compare.csv").write_text(csv_text(header, rows), encoding="utf-8")
-    images = [p for p in (plot_ex_by_difficulty(views, out / "ex_by_difficulty.png"),
-                          plot_training_curves(views, out / "training_curves.png")) if p is not None]
+    images = [
+        p
+        for p in (
+            plot_ex_by_difficulty(views, out / "ex_by_difficulty.png"),
+            plot_training_curves(views, out / "training_curves.png"),
+        )
+        if p is not None
+    ]
     say(md)
     say(f"[compare] wrote {out / 'compare.md'}, {out / 'compare.csv'}" + "".join(f", {p}" for p in images))
     logged = log_wandb(header, rows, images, project, say) if use_wandb else False
@@ -367,27 +433,42 @@ def compare(paths: Sequence[str | Path], out_dir: str | Path, project: str = "sq
     if report:
         from eval.wandb_report import write_report
 
-        result["report"] = write_report(views, out, project=project, entity=entity, baseline=baseline,
-                                        use_wandb=use_wandb, say=say)
+        result["report"] = write_report(
+            views, out, project=project, entity=entity, baseline=baseline, use_wandb=use_wandb, say=say
+        )
     return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.compare", description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", metavar="RUN_OR_SWEEP_DIR",
-                        help="eval.run output, training run or sweep directories")
+    parser.add_argument(
+        "runs", nargs="+", metavar="RUN_OR_SWEEP_DIR", help="eval.run output, training run or sweep directories"
+    )
     parser.add_argument("--out", default="runs/compare", help="where the table and plots go (default runs/compare)")
     parser.add_argument("--project", default="sqlagent-rl", help="wandb project of the report")
     parser.add_argument("--entity", default=None, help="wandb entity of the report (default: yours when logged in)")
     parser.add_argument("--no-wandb", action="store_true", help="never log to wandb")
-    parser.add_argument("--report", action="store_true",
-                        help="the ablation report: wandb when logged in, else report_spec.json + report.html")
-    parser.add_argument("--baseline", default=None,
-                        help="the arm deltas are taken against, e.g. advantage=grpo (default: the first arm)")
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="the ablation report: wandb when logged in, else report_spec.json + report.html",
+    )
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help="the arm deltas are taken against, e.g. advantage=grpo (default: the first arm)",
+    )
     args = parser.parse_args(argv)
     try:
-        compare(args.runs, args.out, args.project, not args.no_wandb, report=args.report, baseline=args.baseline,
-                entity=args.entity)
+        compare(
+            args.runs,
+            args.out,
+            args.project,
+            not args.no_wandb,
+            report=args.report,
+            baseline=args.baseline,
+            entity=args.entity,
+        )
     except ToolkitError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

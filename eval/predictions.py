@@ -60,7 +60,9 @@ def read_predictions(path: str | Path) -> list[Prediction]:
     seen: dict[str, str] = {}
     for p in predictions:
         if p.question_id in seen:
-            problems.append(f"{p.where}: question id {p.question_id!r} predicted twice (first at {seen[p.question_id]})")
+            problems.append(
+                f"{p.where}: question id {p.question_id!r} predicted twice (first at {seen[p.question_id]})"
+            )
         seen.setdefault(p.question_id, p.where)
     if problems:
         head = "\n  ".join(problems[:20]) + (f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else "")
@@ -96,8 +98,11 @@ def _read_jsonl(file: Path, text: str) -> tuple[list[Prediction], list[str]]:
             problems.append(f"{where}: expected an object with question_id, db_id, sql")
             continue
         qid = item.get("question_id", item.get("id"))
-        missing = [k for k, v in (("question_id (or id)", qid), ("db_id", item.get("db_id")),
-                                  ("sql", item.get("sql"))) if v is None]
+        missing = [
+            k
+            for k, v in (("question_id (or id)", qid), ("db_id", item.get("db_id")), ("sql", item.get("sql")))
+            if v is None
+        ]
         if missing:
             problems.append(f"{where}: missing {', '.join(missing)} (each line needs question_id, db_id, sql)")
             continue
@@ -115,8 +120,10 @@ def _read_bird_dict(file: Path, text: str) -> tuple[list[Prediction], list[str]]
     for key, value in data.items():
         where = f"{file.name}[{key!r}]"
         if not isinstance(value, str) or BIRD_SEPARATOR not in value:
-            problems.append(f"{where}: expected 'SQL{BIRD_SEPARATOR.strip()!s}db_id' "
-                            f"(SQL, a tab, '----- bird -----', a tab, the db_id)")
+            problems.append(
+                f"{where}: expected 'SQL{BIRD_SEPARATOR.strip()!s}db_id' "
+                f"(SQL, a tab, '----- bird -----', a tab, the db_id)"
+            )
             continue
         sql, db_id = value.rsplit(BIRD_SEPARATOR, 1)
         out.append(Prediction(str(key), db_id.strip(), sql, where))
@@ -133,17 +140,24 @@ def pair_predictions(examples: Sequence[Example], predictions: Sequence[Predicti
     mismatches = [
         f"question {ex.id}: the prediction ({by_id[ex.id].where}) is for db_id {by_id[ex.id].db_id!r} "
         f"but the question's db_id is {ex.db_id!r}"
-        for ex in examples if ex.id in by_id and by_id[ex.id].db_id != ex.db_id
+        for ex in examples
+        if ex.id in by_id and by_id[ex.id].db_id != ex.db_id
     ]
     if mismatches:
-        head = "\n  ".join(mismatches[:20]) + (f"\n  ... and {len(mismatches) - 20} more" if len(mismatches) > 20 else "")
-        raise DataError(f"{len(mismatches)} prediction(s) name another database than their question "
-                        f"(is the file for another split or benchmark?):\n  {head}")
+        head = "\n  ".join(mismatches[:20]) + (
+            f"\n  ... and {len(mismatches) - 20} more" if len(mismatches) > 20 else ""
+        )
+        raise DataError(
+            f"{len(mismatches)} prediction(s) name another database than their question "
+            f"(is the file for another split or benchmark?):\n  {head}"
+        )
     ids = {ex.id for ex in examples}
     if predictions and examples and not ids & set(by_id):
-        raise DataError(f"none of the {len(predictions)} predictions has the id of a question in the data "
-                        f"(prediction ids start {sorted(by_id)[:3]}, question ids {sorted(ids)[:3]}); "
-                        "check data=/data.eval_split and the file's question_id field")
+        raise DataError(
+            f"none of the {len(predictions)} predictions has the id of a question in the data "
+            f"(prediction ids start {sorted(by_id)[:3]}, question ids {sorted(ids)[:3]}); "
+            "check data=/data.eval_split and the file's question_id field"
+        )
     sql = {ex.id: (by_id[ex.id].sql if ex.id in by_id else None) for ex in examples}
     return Pairing(
         sql=sql,

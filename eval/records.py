@@ -44,7 +44,8 @@ class RunStore:
                 shown = "; ".join(f"{k}: {old.get(k)!r} -> {settings.get(k)!r}" for k in differ)
                 raise ConfigError(
                     f"{self.dir} holds records made with other settings ({shown}); pass eval.fresh=true "
-                    "to start over there, or eval.out_dir=<another directory>")
+                    "to start over there, or eval.out_dir=<another directory>"
+                )
         settings_path.write_text(json.dumps(dict(settings), indent=2, sort_keys=True), encoding="utf-8")
         self._records: dict[str, dict[str, Any]] = {}
         self.dropped_lines = 0

@@ -94,8 +94,12 @@ def markdown(summary: Mapping[str, Any]) -> str:
         f"# Evaluation: {title}",
         "",
         f"- data: {where} ({s['n']} questions, {s['scorable']} with a working gold SQL)",
-        f"- mode: {st.get('mode')}" + (f", {st.get('samples')} samples at T={st.get('temperature')}"
-                                       if st.get("mode") != "greedy" and st.get("samples") else ""),
+        f"- mode: {st.get('mode')}"
+        + (
+            f", {st.get('samples')} samples at T={st.get('temperature')}"
+            if st.get("mode") != "greedy" and st.get("samples")
+            else ""
+        ),
     ]
     if st.get("model"):
         lines.append(f"- model: {st['model']}")
@@ -106,46 +110,79 @@ def markdown(summary: Mapping[str, Any]) -> str:
         f"| EX (project: gold errors excluded) | {pct(s['ex'])} |",
         f"| EX (official-compatible: every error is wrong) | {pct(s['ex_official'])} |",
         f"| REX | {pct(s['rex'])} |",
-        (f"| QATCH mean (CP / CR / TC) | {pct(s['qatch']['mean'])} ({pct(s['qatch']['cp'])} / "
-        f"{pct(s['qatch']['cr'])} / {pct(s['qatch']['tc'])}) |"),
+        (
+            f"| QATCH mean (CP / CR / TC) | {pct(s['qatch']['mean'])} ({pct(s['qatch']['cp'])} / "
+            f"{pct(s['qatch']['cr'])} / {pct(s['qatch']['tc'])}) |"
+        ),
         f"| executable predictions | {pct(s['executable'])} |",
     ]
     if s.get("missing"):
         lines.append(f"| missing predictions | {s['missing']} |")
-    lines += ["", "## By difficulty", "", "| difficulty | n | EX | EX official | REX | QATCH |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## By difficulty",
+        "",
+        "| difficulty | n | EX | EX official | REX | QATCH |",
+        "|---|---|---|---|---|---|",
+    ]
     for label, b in s["by_difficulty"].items():
-        lines.append(f"| {label} | {b['n']} | {pct(b['ex'])} | {pct(b['ex_official'])} | {pct(b['rex'])} | "
-                     f"{pct(b['qatch']['mean'])} |")
-    lines.append(f"| **all** | {s['n']} | {pct(s['ex'])} | {pct(s['ex_official'])} | {pct(s['rex'])} | "
-                 f"{pct(s['qatch']['mean'])} |")
+        lines.append(
+            f"| {label} | {b['n']} | {pct(b['ex'])} | {pct(b['ex_official'])} | {pct(b['rex'])} | "
+            f"{pct(b['qatch']['mean'])} |"
+        )
+    lines.append(
+        f"| **all** | {s['n']} | {pct(s['ex'])} | {pct(s['ex_official'])} | {pct(s['rex'])} | "
+        f"{pct(s['qatch']['mean'])} |"
+    )
     lines += ["", "## Outcomes", "", "| outcome | count |", "|---|---|"]
     lines += [f"| {o} | {c} |" for o, c in s["outcomes"].items()]
     if s.get("samples", 0) > 1:
         lines += ["", "## Sampling", "", "| k | pass@k |", "|---|---|"]
         lines += [f"| {k} | {pct(v)} |" for k, v in s.get("pass_at_k", {}).items()]
-        lines += ["", f"- EX of a single sample (mean): {pct(s.get('sample_ex', 0.0))}",
-                  f"- unique SQL per {s['samples']} samples: {s.get('unique_sql', 0.0):.2f}"]
+        lines += [
+            "",
+            f"- EX of a single sample (mean): {pct(s.get('sample_ex', 0.0))}",
+            f"- unique SQL per {s['samples']} samples: {s.get('unique_sql', 0.0):.2f}",
+        ]
         if "sc" in s:
-            lines += [(f"- self-consistency EX: {pct(s['sc']['ex'])}; no consensus on {s['sc']['no_consensus']} "
-                      f"question(s); mean cluster support {s['sc']['support']:.2f} samples")]
+            lines += [
+                (
+                    f"- self-consistency EX: {pct(s['sc']['ex'])}; no consensus on {s['sc']['no_consensus']} "
+                    f"question(s); mean cluster support {s['sc']['support']:.2f} samples"
+                )
+            ]
     if "behaviour" in s:
         b = s["behaviour"]
-        lines += ["", "## Behaviour (per sample)", "", ("| turns | tool calls | policy tokens | response tokens | "
-                  "prompt tokens | answered |"), "|---|---|---|---|---|---|",
-                  (f"| {b['turns']:.2f} | {b['tool_calls']:.2f} | {b['policy_tokens']:.1f} | {b['response_tokens']:.1f} | "
-                  f"{b['prompt_tokens']:.1f} | {pct(b['answered'])} |"), "",
-                  "End reasons: " + ", ".join(f"{k} {v}" for k, v in sorted(s.get("end_reasons", {}).items()))]
+        lines += [
+            "",
+            "## Behaviour (per sample)",
+            "",
+            ("| turns | tool calls | policy tokens | response tokens | prompt tokens | answered |"),
+            "|---|---|---|---|---|---|",
+            (
+                f"| {b['turns']:.2f} | {b['tool_calls']:.2f} | {b['policy_tokens']:.1f} | {b['response_tokens']:.1f} | "
+                f"{b['prompt_tokens']:.1f} | {pct(b['answered'])} |"
+            ),
+            "",
+            "End reasons: " + ", ".join(f"{k} {v}" for k, v in sorted(s.get("end_reasons", {}).items())),
+        ]
     return "\n".join(lines) + "\n"
 
 
 def console_summary(summary: Mapping[str, Any]) -> str:
     """The few lines printed at the end of a run."""
     s = summary
-    parts = [f"EX {pct(s['ex'])} (official {pct(s['ex_official'])}) on {s['n']} questions",
-             f"REX {pct(s['rex'])}", f"QATCH {pct(s['qatch']['mean'])}"]
+    parts = [
+        f"EX {pct(s['ex'])} (official {pct(s['ex_official'])}) on {s['n']} questions",
+        f"REX {pct(s['rex'])}",
+        f"QATCH {pct(s['qatch']['mean'])}",
+    ]
     by = ", ".join(f"{d} {pct(b['ex'])} (n={b['n']})" for d, b in s["by_difficulty"].items())
-    out = " | ".join(parts) + f"\n  by difficulty: {by}\n  outcomes: " + ", ".join(
-        f"{k}={v}" for k, v in s["outcomes"].items())
+    out = (
+        " | ".join(parts)
+        + f"\n  by difficulty: {by}\n  outcomes: "
+        + ", ".join(f"{k}={v}" for k, v in s["outcomes"].items())
+    )
     if s.get("samples", 0) > 1:
         out += "\n  pass@k: " + ", ".join(f"@{k} {pct(v)}" for k, v in s.get("pass_at_k", {}).items())
         if "sc" in s:

@@ -44,11 +44,16 @@ def plot_curves(s: Study, keys: list[str], path: Path) -> Path | None:
             mean = [points[x][0] for x in steps]
             std = [points[x][1] for x in steps]
             line = ax.plot(steps, mean, marker="o", label=f"{arm.label} (n={arm.seeds})")[0]
-            ax.fill_between(steps, [m - d for m, d in zip(mean, std, strict=True)], [m + d for m, d in zip(mean, std, strict=True)],
-                            color=line.get_color(), alpha=0.2)
+            ax.fill_between(
+                steps,
+                [m - d for m, d in zip(mean, std, strict=True)],
+                [m + d for m, d in zip(mean, std, strict=True)],
+                color=line.get_color(),
+                alpha=0.2,
+            )
         ax.set_title(key, fontsize="small")
         ax.set_xlabel("step")
-    for ax in list(axes.flat)[len(keys):]:
+    for ax in list(axes.flat)[len(keys) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize="x-small")
     fig.tight_layout()
@@ -110,17 +115,34 @@ def scores_table(s: Study) -> str:
 
 
 def deltas_table(s: Study) -> str:
-    rows = [[html.escape(d.arm), f"{dict(SCORES)[d.score]} ({html.escape(d.slice)})", d.questions, pct(d.value),
-             f"{pct(d.low)} to {pct(d.high)}",
-             f'<span class="{"noise" if d.within_noise else "signal"}">'
-             f'{"within noise" if d.within_noise else "outside noise"}</span>'] for d in s.deltas]
+    rows = [
+        [
+            html.escape(d.arm),
+            f"{dict(SCORES)[d.score]} ({html.escape(d.slice)})",
+            d.questions,
+            pct(d.value),
+            f"{pct(d.low)} to {pct(d.high)}",
+            f'<span class="{"noise" if d.within_noise else "signal"}">'
+            f"{'within noise' if d.within_noise else 'outside noise'}</span>",
+        ]
+        for d in s.deltas
+    ]
     return _table(["arm", "score", "questions", "difference", "95% CI", "verdict"], rows, "deltas")
 
 
 def samples_table(s: Study) -> str:
-    rows = [[html.escape(r["arm"]), r["step"], html.escape(str(r.get("question") or "")),
-             f"<code>{html.escape(r.get('gold_sql') or '')}</code>", f"<code>{html.escape(r.get('final_sql') or '-')}</code>",
-             f"{r.get('reward') or 0.0:.3f}", html.escape(r.get("outcome") or "-")] for r in s.samples]
+    rows = [
+        [
+            html.escape(r["arm"]),
+            r["step"],
+            html.escape(str(r.get("question") or "")),
+            f"<code>{html.escape(r.get('gold_sql') or '')}</code>",
+            f"<code>{html.escape(r.get('final_sql') or '-')}</code>",
+            f"{r.get('reward') or 0.0:.3f}",
+            html.escape(r.get("outcome") or "-"),
+        ]
+        for r in s.samples
+    ]
     return _table(["arm", "step", "question", "gold SQL", "final SQL", "reward", "outcome"], rows, "samples")
 
 
@@ -132,12 +154,12 @@ def write_html(s: Study, out: Path) -> Path:
     arms = ", ".join(f"{html.escape(a.label)} ({a.seeds} seed(s))" for a in s.arms)
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Ablation report</title>
 <style>{CSS}</style></head><body>
-<h1>Ablation: {html.escape(', '.join(s.grouping) or 'runs')}</h1>
-<p>Sweep(s): {html.escape(', '.join(s.sweeps) or '-')}. Swept: {html.escape(', '.join(s.swept) or '-')}.
+<h1>Ablation: {html.escape(", ".join(s.grouping) or "runs")}</h1>
+<p>Sweep(s): {html.escape(", ".join(s.sweeps) or "-")}. Swept: {html.escape(", ".join(s.swept) or "-")}.
 Arms: {arms}. Baseline: <b>{html.escape(s.baseline.label)}</b>.</p>
-<h2>Training curves (mean over seeds, band: standard deviation)</h2>{_img(curves, 'training curves')}
+<h2>Training curves (mean over seeds, band: standard deviation)</h2>{_img(curves, "training curves")}
 <h2>Held-out scores after training, per difficulty (mean &plusmn; std over seeds)</h2>
-{_img(scores, 'held-out scores')}{scores_table(s)}
+{_img(scores, "held-out scores")}{scores_table(s)}
 <h2>Differences against the baseline</h2>
 <p>Arm minus baseline; 95% bootstrap intervals over questions (each question's score averaged over the
 arm's seeds first). An interval that contains 0 is within noise.</p>

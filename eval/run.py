@@ -69,8 +69,10 @@ class EvalSettings:
         if self.samples is not None and (not isinstance(self.samples, int) or self.samples < 1):
             raise ConfigError(f"eval.samples={self.samples!r}: a positive integer or null")
         if self.mode in ("greedy", "sample") and self.samples not in (None, 1):  # (None: the recipe's)
-            raise ConfigError(f"eval.samples={self.samples} with eval.mode={self.mode}: this mode gives one "
-                              "answer per question; use eval.mode=sc or eval.mode=passk to draw several")
+            raise ConfigError(
+                f"eval.samples={self.samples} with eval.mode={self.mode}: this mode gives one "
+                "answer per question; use eval.mode=sc or eval.mode=passk to draw several"
+            )
         if self.temperature is not None and self.temperature <= 0:
             raise ConfigError(f"eval.temperature={self.temperature}: sampling needs > 0 (greedy is eval.mode=greedy)")
         if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 1):
@@ -80,8 +82,10 @@ class EvalSettings:
         if self.timeout_s <= 0:
             raise ConfigError(f"eval.timeout_s={self.timeout_s}: a positive number of seconds")
         if self.ex_metric not in (None, "ex", "spider"):
-            raise ConfigError(f"eval.ex_metric={self.ex_metric!r}; choose ex (BIRD's set rule) or spider "
-                              "(Spider's official execution match), or null for data.ex_metric")
+            raise ConfigError(
+                f"eval.ex_metric={self.ex_metric!r}; choose ex (BIRD's set rule) or spider "
+                "(Spider's official execution match), or null for data.ex_metric"
+            )
 
     @property
     def num_samples(self) -> int:
@@ -91,6 +95,7 @@ class EvalSettings:
 
 
 # ----------------------------------------------------------------------------- the loop
+
 
 def select_examples(examples: Sequence[Example], limit: int | None, seed: int = 0) -> list[Example]:
     """A fixed seeded subset of ``limit`` questions - the same one training's before/after EX
@@ -122,10 +127,14 @@ def evaluate(
     bar = _bar(len(examples), len(examples) - len(pending)) if progress else None
     try:
         for start in range(0, len(pending), settings.batch_size):
-            batch = pending[start:start + settings.batch_size]
+            batch = pending[start : start + settings.batch_size]
             answers = produce(batch)
-            store.append(score_question(ex, answers[ex.id], scorer, settings.mode or "greedy", ex.id in missing,
-                                        settings.ex_metric or "ex") for ex in batch)
+            store.append(
+                score_question(
+                    ex, answers[ex.id], scorer, settings.mode or "greedy", ex.id in missing, settings.ex_metric or "ex"
+                )
+                for ex in batch
+            )
             if bar is not None:
                 bar.update(len(batch))
     finally:
@@ -145,9 +154,23 @@ def evaluate(
 
 PREDICT = "predict.json"
 
-DECODING_KEYS = ("ex_metric", "mode", "samples", "temperature", "top_p", "top_k", "max_new_tokens", "max_response_tokens",
-                 "max_context_tokens", "model_context", "observation_max_tokens", "turn_budgets", "questions",
-                 "laptop_profile", "overridden")
+DECODING_KEYS = (
+    "ex_metric",
+    "mode",
+    "samples",
+    "temperature",
+    "top_p",
+    "top_k",
+    "max_new_tokens",
+    "max_response_tokens",
+    "max_context_tokens",
+    "model_context",
+    "observation_max_tokens",
+    "turn_budgets",
+    "questions",
+    "laptop_profile",
+    "overridden",
+)
 
 
 def decoding_section(settings: Mapping[str, Any]) -> str:
@@ -177,6 +200,7 @@ def _bar(total: int, initial: int) -> Any:
 
 # ----------------------------------------------------------------------------- mode B: a file
 
+
 def _split_of(examples: Sequence[Example]) -> dict[str, str]:
     """The split named by the examples themselves (the config's names take precedence)."""
     splits = sorted({ex.split for ex in examples if ex.split})
@@ -201,23 +225,42 @@ def evaluate_predictions(
         raise ConfigError(f"eval.mode={settings.mode!r} needs a model; a predictions file has one SQL per question")
     pairing = pair_predictions(examples, read_predictions(predictions))
     if pairing.missing:
-        say(f"[eval] {len(pairing.missing)} of {len(examples)} questions have no prediction (counted as missing): "
-            f"{', '.join(pairing.missing[:10])}{' ...' if len(pairing.missing) > 10 else ''}")
+        say(
+            f"[eval] {len(pairing.missing)} of {len(examples)} questions have no prediction (counted as missing): "
+            f"{', '.join(pairing.missing[:10])}{' ...' if len(pairing.missing) > 10 else ''}"
+        )
     if pairing.unmatched:
-        say(f"[eval] {len(pairing.unmatched)} predictions are for questions outside this evaluation (ignored): "
-            f"{', '.join(pairing.unmatched[:10])}{' ...' if len(pairing.unmatched) > 10 else ''}")
-    run_settings = {"mode": "greedy", "samples": 1, "predictions": str(predictions),
-                    "predictions_sha256": _file_hash(predictions), **_split_of(examples), **(data_info or {})}
+        say(
+            f"[eval] {len(pairing.unmatched)} predictions are for questions outside this evaluation (ignored): "
+            f"{', '.join(pairing.unmatched[:10])}{' ...' if len(pairing.unmatched) > 10 else ''}"
+        )
+    run_settings = {
+        "mode": "greedy",
+        "samples": 1,
+        "predictions": str(predictions),
+        "predictions_sha256": _file_hash(predictions),
+        **_split_of(examples),
+        **(data_info or {}),
+    }
     store = RunStore(out_dir, run_settings, fresh=settings.fresh)
 
     def produce(batch: Sequence[Example]) -> dict[str, list[Sample]]:
         return {ex.id: [Sample(sql=pairing.sql[ex.id])] for ex in batch}
 
-    return evaluate(examples, produce, store, settings, say, frozenset(pairing.missing), progress,
-                    extra={"unmatched_predictions": len(pairing.unmatched)})
+    return evaluate(
+        examples,
+        produce,
+        store,
+        settings,
+        say,
+        frozenset(pairing.missing),
+        progress,
+        extra={"unmatched_predictions": len(pairing.unmatched)},
+    )
 
 
 # ----------------------------------------------------------------------------- mode A: a model
+
 
 def evaluate_policy(
     examples: Sequence[Example],
@@ -239,9 +282,17 @@ def evaluate_policy(
     from training.rollout import run_episodes
 
     n = settings.num_samples
-    run_settings = {"mode": settings.mode, "samples": n, "temperature": sampling.temperature,
-                    "top_p": sampling.top_p, "top_k": sampling.top_k, "max_new_tokens": sampling.max_new_tokens,
-                    "agent": getattr(agent, "name", type(agent).__name__), **_split_of(examples), **(info or {})}
+    run_settings = {
+        "mode": settings.mode,
+        "samples": n,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "top_k": sampling.top_k,
+        "max_new_tokens": sampling.max_new_tokens,
+        "agent": getattr(agent, "name", type(agent).__name__),
+        **_split_of(examples),
+        **(info or {}),
+    }
     store = RunStore(out_dir, run_settings, fresh=settings.fresh)
 
     def produce(batch: Sequence[Example]) -> dict[str, list[Sample]]:
@@ -257,6 +308,7 @@ def evaluate_policy(
 
 
 # ----------------------------------------------------------------------------- the command line
+
 
 def _settings(raw: Mapping[str, Any]) -> EvalSettings:
     block = dict(raw.get("eval") or {})
@@ -292,8 +344,7 @@ def run_predictions(raw: Mapping[str, Any], say: Say = print) -> dict[str, Any]:
     examples = _load_eval_examples(data, settings.limit or data.eval_limit, int(raw.get("seed", 0)), say)
     path = str(raw["predictions"])
     out = settings.out_dir or default_out_dir(Path(path).stem, data.kind, data.eval_split, settings)
-    info = {"data_kind": data.kind, "data_root": data.root, "split": data.eval_split,
-            "ex_metric": settings.ex_metric}
+    info = {"data_kind": data.kind, "data_root": data.root, "split": data.eval_split, "ex_metric": settings.ex_metric}
     return evaluate_predictions(examples, path, out, settings, info, say)
 
 
@@ -316,16 +367,24 @@ def run_model(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> d
         agent, options = _eval_agent(cfg, say)
         return evaluate_endpoint(cfg, settings, decoding, examples, agent, options, say)
     loaded = load_model(cfg.model.path, device, say=say, trust_remote_code=cfg.model.trust_remote_code)
-    decoding, settings = _decoding_and_settings(cfg, requested, explicit, laptop,
-                                                model_context(loaded.model.config), say)
+    decoding, settings = _decoding_and_settings(
+        cfg, requested, explicit, laptop, model_context(loaded.model.config), say
+    )
     examples = _load_eval_examples(cfg.data, decoding.questions, cfg.seed, say)
     agent, options = _eval_agent(cfg, say)
     autocast = autocast_for(cfg.model.autocast, device)
     sampling, limits = sampling_and_limits(decoding)
     out = settings.out_dir or default_out_dir(cfg.recipe_name, cfg.data.kind, cfg.data.eval_split, settings)
-    info = {"recipe": cfg.recipe_name, "model": loaded.source, "data_kind": cfg.data.kind,
-            "data_root": cfg.data.root, "split": cfg.data.eval_split, "agent_options": _plain_options(options),
-            "seed": cfg.seed, **dataclasses.asdict(decoding)}
+    info = {
+        "recipe": cfg.recipe_name,
+        "model": loaded.source,
+        "data_kind": cfg.data.kind,
+        "data_root": cfg.data.root,
+        "split": cfg.data.eval_split,
+        "agent_options": _plain_options(options),
+        "seed": cfg.seed,
+        **dataclasses.asdict(decoding),
+    }
     if device == "cpu" and cfg.model.decode_attention == "auto":
         from training.cpu_attention import use_hybrid_cpu_attention
 
@@ -343,8 +402,10 @@ def policy_config(raw: Mapping[str, Any], explicit: set[str], say: Say = print) 
     from training.run import resolve_device
 
     if not raw.get("recipe_name"):
-        raise ConfigError("nothing to evaluate: pass recipe=<name> to evaluate a model "
-                          f"(recipes: {', '.join(list_recipes())}) or predictions=PATH to score a predictions file")
+        raise ConfigError(
+            "nothing to evaluate: pass recipe=<name> to evaluate a model "
+            f"(recipes: {', '.join(list_recipes())}) or predictions=PATH to score a predictions file"
+        )
     cfg = TrainConfig.from_mapping({k: v for k, v in raw.items() if k not in ("eval", "predictions", "hydra")})
     device = resolve_device(cfg.engine.device)
     mode = cfg.engine.laptop_profile
@@ -356,9 +417,11 @@ def policy_config(raw: Mapping[str, Any], explicit: set[str], say: Say = print) 
         cfg, changes = apply_laptop_profile(cfg, sorted(kept))
         shown = {k: v for k, v in changes.items() if k.startswith(("rollout.", "agent.", "evaluation.", "data."))}
         if shown:
-            say("[laptop profile] CPU: evaluation sized for a laptop (engine.laptop_profile=off keeps the recipe's; "
+            say(
+                "[laptop profile] CPU: evaluation sized for a laptop (engine.laptop_profile=off keeps the recipe's; "
                 "eval.limit / eval.mode / any key on the command line overrides):\n"
-                + "\n".join(f"    {k}: {a} -> {b}" for k, (a, b) in sorted(shown.items())))
+                + "\n".join(f"    {k}: {a} -> {b}" for k, (a, b) in sorted(shown.items()))
+            )
     return cfg, device, laptop
 
 
@@ -385,18 +448,21 @@ class Decoding:
     ex_metric: str = "ex"
 
 
-def _decoding_and_settings(cfg: Any, requested: EvalSettings, explicit: set[str], laptop: bool,
-                           model_context: int | None, say: Say) -> tuple[Decoding, EvalSettings]:
+def _decoding_and_settings(
+    cfg: Any, requested: EvalSettings, explicit: set[str], laptop: bool, model_context: int | None, say: Say
+) -> tuple[Decoding, EvalSettings]:
     """The effective decoding (printed) and the settings it implies."""
     decoding = resolve_decoding(cfg, requested, explicit, laptop, model_context)
     say(describe_decoding(decoding))
-    settings = dataclasses.replace(requested, mode=decoding.mode, samples=decoding.samples, limit=decoding.questions,
-                                   ex_metric=decoding.ex_metric)
+    settings = dataclasses.replace(
+        requested, mode=decoding.mode, samples=decoding.samples, limit=decoding.questions, ex_metric=decoding.ex_metric
+    )
     return decoding, settings
 
 
-def resolve_decoding(cfg: Any, settings: EvalSettings, explicit: set[str], laptop: bool,
-                     model_context: int | None) -> Decoding:
+def resolve_decoding(
+    cfg: Any, settings: EvalSettings, explicit: set[str], laptop: bool, model_context: int | None
+) -> Decoding:
     """The recipe's ``evaluation`` block, then ``eval.*`` overrides; greedy/sample take one
     answer. ``max_context_tokens`` = prompt cap + response cap, never more than the model's
     context, so no generation asks for more than context - prompt (the rollout driver
@@ -418,26 +484,46 @@ def resolve_decoding(cfg: Any, settings: EvalSettings, explicit: set[str], lapto
         response, new_tokens = min(response, context - 1), min(new_tokens, context - 1)
     budgets = {k: int(v) for k, v in cfg.agent.options.items() if k in cfg.agent.turn_budget_keys()}
     overridden = sorted(k for k in explicit if k.startswith(("eval.", "evaluation.")))
-    return Decoding(mode=mode, samples=samples, temperature=temperature,
-                    top_p=ev.top_p if temperature > 0 else 1.0, top_k=ev.top_k if temperature > 0 else 0,
-                    max_new_tokens=new_tokens, max_response_tokens=response, max_context_tokens=context,
-                    max_prompt_tokens=min(r.max_prompt_tokens, context - 1), model_context=model_context, observation_max_tokens=r.observation_max_tokens,
-                    turn_budgets=budgets, questions=settings.limit or cfg.data.eval_limit,
-                    laptop_profile=laptop, overridden=overridden, ex_metric=settings.ex_metric or cfg.data.ex_metric)
+    return Decoding(
+        mode=mode,
+        samples=samples,
+        temperature=temperature,
+        top_p=ev.top_p if temperature > 0 else 1.0,
+        top_k=ev.top_k if temperature > 0 else 0,
+        max_new_tokens=new_tokens,
+        max_response_tokens=response,
+        max_context_tokens=context,
+        max_prompt_tokens=min(r.max_prompt_tokens, context - 1),
+        model_context=model_context,
+        observation_max_tokens=r.observation_max_tokens,
+        turn_budgets=budgets,
+        questions=settings.limit or cfg.data.eval_limit,
+        laptop_profile=laptop,
+        overridden=overridden,
+        ex_metric=settings.ex_metric or cfg.data.ex_metric,
+    )
 
 
 def describe_decoding(d: Decoding) -> str:
     """One block of text: what this evaluation decodes with."""
-    sampling = "greedy (temperature 0)" if d.mode == "greedy" else (
-        f"{d.mode}: {d.samples} sample(s) at T {d.temperature}, top-p {d.top_p}"
-        + (f", top-k {d.top_k}" if d.top_k else ""))
-    lines = [f"[eval settings] decoding: {sampling}",
-             f"    tokens: {d.max_new_tokens} per call, {d.max_response_tokens} per episode, context "
-             f"{d.max_context_tokens} (model {d.model_context or 'unknown'})",
-             f"    observations: {d.observation_max_tokens or 'no token cap (tools own limits)'}; turn budgets: "
-             f"{', '.join(f'{k}={v}' for k, v in sorted(d.turn_budgets.items())) or 'one turn'}",
-             f"    questions: {d.questions or 'all'}; EX rule: {d.ex_metric}; laptop profile: {'on' if d.laptop_profile else 'off'}"
-             + (f"; set on the command line: {', '.join(d.overridden)}" if d.overridden else "")]
+    sampling = (
+        "greedy (temperature 0)"
+        if d.mode == "greedy"
+        else (
+            f"{d.mode}: {d.samples} sample(s) at T {d.temperature}, top-p {d.top_p}"
+            + (f", top-k {d.top_k}" if d.top_k else "")
+        )
+    )
+    lines = [
+        f"[eval settings] decoding: {sampling}",
+        f"    tokens: {d.max_new_tokens} per call, {d.max_response_tokens} per episode, context "
+        f"{d.max_context_tokens} (model {d.model_context or 'unknown'})",
+        f"    observations: {d.observation_max_tokens or 'no token cap (tools own limits)'}; turn budgets: "
+        f"{', '.join(f'{k}={v}' for k, v in sorted(d.turn_budgets.items())) or 'one turn'}",
+        f"    questions: {d.questions or 'all'}; EX rule: {d.ex_metric}; "
+        f"laptop profile: {'on' if d.laptop_profile else 'off'}"
+        + (f"; set on the command line: {', '.join(d.overridden)}" if d.overridden else ""),
+    ]
     return "\n".join(lines)
 
 
@@ -461,8 +547,10 @@ def dry_run(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> Non
     """Print the effective evaluation settings and exit (no model loaded, nothing written)."""
     settings = _settings(raw)
     if raw.get("predictions"):
-        say(f"[eval settings] scoring {raw['predictions']}: one SQL per question, greedy; questions: "
-            f"{settings.limit or (raw.get('data') or {}).get('eval_limit') or 'all'}")
+        say(
+            f"[eval settings] scoring {raw['predictions']}: one SQL per question, greedy; questions: "
+            f"{settings.limit or (raw.get('data') or {}).get('eval_limit') or 'all'}"
+        )
         return
     cfg, _device, laptop = policy_config(raw, explicit, say)
     say(describe_decoding(resolve_decoding(cfg, settings, explicit, laptop, model_context_from_path(cfg.model.path))))
@@ -488,8 +576,9 @@ def sampling_and_limits(d: Decoding) -> tuple[Any, Any]:
     from training.rollout_setup import rollout_limits, sampling_params
 
     sampling = sampling_params(d.temperature, d.top_p, d.top_k, d.max_new_tokens)
-    limits = rollout_limits(d.max_prompt_tokens, d.max_response_tokens, d.max_new_tokens, d.observation_max_tokens,
-                            d.model_context)
+    limits = rollout_limits(
+        d.max_prompt_tokens, d.max_response_tokens, d.max_new_tokens, d.observation_max_tokens, d.model_context
+    )
     return sampling, limits
 
 
@@ -505,8 +594,10 @@ def _few_shot_pool(data: Any, say: Say) -> list[Example]:
     try:
         pool = load_examples(data.kind, data.root, data.split, bool(data.drop_failing_gold), data.limit)
     except ToolkitError as err:
-        say(f"[data] no few-shot pool: the training split {data.split!r} could not be loaded ({err}); "
-            "the agent runs without few-shot examples")
+        say(
+            f"[data] no few-shot pool: the training split {data.split!r} could not be loaded ({err}); "
+            "the agent runs without few-shot examples"
+        )
         return []
     say(f"[data] few-shot pool: {len(pool)} examples from {data.kind}/{data.split}")
     return pool

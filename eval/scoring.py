@@ -74,7 +74,11 @@ def _outcome(gold: Any, result: Any, ex_metric: str) -> str:
 
 
 def score_question(
-    example: Example, samples: Sequence[Sample], scorer: ExecScorer, mode: str, missing: bool = False,
+    example: Example,
+    samples: Sequence[Sample],
+    scorer: ExecScorer,
+    mode: str,
+    missing: bool = False,
     ex_metric: str = "ex",
 ) -> dict[str, Any]:
     """The per-question record (JSON-ready). ``missing``: the predictions file had no SQL.
@@ -119,7 +123,5 @@ def score_question(
     if ballot is not None:
         record["vote"] = {**ballot.to_json(), "match": outcomes[ballot.index] == "match"}
     if any(s.episodes for s in samples):
-        record["samples"] = [
-            {k: v for k, v in asdict(s).items() if k != "flags" or v} for s in samples
-        ]
+        record["samples"] = [{k: v for k, v in asdict(s).items() if k != "flags" or v} for s in samples]
     return record

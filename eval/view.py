@@ -53,15 +53,30 @@ def eval_rows(folder: Path) -> list[dict[str, Any]]:
     for r in read_jsonl(folder / RECORDS):
         samples = r.get("samples") or [{}]
         chosen = samples[min(int(r.get("chosen", 0)), len(samples) - 1)]
-        rows.append({
-            "kind": "eval", "example_id": str(r.get("id")), "db_id": r.get("db_id"), "difficulty": r.get("difficulty"),
-            "question": r.get("question", ""), "gold_sql": r.get("gold_sql"), "final_sql": r.get("sql"),
-            "outcome": r.get("outcome"), "design": design, "role": "", "step": None,
-            "reward": float(r.get("ex", 0)), "components": {"ex": float(r.get("ex", 0)), "rex": float(r.get("rex", 0)),
-                                                            "qatch": float((r.get("qatch") or {}).get("mean", 0.0))},
-            "text": chosen.get("last_turn", ""), "end_reason": chosen.get("end_reason", ""),
-            "details": r.get("details") or {},
-        })
+        rows.append(
+            {
+                "kind": "eval",
+                "example_id": str(r.get("id")),
+                "db_id": r.get("db_id"),
+                "difficulty": r.get("difficulty"),
+                "question": r.get("question", ""),
+                "gold_sql": r.get("gold_sql"),
+                "final_sql": r.get("sql"),
+                "outcome": r.get("outcome"),
+                "design": design,
+                "role": "",
+                "step": None,
+                "reward": float(r.get("ex", 0)),
+                "components": {
+                    "ex": float(r.get("ex", 0)),
+                    "rex": float(r.get("rex", 0)),
+                    "qatch": float((r.get("qatch") or {}).get("mean", 0.0)),
+                },
+                "text": chosen.get("last_turn", ""),
+                "end_reason": chosen.get("end_reason", ""),
+                "details": r.get("details") or {},
+            }
+        )
     return rows
 
 
@@ -78,8 +93,10 @@ def load_rows(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any], s
         return rows, prompts, f"training run {folder}"
     if (folder / RECORDS).is_file():
         return eval_rows(folder), {}, f"evaluation {folder}"
-    raise DataError(f"{path}: no {SAMPLES} (a training run) or {RECORDS} (an eval.run output) there; "
-                    "pass a training run_dir or an eval.run output folder")
+    raise DataError(
+        f"{path}: no {SAMPLES} (a training run) or {RECORDS} (an eval.run output) there; "
+        "pass a training run_dir or an eval.run output folder"
+    )
 
 
 def write_view(path: str | Path, out: str | Path | None = None, say: Say = print) -> Path:
@@ -90,8 +107,10 @@ def write_view(path: str | Path, out: str | Path | None = None, say: Say = print
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(render_page(rows, prompts, title=what), encoding="utf-8")
     size = target.stat().st_size
-    say(f"[view] {len(rows)} trajectories of {what}, {len(prompts)} distinct prompts -> {target} "
-        f"({size / 1e6:.1f} MB, {PAGE_SIZE} rows per page)")
+    say(
+        f"[view] {len(rows)} trajectories of {what}, {len(prompts)} distinct prompts -> {target} "
+        f"({size / 1e6:.1f} MB, {PAGE_SIZE} rows per page)"
+    )
     return target
 
 

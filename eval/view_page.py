@@ -255,14 +255,23 @@ def pack(rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[
 def render_page(rows: Sequence[Mapping[str, Any]], prompts: Mapping[str, Any], title: str) -> str:
     """The whole page as a string; ``rows`` as training/records.py writes them (or eval rows)."""
     packed, vocab = pack(rows)
-    data = json.dumps({"rows": packed, "vocab": vocab, "prompts": dict(prompts), "page_size": PAGE_SIZE},
-                      separators=(",", ":"), ensure_ascii=False).replace("</", "<\\/")
-    filters = "".join([
-        _select("f-outcome", "outcome"), _select("f-difficulty", "difficulty"), _select("f-design", "design"),
-        _select("f-step", "step"), '<label>reward &ge;<input id="f-rmin" type="number" step="any"></label>',
-        '<label>reward &le;<input id="f-rmax" type="number" step="any"></label>',
-        '<label>search<input id="q" type="search" placeholder="question, SQL, tokens..."></label>',
-        '<b id="count"></b>'])
+    data = json.dumps(
+        {"rows": packed, "vocab": vocab, "prompts": dict(prompts), "page_size": PAGE_SIZE},
+        separators=(",", ":"),
+        ensure_ascii=False,
+    ).replace("</", "<\\/")
+    filters = "".join(
+        [
+            _select("f-outcome", "outcome"),
+            _select("f-difficulty", "difficulty"),
+            _select("f-design", "design"),
+            _select("f-step", "step"),
+            '<label>reward &ge;<input id="f-rmin" type="number" step="any"></label>',
+            '<label>reward &le;<input id="f-rmax" type="number" step="any"></label>',
+            '<label>search<input id="q" type="search" placeholder="question, SQL, tokens..."></label>',
+            '<b id="count"></b>',
+        ]
+    )
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>Trajectories: {html.escape(title)}</title>
 <style>{CSS}</style></head><body>
 <h1>Trajectories</h1><p>{html.escape(title)}</p>

@@ -60,19 +60,27 @@ def runsets(s: Study) -> list[Any]:
     groupby = [f"config.ablation.{k}" for k in s.grouping]
     if not s.sweeps:
         return [wr.Runset(entity="", project="", name="runs", groupby=groupby)]
-    return [wr.Runset(entity="", project="", name=name, filters=f"Config('sweep') = '{name}'", groupby=groupby)
-            for name in s.sweeps]
+    return [
+        wr.Runset(entity="", project="", name=name, filters=f"Config('sweep') = '{name}'", groupby=groupby)
+        for name in s.sweeps
+    ]
 
 
 def delta_markdown(s: Study) -> str:
     """The table of differences against the baseline and one statement per difference."""
-    lines = [f"Baseline: **{s.baseline.label}** ({s.baseline.seeds} seed(s)). Differences are arm minus baseline; "
-             "95% bootstrap intervals over questions (each question averaged over seeds first).", "",
-             "| arm | score | questions | difference | 95% CI | |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"Baseline: **{s.baseline.label}** ({s.baseline.seeds} seed(s)). Differences are arm minus baseline; "
+        "95% bootstrap intervals over questions (each question averaged over seeds first).",
+        "",
+        "| arm | score | questions | difference | 95% CI | |",
+        "|---|---|---|---|---|---|",
+    ]
     for d in s.deltas:
         name = dict(SCORES)[d.score]
-        lines.append(f"| {d.arm} | {name} ({d.slice}) | {d.questions} | {pct(d.value)} | {pct(d.low)} to {pct(d.high)} "
-                     f"| {'within noise' if d.within_noise else 'outside noise'} |")
+        lines.append(
+            f"| {d.arm} | {name} ({d.slice}) | {d.questions} | {pct(d.value)} | {pct(d.low)} to {pct(d.high)} "
+            f"| {'within noise' if d.within_noise else 'outside noise'} |"
+        )
     if not s.deltas:
         lines.append("| - | - | - | - | - | only one arm, or no held-out records |")
     return "\n".join(lines)
@@ -82,8 +90,10 @@ def samples_markdown(s: Study) -> str:
     lines = ["| arm | step | question | final SQL | reward | outcome |", "|---|---|---|---|---|---|"]
     for r in s.samples:
         sql = (r.get("final_sql") or "").replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| {r['arm']} | {r['step']} | {str(r.get('question', '')).replace('|', ' ')} | `{sql}` | "
-                     f"{r.get('reward', 0.0):.3f} | {r.get('outcome') or '-'} |")
+        lines.append(
+            f"| {r['arm']} | {r['step']} | {str(r.get('question', '')).replace('|', ' ')} | `{sql}` | "
+            f"{r.get('reward', 0.0):.3f} | {r.get('outcome') or '-'} |"
+        )
     return "\n".join(lines) + "\n\nEvery trajectory, token by token: `python -m eval.view RUN_DIR`."
 
 
@@ -97,7 +107,8 @@ def build_report(s: Study, project: str, entity: str | None = None, title: str |
     arms = ", ".join(f"{a.label} ({a.seeds} seed(s))" for a in s.arms)
     kwargs = {"entity": entity} if entity is not None else {}
     return wr.Report(
-        project=project, title=(title or f"Ablation: {', '.join(s.grouping) or 'runs'}")[:128],
+        project=project,
+        title=(title or f"Ablation: {', '.join(s.grouping) or 'runs'}")[:128],
         description=f"Sweep(s) {', '.join(s.sweeps) or '-'}; swept {', '.join(s.swept) or '-'}; arms: {arms}.",
         blocks=[
             wr.H2("Training curves (mean over seeds, band: standard deviation)"),
@@ -117,13 +128,24 @@ def build_report(s: Study, project: str, entity: str | None = None, title: str |
 def report_spec(report: Any) -> dict[str, Any]:
     """The specification wandb stores for the report (its view spec)."""
     model = report._to_model()  # the library's own conversion, as Report.save uses it
-    return {"title": report.title, "project": report.project, "entity": report.entity,
-            "description": report.description, "spec": json.loads(model.spec.model_dump_json(by_alias=True,
-                                                                                           exclude_none=True))}
+    return {
+        "title": report.title,
+        "project": report.project,
+        "entity": report.entity,
+        "description": report.description,
+        "spec": json.loads(model.spec.model_dump_json(by_alias=True, exclude_none=True)),
+    }
 
 
-def write_report(views: Sequence[Any], out: Path, project: str, entity: str | None = None,
-                 baseline: str | None = None, use_wandb: bool = True, say: Say = print) -> dict[str, Any]:
+def write_report(
+    views: Sequence[Any],
+    out: Path,
+    project: str,
+    entity: str | None = None,
+    baseline: str | None = None,
+    use_wandb: bool = True,
+    say: Say = print,
+) -> dict[str, Any]:
     """Build the report; save it when logged in; always write the spec and the HTML twin."""
     from eval.report_html import write_html
     from training.logging_utils import wandb_mode

@@ -292,9 +292,7 @@ def _multiset_intersection(gold_rows: Sequence[Row], sample_rows: Sequence[Row])
 
 def _shape(row: Row) -> tuple:
     """Rows can only match within tolerance if their non-numeric cells are equal."""
-    return tuple(
-        _NUMBER if _is_number(v) else (type(v).__name__, v) if v is not None else None for v in row
-    )
+    return tuple(_NUMBER if _is_number(v) else (type(v).__name__, v) if v is not None else None for v in row)
 
 
 _NUMBER = ("<number>",)

@@ -47,8 +47,9 @@ class ExecMetric(Protocol):
 
     order_rule: OrderRule | None
 
-    def __call__(self, gold: Table, pred: Table, ordered: bool | None, outcome: str) -> tuple[float, dict[str, Any]]:
-        ...
+    def __call__(
+        self, gold: Table, pred: Table, ordered: bool | None, outcome: str
+    ) -> tuple[float, dict[str, Any]]: ...
 
 
 METRICS: Registry[ExecMetric] = Registry("execution metric")
@@ -213,8 +214,11 @@ class ExecScorer:
         self.misses = 0
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"timeout_s": self.timeout_s, "gold_cache_size": self.gold_cache_size,
-                "gold_cache_cells": self.gold_cache_cells}
+        return {
+            "timeout_s": self.timeout_s,
+            "gold_cache_size": self.gold_cache_size,
+            "gold_cache_cells": self.gold_cache_cells,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["timeout_s"], state["gold_cache_size"], state["gold_cache_cells"])  # type: ignore[misc]
@@ -256,9 +260,7 @@ class ExecScorer:
                     self._cached_cells -= old.cells
         return entry
 
-    def score(
-        self, db: Database, gold_sql: str, pred_sql: str | None, metric: str = "ex"
-    ) -> ExecScore:
+    def score(self, db: Database, gold_sql: str, pred_sql: str | None, metric: str = "ex") -> ExecScore:
         """Execute both queries and score the prediction under ``metric``.
 
         ``pred_sql`` None (the model gave no SQL) scores like a failing prediction

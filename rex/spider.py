@@ -116,8 +116,11 @@ def spider_hardness(sql: str) -> str:
         return "easy"
     if (others <= 2 and c1 <= 1 and c2 == 0) or (c1 <= 2 and others < 2 and c2 == 0):
         return "medium"
-    if (others > 2 and c1 <= 2 and c2 == 0) or (2 < c1 <= 3 and others <= 2 and c2 == 0) or \
-            (c1 <= 1 and others == 0 and c2 <= 1):
+    if (
+        (others > 2 and c1 <= 2 and c2 == 0)
+        or (2 < c1 <= 3 and others <= 2 and c2 == 0)
+        or (c1 <= 1 and others == 0 and c2 <= 1)
+    ):
         return "hard"
     return "extra"
 
@@ -151,11 +154,17 @@ def hardness_counts(sql: str) -> tuple[int, int, int] | None:
     sources = [from_.this] if from_ is not None else []
     sources += [j.this for j in joins]
     nested += sum(isinstance(s, exp.Subquery) for s in sources)
-    nested += sum(isinstance(n, (exp.Subquery, exp.Select)) and n is not c
-                  for c in conditions for n in _own_nodes(c, stop=False))
+    nested += sum(
+        isinstance(n, (exp.Subquery, exp.Select)) and n is not c for c in conditions for n in _own_nodes(c, stop=False)
+    )
     others = 0
-    agg_parts = [*tree.expressions, *([where] if where else []), *([group] if group else []),
-                 *([order] if order else []), *([having] if having else [])]
+    agg_parts = [
+        *tree.expressions,
+        *([where] if where else []),
+        *([group] if group else []),
+        *([order] if order else []),
+        *([having] if having else []),
+    ]
     aggs = sum(isinstance(n, exp.AggFunc) for part in agg_parts for n in _own_nodes(part))
     others += aggs > 1
     others += len(tree.expressions) > 1

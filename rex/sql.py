@@ -291,10 +291,7 @@ def _lower_schema(schema: SchemaMap | None) -> dict[str, dict[str, str]]:
     """``{table: {column: type}}`` lower-cased, as sqlglot's MappingSchema wants it."""
     if not schema:
         return {}
-    return {
-        str(table).lower(): {str(col).lower(): "TEXT" for col in columns}
-        for table, columns in schema.items()
-    }
+    return {str(table).lower(): {str(col).lower(): "TEXT" for col in columns} for table, columns in schema.items()}
 
 
 def _qualified(root: exp.Expression, schema: dict[str, dict[str, str]]) -> exp.Expression:
@@ -342,11 +339,7 @@ class _Resolver:
         return found
 
     def _visit_scope(self, scope: Scope) -> None:
-        local = {
-            alias.lower(): src.name.lower()
-            for alias, src in scope.sources.items()
-            if isinstance(src, exp.Table)
-        }
+        local = {alias.lower(): src.name.lower() for alias, src in scope.sources.items() if isinstance(src, exp.Table)}
         self.tables.update(t for t in local.values() if t)
         visible = self._table_sources(scope)
         derived = {a.lower() for a, s in scope.sources.items() if not isinstance(s, exp.Table)}
@@ -434,7 +427,9 @@ def referenced_schema(sql: str, schema: SchemaMap | None = None) -> SqlReference
     selects = sum(1 for st in statements for _ in st.find_all(exp.Select))
     if selects > MAX_SELECTS:
         return SqlReference(
-            tables=(), columns=(), parsed=False,
+            tables=(),
+            columns=(),
+            parsed=False,
             error=f"query too complex to analyse ({selects} SELECTs; the limit is {MAX_SELECTS})",
         )
     lowered = _lower_schema(schema)
@@ -444,7 +439,9 @@ def referenced_schema(sql: str, schema: SchemaMap | None = None) -> SqlReference
             resolver.visit(_qualified(statement, lowered))
     except Exception as err:  # scope traversal on adversarial trees: report, never raise
         return SqlReference(
-            tables=(), columns=(), parsed=False,
+            tables=(),
+            columns=(),
+            parsed=False,
             error=f"could not resolve the query's references ({type(err).__name__}): {_first_line(err)}",
         )
     return SqlReference(

@@ -171,7 +171,9 @@ def test_the_import_graph_has_no_cycle() -> None:
 def test_no_module_is_longer_than_the_limit() -> None:
     paths = [p for top in (*PACKAGES, "tests", "benchmarks") for p in sorted((REPO / top).rglob("*.py"))]
     lengths = {p.relative_to(REPO).as_posix(): len(p.read_text(encoding="utf-8").splitlines()) for p in paths}
-    too_long = [f"{name}: {n} lines" for name, n in sorted(lengths.items()) if n > MAX_LINES and name not in DATA_TABLES]
+    too_long = [
+        f"{name}: {n} lines" for name, n in sorted(lengths.items()) if n > MAX_LINES and name not in DATA_TABLES
+    ]
     assert not too_long, f"modules over {MAX_LINES} lines (split them, or list a data table in DATA_TABLES):\n" + (
         "\n".join(too_long)
     )
@@ -185,8 +187,9 @@ def test_the_checks_see_what_they_check(tmp_path: Path) -> None:
     pkg = tmp_path / "pkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.c\n"
-                              "def f():\n    from . import b\n")
+    (pkg / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.c\ndef f():\n    from . import b\n"
+    )
     (pkg / "b.py").write_text("from pkg.a import f\n")
     (pkg / "c.py").write_text("")
     known = {"pkg": pkg / "__init__.py", "pkg.a": pkg / "a.py", "pkg.b": pkg / "b.py", "pkg.c": pkg / "c.py"}

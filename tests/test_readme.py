@@ -23,19 +23,27 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-TINY_TRAIN = ("trainer.total_steps=1", "algorithm.group_size=2", "algorithm.batch_size=1", "data.eval_limit=2",
-              "rollout.max_new_tokens=8", "rollout.max_response_tokens=64", "stage.warm_start.enable=false",
-              "logger=[console]")
+TINY_TRAIN = (
+    "trainer.total_steps=1",
+    "algorithm.group_size=2",
+    "algorithm.batch_size=1",
+    "data.eval_limit=2",
+    "rollout.max_new_tokens=8",
+    "rollout.max_response_tokens=64",
+    "stage.warm_start.enable=false",
+    "logger=[console]",
+)
 TINY_EVAL = ("eval.limit=2", "rollout.max_new_tokens=8", "rollout.max_response_tokens=64")
 
 
 def usage_commands(readme: str) -> list[list[str]]:
     """The commands of the first ```bash block after '## Usage' (comments dropped)."""
-    section = readme[readme.index("## Usage"):]
+    section = readme[readme.index("## Usage") :]
     block = re.search(r"```bash\n(.*?)```", section, re.S)
     assert block, "the Usage section has no ```bash block"
-    return [shlex.split(line, comments=True) for line in block.group(1).splitlines()
-            if shlex.split(line, comments=True)]
+    return [
+        shlex.split(line, comments=True) for line in block.group(1).splitlines() if shlex.split(line, comments=True)
+    ]
 
 
 def with_values(args: list[str], *values: str) -> list[str]:
@@ -77,8 +85,11 @@ def test_the_usage_block_runs(tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
     dev = json.loads(_minibird_dev())
-    (work / "preds.jsonl").write_text("".join(
-        json.dumps({"question_id": q["question_id"], "db_id": q["db_id"], "sql": q["SQL"]}) + "\n" for q in dev[:3]))
+    (work / "preds.jsonl").write_text(
+        "".join(
+            json.dumps({"question_id": q["question_id"], "db_id": q["db_id"], "sql": q["SQL"]}) + "\n" for q in dev[:3]
+        )
+    )
     env = dict(os.environ, PYTHONPATH=str(REPO), WANDB_MODE="offline")
     commands = usage_commands((REPO / "README.md").read_text(encoding="utf-8"))
     assert len(commands) >= 10
@@ -86,8 +97,9 @@ def test_the_usage_block_runs(tmp_path: Path) -> None:
     outputs, errors = [], []
     for args in commands:
         run = cpu_sized(args, tiny, state)
-        proc = subprocess.run([sys.executable, *run[1:]], cwd=work, env=env, capture_output=True, text=True,
-                              timeout=300)
+        proc = subprocess.run(
+            [sys.executable, *run[1:]], cwd=work, env=env, capture_output=True, text=True, timeout=300
+        )
         assert proc.returncode == 0, f"{shlex.join(run)}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
         outputs.append((run, proc.stdout))
         errors.append(proc.stderr)

@@ -55,7 +55,9 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tools", description="Run a read-only database tool and print its JSON.")
+    parser = argparse.ArgumentParser(
+        prog="python -m tools", description="Run a read-only database tool and print its JSON."
+    )
     sub = parser.add_subparsers(dest="tool", required=True)
     for name in TOOLS.names():
         _add_tool_parser(sub, name)
@@ -67,12 +69,20 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument("--tables", help="comma-separated tables to keep")
     schema.add_argument("--columns", help="comma-separated table.column names to keep")
     build = sub.add_parser("build-cache", help="build every database profile and search index once, before training")
-    build.add_argument("overrides", nargs="*", metavar="data=<kind> data.<key>=<value>",
-                       help="the benchmark whose training and held-out databases to build (default data=minibird)")
+    build.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="data=<kind> data.<key>=<value>",
+        help="the benchmark whose training and held-out databases to build (default data=minibird)",
+    )
     build.add_argument("--db", dest="db_paths", action="append", default=[], help="a .sqlite file (repeatable)")
     build.add_argument("--only", help="comma-separated subset of profile,fts,bm25 (default: all three)")
-    build.add_argument("--bm25-columns", choices=("all", "text"), default="all",
-                       help="BM25 indexes for every column (default) or only columns holding text")
+    build.add_argument(
+        "--bm25-columns",
+        choices=("all", "text"),
+        default="all",
+        help="BM25 indexes for every column (default) or only columns holding text",
+    )
     return parser
 
 

@@ -94,8 +94,6 @@ def register_bm25_engine(name: str, replace: bool = False) -> Callable[[Any], An
 
 
 @register_bm25_engine("bm25s")
-
-
 class Bm25sRanker:
     """bm25s: scores only the posting lists of the query's terms."""
 

@@ -51,8 +51,10 @@ class BuildReport:
         total = len(self.built) + len(self.cached)
         if not self.built:
             return f"[build-cache] all {total} database(s) cached in {cache_root()} ({self.files} files); nothing to do"
-        return (f"[build-cache] built {len(self.built)} and found {len(self.cached)} cached of {total} database(s) "
-                f"in {cache_root()} ({self.files} files)")
+        return (
+            f"[build-cache] built {len(self.built)} and found {len(self.cached)} cached of {total} database(s) "
+            f"in {cache_root()} ({self.files} files)"
+        )
 
 
 def check_kinds(kinds: Iterable[str]) -> tuple[str, ...]:
@@ -117,8 +119,13 @@ def _write_manifest(db_path: Path, content_hash: str, files: dict[str, list[str]
     path.parent.mkdir(parents=True, exist_ok=True)
     old = read_manifest(db_path) or {}
     merged = {**old.get("files", {}), **files}
-    data = {"version": MANIFEST_VERSION, "db_path": str(db_path), "stat": _stat_key(db_path),
-            "content_hash": content_hash, "files": merged}
+    data = {
+        "version": MANIFEST_VERSION,
+        "db_path": str(db_path),
+        "stat": _stat_key(db_path),
+        "content_hash": content_hash,
+        "files": merged,
+    }
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         json.dump(data, handle, indent=1)
@@ -139,8 +146,13 @@ def _relative(path: Path) -> str:
     return str(path.resolve().relative_to(cache_root().resolve()))
 
 
-def build(db_paths: Sequence[str | Path], kinds: Sequence[str] = KINDS, bm25_columns: str = "all",
-          say: Say = print, progress: bool = True) -> BuildReport:
+def build(
+    db_paths: Sequence[str | Path],
+    kinds: Sequence[str] = KINDS,
+    bm25_columns: str = "all",
+    say: Say = print,
+    progress: bool = True,
+) -> BuildReport:
     """Build the ``kinds`` caches of every database (skipping those already built), with a
     progress bar over the units of work (a profile, an FTS index, one BM25 index per column)."""
     from tools.bm25 import ensure_index_on_disk
@@ -154,8 +166,10 @@ def build(db_paths: Sequence[str | Path], kinds: Sequence[str] = KINDS, bm25_col
     paths = [Path(p) for p in dict.fromkeys(str(Path(p).expanduser().resolve()) for p in db_paths)]
     todo = set(missing(paths, kinds))
     report = BuildReport(cached=[str(p) for p in paths if str(p) not in todo])
-    say(f"[build-cache] {len(paths)} database(s), caches {', '.join(kinds)} under {cache_root()} "
-        f"(${CACHE_ENV}); {len(report.cached)} already built")
+    say(
+        f"[build-cache] {len(paths)} database(s), caches {', '.join(kinds)} under {cache_root()} "
+        f"(${CACHE_ENV}); {len(report.cached)} already built"
+    )
     plans = []
     for path in paths:
         if str(path) in todo:

@@ -20,9 +20,27 @@ SCHEMA_TABLES: frozenset[str] = frozenset({"sqlite_master", "sqlite_schema", "sq
 SELECT_KEYWORDS: frozenset[str] = frozenset({"SELECT", "WITH", "VALUES"})
 OTHER_STATEMENT_KEYWORDS: frozenset[str] = frozenset(
     {
-        "INSERT", "UPDATE", "DELETE", "REPLACE", "UPSERT", "CREATE", "DROP", "ALTER", "ATTACH",
-        "DETACH", "PRAGMA", "BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE",
-        "VACUUM", "REINDEX", "ANALYZE", "EXPLAIN",
+        "INSERT",
+        "UPDATE",
+        "DELETE",
+        "REPLACE",
+        "UPSERT",
+        "CREATE",
+        "DROP",
+        "ALTER",
+        "ATTACH",
+        "DETACH",
+        "PRAGMA",
+        "BEGIN",
+        "COMMIT",
+        "END",
+        "ROLLBACK",
+        "SAVEPOINT",
+        "RELEASE",
+        "VACUUM",
+        "REINDEX",
+        "ANALYZE",
+        "EXPLAIN",
     }
 )
 """First keywords of non-SELECT statements: refused up front with a clear message (any
@@ -83,7 +101,5 @@ PRESETS: dict[str, QueryLimits] = {
     "metric": QueryLimits(max_rows=None, timeout_s=30.0, max_vm_steps=None),
 }
 
-INTERNAL_LIMITS = QueryLimits(
-    max_rows=None, timeout_s=600.0, max_vm_steps=None, allowed_pragmas=READONLY_PRAGMAS
-)
+INTERNAL_LIMITS = QueryLimits(max_rows=None, timeout_s=600.0, max_vm_steps=None, allowed_pragmas=READONLY_PRAGMAS)
 """For the toolkit's own metadata and profiling queries (still read-only)."""

@@ -124,7 +124,9 @@ def sqlite_peek(
     limit = max(1, min(int(limit), MAX_PEEK_LIMIT))
     condition = f" WHERE ({where})" if where and where.strip() else ""
     select = ", ".join(quote_identifier(c) for c in real_columns)
-    scanned = execute(db, f"SELECT {select} FROM {quote_identifier(real_table)}{condition} LIMIT {PEEK_SCAN_ROWS}", PEEK_LIMITS)
+    scanned = execute(
+        db, f"SELECT {select} FROM {quote_identifier(real_table)}{condition} LIMIT {PEEK_SCAN_ROWS}", PEEK_LIMITS
+    )
     if isinstance(scanned, ToolError):
         return scanned
     types = {row[0]: row[1] for row in db.query_internal("SELECT name, type FROM pragma_table_info(?)", (real_table,))}

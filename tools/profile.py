@@ -163,9 +163,7 @@ def load_or_build_profile(db: Database) -> DatabaseProfile:
 
 def profile_cache_path(db: Database) -> Path:
     """Keyed by the database content hash, the description files and the format version."""
-    key = hashlib.sha256(
-        f"{PROFILE_VERSION}:{db.content_hash}:{_descriptions_hash(db.path)}".encode()
-    ).hexdigest()[:32]
+    key = hashlib.sha256(f"{PROFILE_VERSION}:{db.content_hash}:{_descriptions_hash(db.path)}".encode()).hexdigest()[:32]
     folder = cache_root() / "profiles"
     folder.mkdir(parents=True, exist_ok=True)
     return folder / f"{db.db_id}-{key}.json"
@@ -178,9 +176,7 @@ def build_profile(db: Database) -> DatabaseProfile:
     """Compute the profile from the database (one statistics scan per table, one
     top-values query per column, one overlap query per foreign-key candidate)."""
     descriptions = read_descriptions(db.path.parent / "database_description")
-    tables = tuple(
-        _profile_table(db, name, descriptions.get(name.lower(), {})) for name in db.schema()
-    )
+    tables = tuple(_profile_table(db, name, descriptions.get(name.lower(), {})) for name in db.schema())
     declared = _declared_foreign_keys(db, tables)
     inferred = infer_foreign_keys(db, tables, declared)
     return DatabaseProfile(db.db_id, db.content_hash, tables, tuple(declared) + tuple(inferred))
@@ -222,14 +218,16 @@ _STATS_PER_COLUMN = 11
 
 
 def _profile_table(db: Database, table: str, described: Mapping[str, Mapping[str, str]]) -> TableProfile:
-    info = db.query_internal("SELECT name, type, \"notnull\", pk FROM pragma_table_info(?)", (table,))
+    info = db.query_internal('SELECT name, type, "notnull", pk FROM pragma_table_info(?)', (table,))
     names = [row[0] for row in info]
     stats = db.query_internal(_stats_sql(table, names))[0] if names else (0,)
     row_count = int(stats[0] or 0)
     columns = []
     for i, (name, declared, not_null, pk) in enumerate(info):
         chunk = stats[1 + i * _STATS_PER_COLUMN : 1 + (i + 1) * _STATS_PER_COLUMN]
-        columns.append(_profile_column(db, table, name, declared, bool(not_null), bool(pk), row_count, chunk, described))
+        columns.append(
+            _profile_column(db, table, name, declared, bool(not_null), bool(pk), row_count, chunk, described)
+        )
     pk_cols = tuple(row[0] for row in sorted((r for r in info if r[3]), key=lambda r: r[3]))
     return TableProfile(table, row_count, tuple(columns), pk_cols)
 
@@ -300,7 +298,9 @@ def _top_values(db: Database, table: str, column: str) -> tuple[tuple[Any, int],
 
 def _examples(db: Database, table: str, column: str) -> tuple[Any, ...]:
     c = quote_identifier(column)
-    rows = db.query_internal(f"SELECT DISTINCT {c} FROM {quote_identifier(table)} WHERE {c} IS NOT NULL LIMIT {EXAMPLES}")
+    rows = db.query_internal(
+        f"SELECT DISTINCT {c} FROM {quote_identifier(table)} WHERE {c} IS NOT NULL LIMIT {EXAMPLES}"
+    )
     return tuple(_short(v) for (v,) in rows)
 
 
@@ -354,7 +354,13 @@ def _names_match(column: str, ref_table: str, ref_column: str) -> bool:
         return False
     if col == ref_col and ref_col not in ("id", "name", "code"):
         return True
-    return col in {table + ref_col, single + ref_col, table + "id", single + "id"} and ref_col in ("id", "code", "no", "number", "key")
+    return col in {table + ref_col, single + ref_col, table + "id", single + "id"} and ref_col in (
+        "id",
+        "code",
+        "no",
+        "number",
+        "key",
+    )
 
 
 def _types_compatible(a: str, b: str) -> bool:
@@ -409,7 +415,9 @@ def _best_target(
             continue
         overlap = _overlap(db, table.name, col.name, ref_table.name, ref_col.name, col.distinct)
         if overlap >= MIN_FK_OVERLAP and (best is None or (best.overlap or 0) < overlap):
-            best = ForeignKey(table.name, col.name, ref_table.name, ref_col.name, inferred=True, overlap=round(overlap, 4))
+            best = ForeignKey(
+                table.name, col.name, ref_table.name, ref_col.name, inferred=True, overlap=round(overlap, 4)
+            )
     return best
 
 

@@ -30,8 +30,7 @@ class Registry(Generic[T]):
 
         def decorator(obj: T) -> T:
             existing = self._items.get(name)
-            if (not replace and existing is not None and existing is not obj
-                    and _qualname(existing) != _qualname(obj)):
+            if not replace and existing is not None and existing is not obj and _qualname(existing) != _qualname(obj):
                 raise ValueError(
                     f"{self.kind} {name!r} is already registered to {_qualname(existing)}; "
                     f"pick another name for {_qualname(obj)}, or pass replace=True to take it over"

@@ -138,6 +138,7 @@ def _number(value: float) -> str:
 
 # --------------------------------------------------------------------------- DDL
 
+
 def _quote(name: str) -> str:  # schema text is read by the model: quote only names that need it
     return quote_identifier(name, only_if_needed=True)
 
@@ -171,7 +172,9 @@ def _ddl_table(table: TableProfile, cols: list[ColumnProfile], fks: list[Foreign
     if len(table.primary_key) > 1 and set(table.primary_key) <= shown:
         body.append((f"  PRIMARY KEY ({', '.join(_quote(c) for c in table.primary_key)})", ""))
     for fk in fks:
-        body.append((f"  FOREIGN KEY ({_quote(fk.column)}) REFERENCES {_quote(fk.ref_table)}({_quote(fk.ref_column)})", ""))
+        body.append(
+            (f"  FOREIGN KEY ({_quote(fk.column)}) REFERENCES {_quote(fk.ref_table)}({_quote(fk.ref_column)})", "")
+        )
     rendered = []
     for i, (line, note) in enumerate(body):
         comma = "," if i < len(body) - 1 else ""

@@ -73,13 +73,27 @@ def _name_error(schema_of: Callable[[], dict[str, list[str]]], kind: str, messag
 
 
 _FUNCTION_HINTS = {
-    "year": "strftime('%Y', col)", "month": "strftime('%m', col)", "day": "strftime('%d', col)",
-    "now": "date('now') or datetime('now')", "curdate": "date('now')", "datediff": "julianday(a) - julianday(b)",
-    "concat": "a || b", "len": "length(x)", "isnull": "ifnull(x, y)", "if": "iif(cond, a, b) or CASE WHEN",
-    "to_date": "date(x)", "str_to_date": "date(x)", "date_format": "strftime(format, x)",
-    "extract": "strftime(format, x)", "left": "substr(x, 1, n)", "right": "substr(x, -n)",
-    "position": "instr(x, y)", "locate": "instr(x, y)", "ceil": "CAST(x AS INTEGER) + (x > CAST(x AS INTEGER))",
-    "floor": "CAST(x AS INTEGER) for x >= 0", "truncate": "CAST(x AS INTEGER)",
+    "year": "strftime('%Y', col)",
+    "month": "strftime('%m', col)",
+    "day": "strftime('%d', col)",
+    "now": "date('now') or datetime('now')",
+    "curdate": "date('now')",
+    "datediff": "julianday(a) - julianday(b)",
+    "concat": "a || b",
+    "len": "length(x)",
+    "isnull": "ifnull(x, y)",
+    "if": "iif(cond, a, b) or CASE WHEN",
+    "to_date": "date(x)",
+    "str_to_date": "date(x)",
+    "date_format": "strftime(format, x)",
+    "extract": "strftime(format, x)",
+    "left": "substr(x, 1, n)",
+    "right": "substr(x, -n)",
+    "position": "instr(x, y)",
+    "locate": "instr(x, y)",
+    "ceil": "CAST(x AS INTEGER) + (x > CAST(x AS INTEGER))",
+    "floor": "CAST(x AS INTEGER) for x >= 0",
+    "truncate": "CAST(x AS INTEGER)",
 }
 """SQLite spellings of functions other SQL dialects have (models often reach for them)."""
 

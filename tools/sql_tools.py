@@ -18,7 +18,9 @@ MAX_RETURN_ROWS_CAP = 1000
 DEFAULT_PRESET = {"sqlite_query": "retoolsql", "execute_sql_query": "trustsql", "execute_sql": "dualsql"}
 
 
-def run_sql(db: Database, sql: str, limits: QueryLimits | str, max_return_rows: int | None = None) -> QueryResult | ToolError:
+def run_sql(
+    db: Database, sql: str, limits: QueryLimits | str, max_return_rows: int | None = None
+) -> QueryResult | ToolError:
     """Execute ``sql`` under a preset (by name or value); ``max_return_rows`` overrides
     the preset's row cap, clamped to ``MAX_RETURN_ROWS_CAP``."""
     if isinstance(limits, str):
@@ -32,7 +34,9 @@ def run_sql(db: Database, sql: str, limits: QueryLimits | str, max_return_rows: 
     return execute(db, sql, limits)
 
 
-def sqlite_query(db: Database, sql: str, max_return_rows: int = 100, preset: str = "retoolsql") -> QueryResult | ToolError:
+def sqlite_query(
+    db: Database, sql: str, max_return_rows: int = 100, preset: str = "retoolsql"
+) -> QueryResult | ToolError:
     """ReToolSQL's executor: SELECT/WITH only, 15M VM steps, row cap ``max_return_rows``."""
     return run_sql(db, sql, preset, max_return_rows)
 

@@ -72,7 +72,7 @@ _DB_ID = {"type": "string", "description": "The database id given in the task."}
 _SQL = {"type": "string", "description": "One SQLite statement."}
 _WHERE = {
     "type": ["string", "null"],
-    "description": "Optional SQL predicate restricting the rows, e.g. \"year = 2020\" (read-only).",
+    "description": 'Optional SQL predicate restricting the rows, e.g. "year = 2020" (read-only).',
 }
 
 
@@ -146,7 +146,12 @@ register_tool(
                 "items": {"type": "string"},
                 "description": "Column names to profile (empty list = all columns).",
             },
-            "limit": {"type": "integer", "description": "Top values and samples per column (default 10).", "minimum": 1, "maximum": 50},
+            "limit": {
+                "type": "integer",
+                "description": "Top values and samples per column (default 10).",
+                "minimum": 1,
+                "maximum": 50,
+            },
             "where": _WHERE,
         },
         required=("db_id", "table", "columns"),
@@ -185,7 +190,12 @@ register_tool(
         properties={
             "db_id": _DB_ID,
             "query": {"type": "string", "description": "Keywords to look for."},
-            "k": {"type": "integer", "description": "Most schema matches and most value columns (default 10).", "minimum": 1, "maximum": 50},
+            "k": {
+                "type": "integer",
+                "description": "Most schema matches and most value columns (default 10).",
+                "minimum": 1,
+                "maximum": 50,
+            },
         },
         required=("db_id", "query"),
         run=lambda db, a, _p: fts_search(db, a["query"], a["k"]),
@@ -261,7 +271,11 @@ register_tool(
         ),
         properties={
             "db_id": _DB_ID,
-            "tables": {"type": ["array", "null"], "items": {"type": "string"}, "description": "Only these tables (default: all)."},
+            "tables": {
+                "type": ["array", "null"],
+                "items": {"type": "string"},
+                "description": "Only these tables (default: all).",
+            },
         },
         required=("db_id",),
         run=_run_get_profile,
@@ -311,7 +325,9 @@ class ToolBox:
         self.db = db
         self.specs = [TOOLS.get(name) for name in tool_names]
         if preset is not None and preset not in PRESETS:
-            raise ConfigError(f"unknown executor preset {preset!r}{did_you_mean(preset, list(PRESETS))} use one of {sorted(PRESETS)}")
+            raise ConfigError(
+                f"unknown executor preset {preset!r}{did_you_mean(preset, list(PRESETS))} use one of {sorted(PRESETS)}"
+            )
         self.preset = preset
 
     @property
@@ -369,7 +385,11 @@ def parse_arguments(arguments: Any) -> dict[str, Any] | ToolError:
         if isinstance(value, str):
             value = json.loads(value)
     except json.JSONDecodeError as exc:
-        return ToolError("bad_arguments", f"arguments are not valid JSON ({exc.msg} at character {exc.pos})", 'write them as a JSON object, e.g. {"db_id": "…", "sql": "SELECT …"}')
+        return ToolError(
+            "bad_arguments",
+            f"arguments are not valid JSON ({exc.msg} at character {exc.pos})",
+            'write them as a JSON object, e.g. {"db_id": "…", "sql": "SELECT …"}',
+        )
     if not isinstance(value, dict):
         return ToolError("bad_arguments", f"arguments must be a JSON object, got {type(value).__name__}")
     return value
@@ -388,10 +408,18 @@ def validate_arguments(spec: ToolSpec, args: dict[str, Any]) -> dict[str, Any] |
     usage = f"{spec.name}({', '.join(spec.properties)})"
     unknown = [k for k in args if k not in spec.properties]
     if unknown:
-        return ToolError("bad_arguments", f"unknown argument {unknown[0]!r}{did_you_mean(unknown[0], list(spec.properties))}", f"arguments: {usage}")
+        return ToolError(
+            "bad_arguments",
+            f"unknown argument {unknown[0]!r}{did_you_mean(unknown[0], list(spec.properties))}",
+            f"arguments: {usage}",
+        )
     missing = [k for k in spec.required if k not in args]
     if missing:
-        return ToolError("bad_arguments", f"missing required argument {missing[0]!r}", f"arguments: {usage}; required: {', '.join(spec.required)}")
+        return ToolError(
+            "bad_arguments",
+            f"missing required argument {missing[0]!r}",
+            f"arguments: {usage}; required: {', '.join(spec.required)}",
+        )
     out = dict(spec.defaults)
     for key, value in args.items():
         checked = _check_value(spec.name, key, spec.properties[key], value)
@@ -407,7 +435,9 @@ def _check_value(tool: str, key: str, prop: Mapping[str, Any], value: Any) -> An
         value = [c.strip() for c in value.split(",") if c.strip()]  # "a, b" is a common slip
     if not any(_JSON_TYPES[t](value) for t in types):
         wanted = " or ".join(types)
-        return ToolError("bad_arguments", f"{tool}: argument {key!r} must be {wanted}, got {type(value).__name__} {value!r:.60}")
+        return ToolError(
+            "bad_arguments", f"{tool}: argument {key!r} must be {wanted}, got {type(value).__name__} {value!r:.60}"
+        )
     if "integer" in types and value is not None:
         value = int(value)
         low, high = prop.get("minimum"), prop.get("maximum")

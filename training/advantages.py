@@ -100,9 +100,7 @@ def grpo_estimator(tracks: TrackScores, groups: Sequence[str], opts: AdvantageOp
 
 
 @register_estimator("two_track")
-def two_track_estimator(
-    tracks: TrackScores, groups: Sequence[str], opts: AdvantageOptions
-) -> dict[str, torch.Tensor]:
+def two_track_estimator(tracks: TrackScores, groups: Sequence[str], opts: AdvantageOptions) -> dict[str, torch.Tensor]:
     """TRUST-SQL phase-aware GRPO: ``full`` and ``schema`` tracks normalised independently.
 
     The engine applies ``full`` to every policy token and ``schema`` only to policy tokens

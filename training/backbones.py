@@ -64,12 +64,16 @@ class Architecture:
         sliding = sum(1 for kind in kinds if kind == "sliding_attention")
         tie = text.get("tie_word_embeddings", data.get("tie_word_embeddings", False))
         return cls(
-            hidden_size=int(text["hidden_size"]), intermediate_size=int(text["intermediate_size"]),
-            num_hidden_layers=int(text["num_hidden_layers"]), num_attention_heads=heads,
+            hidden_size=int(text["hidden_size"]),
+            intermediate_size=int(text["intermediate_size"]),
+            num_hidden_layers=int(text["num_hidden_layers"]),
+            num_attention_heads=heads,
             num_key_value_heads=int(text.get("num_key_value_heads") or heads),
             head_dim=int(text.get("head_dim") or int(text["hidden_size"]) // heads),
-            vocab_size=int(text["vocab_size"]), tie_word_embeddings=bool(tie),
-            sliding_layers=sliding, sliding_window=text.get("sliding_window") if sliding else None,
+            vocab_size=int(text["vocab_size"]),
+            tie_word_embeddings=bool(tie),
+            sliding_layers=sliding,
+            sliding_window=text.get("sliding_window") if sliding else None,
             global_key_value_heads=text.get("num_global_key_value_heads"),
             global_head_dim=text.get("global_head_dim") if sliding else None,
             global_k_eq_v=bool(text.get("attention_k_eq_v", False)),
@@ -106,25 +110,65 @@ BACKBONES: dict[str, Backbone] = {
         # text_config: hidden 5,376, intermediate 21,504, head_dim 256 (sliding) / global_head_dim 512,
         # num_global_key_value_heads 4, attention_k_eq_v true, sliding_window 1,024, tied embeddings:
         # 30.7B parameters by the formula in training/sizing.py (the card says 30.7B).
-        Backbone("google/gemma-4-31B-it", "gemma4_31b", 262_144, 32, 16, 262_144, "gemma4", 4,
-                 "huggingface.co/google/gemma-4-31B-it config.json (text_config)", fsdp_offload=True,
-                 arch=Architecture(5376, 21504, 60, 32, 16, 256, 262_144, True, sliding_layers=50,
-                                   sliding_window=1024, global_key_value_heads=4, global_head_dim=512,
-                                   global_k_eq_v=True)),
+        Backbone(
+            "google/gemma-4-31B-it",
+            "gemma4_31b",
+            262_144,
+            32,
+            16,
+            262_144,
+            "gemma4",
+            4,
+            "huggingface.co/google/gemma-4-31B-it config.json (text_config)",
+            fsdp_offload=True,
+            arch=Architecture(
+                5376,
+                21504,
+                60,
+                32,
+                16,
+                256,
+                262_144,
+                True,
+                sliding_layers=50,
+                sliding_window=1024,
+                global_key_value_heads=4,
+                global_head_dim=512,
+                global_k_eq_v=True,
+            ),
+        ),
         # https://huggingface.co/Qwen/Qwen2.5-Coder-7B-Instruct/blob/main/config.json:
         # 28 layers, 28 heads, 4 KV heads, vocab 152,064, max_position_embeddings 32,768
         # (the card's 128K needs YaRN factor 4, which the card adds by hand).
         # hidden 3,584, intermediate 18,944, head_dim 128, untied embeddings: 7.6B (card: 7.61B).
-        Backbone("Qwen/Qwen2.5-Coder-7B-Instruct", "qwen2_5_coder_7b", 32_768, 28, 4, 152_064, "chatml", 1,
-                 "huggingface.co/Qwen/Qwen2.5-Coder-7B-Instruct config.json",
-                 arch=Architecture(3584, 18944, 28, 28, 4, 128, 152_064, False)),
+        Backbone(
+            "Qwen/Qwen2.5-Coder-7B-Instruct",
+            "qwen2_5_coder_7b",
+            32_768,
+            28,
+            4,
+            152_064,
+            "chatml",
+            1,
+            "huggingface.co/Qwen/Qwen2.5-Coder-7B-Instruct config.json",
+            arch=Architecture(3584, 18944, 28, 28, 4, 128, 152_064, False),
+        ),
         # https://huggingface.co/Qwen/Qwen3-8B/blob/main/config.json: 36 layers, 32 heads,
         # 8 KV heads, vocab 151,936, max_position_embeddings 40,960 (= 32,768 output +
         # 8,192 prompt, the card's "32,768 natively"; 131,072 with YaRN factor 4).
         # hidden 4,096, intermediate 12,288, head_dim 128, untied embeddings: 8.2B (card: 8.2B).
-        Backbone("Qwen/Qwen3-8B", "qwen3_8b", 40_960, 32, 8, 151_936, "chatml (qwen3, <think>)", 1,
-                 "huggingface.co/Qwen/Qwen3-8B config.json",
-                 arch=Architecture(4096, 12288, 36, 32, 8, 128, 151_936, False)),
+        Backbone(
+            "Qwen/Qwen3-8B",
+            "qwen3_8b",
+            40_960,
+            32,
+            8,
+            151_936,
+            "chatml (qwen3, <think>)",
+            1,
+            "huggingface.co/Qwen/Qwen3-8B config.json",
+            arch=Architecture(4096, 12288, 36, 32, 8, 128, 151_936, False),
+        ),
     )
 }
 NOTE = "numbers from the cited config.json files, not read from a checkpoint here"
@@ -155,16 +199,29 @@ def model_card(path: str) -> ModelCard:
         data = json.loads(config.read_text())
         text = data.get("text_config") or data  # multimodal checkpoints nest the decoder
         return ModelCard(
-            path, text.get("max_position_embeddings"), text.get("num_attention_heads"),
-            text.get("num_key_value_heads", text.get("num_attention_heads")), text.get("vocab_size"),
-            text.get("rope_scaling") or data.get("rope_scaling"), f"config.json at {Path(path).resolve()}",
+            path,
+            text.get("max_position_embeddings"),
+            text.get("num_attention_heads"),
+            text.get("num_key_value_heads", text.get("num_attention_heads")),
+            text.get("vocab_size"),
+            text.get("rope_scaling") or data.get("rope_scaling"),
+            f"config.json at {Path(path).resolve()}",
         )
     row = BACKBONES.get(path)
     if row is not None:
-        return ModelCard(path, row.max_position_embeddings, row.num_attention_heads, row.num_key_value_heads,
-                         row.vocab_size, None, f"backbone table ({row.source}; {NOTE})")
-    why = ("not a local directory with config.json and not in training/backbones.py's table; "
-           "its context length and head counts are unchecked (download it, or pass a local directory)")
+        return ModelCard(
+            path,
+            row.max_position_embeddings,
+            row.num_attention_heads,
+            row.num_key_value_heads,
+            row.vocab_size,
+            None,
+            f"backbone table ({row.source}; {NOTE})",
+        )
+    why = (
+        "not a local directory with config.json and not in training/backbones.py's table; "
+        "its context length and head counts are unchecked (download it, or pass a local directory)"
+    )
     return ModelCard(path, None, None, None, None, None, f"unknown: {why}")
 
 
@@ -190,8 +247,7 @@ def backbone_for_group(group: str) -> Backbone:
     raise ConfigError(f"no backbone for model group {group!r}; known: {sorted(b.group for b in BACKBONES.values())}")
 
 
-def derive_long_context_model(source: str | Path, target: str | Path, factor: float,
-                              rope_type: str = "yarn") -> Path:
+def derive_long_context_model(source: str | Path, target: str | Path, factor: float, rope_type: str = "yarn") -> Path:
     """A model directory whose ``config.json`` carries rope scaling and
     ``max_position_embeddings`` raised by ``factor`` (every other file linked, not copied).
 
@@ -203,16 +259,20 @@ def derive_long_context_model(source: str | Path, target: str | Path, factor: fl
     source, target = Path(source), Path(target)
     config_path = source / "config.json"
     if not config_path.is_file():
-        raise ConfigError(f"model.context_factor needs a local model directory with config.json; {source} has none "
-                          "(download the checkpoint first, e.g. `huggingface-cli download <hub name> --local-dir <dir>`)")
+        raise ConfigError(
+            f"model.context_factor needs a local model directory with config.json; {source} has none "
+            "(download the checkpoint first, e.g. `huggingface-cli download <hub name> --local-dir <dir>`)"
+        )
     if not factor > 1.0:
         raise ConfigError(f"model.context_factor={factor}: must be > 1 (1 or null keeps the native context)")
     data = json.loads(config_path.read_text())
     text = data.get("text_config") or data
     params = text.get("rope_parameters") or {}  # transformers 5 writes this; 4.x wrote rope_scaling
     if text.get("rope_scaling") or params.get("rope_type", "default") != "default":
-        raise ConfigError(f"{config_path} already scales rope ({text.get('rope_scaling') or params}); "
-                          "use it as it is, without model.context_factor")
+        raise ConfigError(
+            f"{config_path} already scales rope ({text.get('rope_scaling') or params}); "
+            "use it as it is, without model.context_factor"
+        )
     native = int(text["max_position_embeddings"])
     scaling = {"rope_type": rope_type, "factor": float(factor), "original_max_position_embeddings": native}
     text["rope_scaling"] = scaling  # what vLLM and transformers 4.x read

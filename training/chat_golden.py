@@ -30,7 +30,8 @@ GOLDEN: dict[str, dict[str, str]] = {
     # Qwen3: thinking of earlier turns stripped; enable_thinking=False pre-fills an empty block.
     "chatml (qwen3, <think>)": {
         "enable_thinking=True": _CHATML_TURNS.format(earlier="SELECT count(*) FROM singer"),
-        "enable_thinking=False": _CHATML_TURNS.format(earlier="SELECT count(*) FROM singer") + "<think>\n\n</think>\n\n",
+        "enable_thinking=False": _CHATML_TURNS.format(earlier="SELECT count(*) FROM singer")
+        + "<think>\n\n</think>\n\n",
     },
     # Plain ChatML (Qwen2.5-Coder, the embedded SmolLM2 with a system message given): the
     # assistant turn is kept as written and enable_thinking is ignored.

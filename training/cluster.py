@@ -58,28 +58,39 @@ def probe_node(paths: Sequence[str], markers: dict[str, str], cache_files: Seque
     import ray
 
     problems: list[str] = []
-    node = {"node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(),
-            "ip": ray.util.get_node_ip_address(), "python": sys.executable, "cache_root": str(cache_root()),
-            "problems": problems}
+    node = {
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "host": socket.gethostname(),
+        "ip": ray.util.get_node_ip_address(),
+        "python": sys.executable,
+        "cache_root": str(cache_root()),
+        "problems": problems,
+    }
     problems += _plugin_problems()
     missing = [p for p in paths if not os.path.exists(p)]
     if missing:
-        problems.append(f"{len(missing)} of {len(paths)} database/run files are not visible here, e.g. {missing[0]} "
-                        "(put them on storage every node mounts at the same path)")
+        problems.append(
+            f"{len(missing)} of {len(paths)} database/run files are not visible here, e.g. {missing[0]} "
+            "(put them on storage every node mounts at the same path)"
+        )
     for folder, token in markers.items():
         try:
             seen = (Path(folder) / f"{MARKER_PREFIX}{token}").read_text() == token
         except OSError:
             seen = False
         if not seen:
-            problems.append(f"{folder} is not the driver's directory here (a marker written there by the driver "
-                            "is absent): put it on shared storage, mounted at the same path on every node")
+            problems.append(
+                f"{folder} is not the driver's directory here (a marker written there by the driver "
+                "is absent): put it on shared storage, mounted at the same path on every node"
+            )
     root = cache_root()
     absent = [f for f in cache_files if not (root / f).exists()]
     if absent:
-        problems.append(f"{len(absent)} of {len(cache_files)} built cache files are missing under {root} "
-                        f"(${CACHE_ENV} here: {os.environ.get(CACHE_ENV)!r}), e.g. {absent[0]}: set {CACHE_ENV} to "
-                        "the shared cache directory on every node")
+        problems.append(
+            f"{len(absent)} of {len(cache_files)} built cache files are missing under {root} "
+            f"(${CACHE_ENV} here: {os.environ.get(CACHE_ENV)!r}), e.g. {absent[0]}: set {CACHE_ENV} to "
+            "the shared cache directory on every node"
+        )
     return node
 
 
@@ -91,9 +102,11 @@ def _plugin_problems() -> list[str]:
 
     found = [ep for ep in entry_points(group="verl.plugins") if ep.name == PLUGIN_ENTRY_POINT]
     if not found:
-        return [f"the verl.plugins entry point {PLUGIN_ENTRY_POINT!r} is not installed for {sys.executable}: "
-                "run `pip install -e .` (or install the same wheel) on this node, in the environment `ray start` "
-                "ran from"]
+        return [
+            f"the verl.plugins entry point {PLUGIN_ENTRY_POINT!r} is not installed for {sys.executable}: "
+            "run `pip install -e .` (or install the same wheel) on this node, in the environment `ray start` "
+            "ran from"
+        ]
     try:
         import hydra.utils
         import verl  # noqa: F401  (loads the plugins exactly as veRL's own workers do)
@@ -106,12 +119,16 @@ def _plugin_problems() -> list[str]:
     if entry is None:  # veRL logs a failed plugin import at debug level only: say why
         try:
             found[0].load()
-            why = (f"VERL_USE_EXTERNAL_PLUGINS={os.environ.get('VERL_USE_EXTERNAL_PLUGINS', 'auto')!r} here; "
-                   "unset it or list sqlagent_rl in it")
+            why = (
+                f"VERL_USE_EXTERNAL_PLUGINS={os.environ.get('VERL_USE_EXTERNAL_PLUGINS', 'auto')!r} here; "
+                "unset it or list sqlagent_rl in it"
+            )
         except Exception as err:  # the plugin's own import error, reported with the node
             why = f"importing the plugin fails: {type(err).__name__}: {err}"
-        return [f"veRL did not load the {PLUGIN_ENTRY_POINT!r} plugin, so its agent-loop registry has no "
-                f"{AGENT_LOOP_NAME!r} ({why})"]
+        return [
+            f"veRL did not load the {PLUGIN_ENTRY_POINT!r} plugin, so its agent-loop registry has no "
+            f"{AGENT_LOOP_NAME!r} ({why})"
+        ]
     else:
         try:
             hydra.utils.get_class(entry["_target_"])
@@ -127,8 +144,14 @@ def _plugin_problems() -> list[str]:
 # ----------------------------------------------------------------------------- from the driver
 
 
-def check_nodes(nnodes: int, paths: Iterable[str] = (), shared_dirs: Iterable[str] = (),
-                cache_files: Sequence[str] = (), timeout_s: float = 180.0, say: Say = print) -> list[dict[str, Any]]:
+def check_nodes(
+    nnodes: int,
+    paths: Iterable[str] = (),
+    shared_dirs: Iterable[str] = (),
+    cache_files: Sequence[str] = (),
+    timeout_s: float = 180.0,
+    say: Say = print,
+) -> list[dict[str, Any]]:
     """Probe every alive node of the connected Ray cluster (``ray.init`` done by the
     caller); raise ``ConfigError`` naming each node with a problem, or too few nodes."""
     import ray
@@ -139,23 +162,31 @@ def check_nodes(nnodes: int, paths: Iterable[str] = (), shared_dirs: Iterable[st
         raise ConfigError(
             f"trainer.nnodes={nnodes} but the Ray cluster has {len(nodes)} alive node(s): start the head with "
             "`ray start --head --port=6379` and each other node with `ray start --address=<head ip>:6379`, "
-            "then launch on the head (or set RAY_ADDRESS)")
+            "then launch on the head (or set RAY_ADDRESS)"
+        )
     markers = _write_markers(shared_dirs)
     try:
         probe = ray.remote(num_cpus=0)(probe_node)
-        futures = {probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
-                   .remote(list(paths), markers, list(cache_files)): n for n in nodes}
+        futures = {
+            probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+                list(paths), markers, list(cache_files)
+            ): n
+            for n in nodes
+        }
         ready, pending = ray.wait(list(futures), num_returns=len(futures), timeout=timeout_s)
         reports, failures = [], []
         for future in pending:
-            failures.append(f"{_name(futures[future])}: no answer within {timeout_s:.0f} s (is the node busy or "
-                            "unreachable?)")
+            failures.append(
+                f"{_name(futures[future])}: no answer within {timeout_s:.0f} s (is the node busy or unreachable?)"
+            )
         for future in ready:
             try:
                 report = ray.get(future)
             except Exception as err:  # the task could not even run there (e.g. the project is not importable)
-                failures.append(f"{_name(futures[future])}: the check could not run: {type(err).__name__}: "
-                                f"{str(err).strip().splitlines()[-1] if str(err).strip() else err}")
+                failures.append(
+                    f"{_name(futures[future])}: the check could not run: {type(err).__name__}: "
+                    f"{str(err).strip().splitlines()[-1] if str(err).strip() else err}"
+                )
                 continue
             reports.append(report)
             failures += [f"{_name(futures[future])}: {p}" for p in report["problems"]]
@@ -163,16 +194,20 @@ def check_nodes(nnodes: int, paths: Iterable[str] = (), shared_dirs: Iterable[st
         _remove_markers(markers)
     if failures:
         raise ConfigError("multi-node check failed:\n  " + "\n  ".join(failures))
-    say(f"[cluster] {len(reports)} node(s) checked: the sqlagent_rl plugin, agent loop and trainer resolve on each; "
+    say(
+        f"[cluster] {len(reports)} node(s) checked: the sqlagent_rl plugin, agent loop and trainer resolve on each; "
         f"{len(list(paths))} database/run files, {len(markers)} shared directories and {len(cache_files)} cache "
-        "files visible everywhere")
+        "files visible everywhere"
+    )
     return reports
 
 
 def _name(node: dict[str, Any]) -> str:
     resources = {k: v for k, v in node.get("Resources", {}).items() if not k.startswith(("node:", "object_store"))}
-    return f"node {node.get('NodeManagerAddress')} ({node.get('NodeManagerHostname')}, id {node['NodeID'][:12]}, " \
-           f"resources {resources})"
+    return (
+        f"node {node.get('NodeManagerAddress')} ({node.get('NodeManagerHostname')}, id {node['NodeID'][:12]}, "
+        f"resources {resources})"
+    )
 
 
 def _write_markers(folders: Iterable[str]) -> dict[str, str]:
@@ -200,10 +235,12 @@ def check_cache(db_paths: Iterable[str], policy: str, say: Say = print) -> list[
         return []
     absent = missing(db_paths)
     if absent:
-        message = (f"{len(absent)} training database(s) have no built tool caches under {cache_root()} (e.g. "
-                   f"{absent[0]}): every rollout worker would build their profiles and indexes at step 1. Run "
-                   f"`python -m tools build-cache data=...` with the same data overrides (and ${CACHE_ENV}) first, "
-                   "or pass engine.cache_check=warn|off")
+        message = (
+            f"{len(absent)} training database(s) have no built tool caches under {cache_root()} (e.g. "
+            f"{absent[0]}): every rollout worker would build their profiles and indexes at step 1. Run "
+            f"`python -m tools build-cache data=...` with the same data overrides (and ${CACHE_ENV}) first, "
+            "or pass engine.cache_check=warn|off"
+        )
         if policy == "refuse":
             raise ConfigError(message)
         say(f"[cluster] warning: {message}")
@@ -229,12 +266,24 @@ def prepare_multinode(cfg: Any, verl_cfg: Any, say: Say = print) -> None:
     if cfg.engine.node_check:
         from tools.build_cache import manifest_files
 
-        connect_and_check(nnodes, paths, [cfg.run_dir, str(cache_root())], manifest_files(paths),
-                          address=verl_cfg.ray_kwargs.ray_init.get("address"), say=say)
+        connect_and_check(
+            nnodes,
+            paths,
+            [cfg.run_dir, str(cache_root())],
+            manifest_files(paths),
+            address=verl_cfg.ray_kwargs.ray_init.get("address"),
+            say=say,
+        )
 
 
-def connect_and_check(nnodes: int, paths: Sequence[str], shared_dirs: Sequence[str], cache_files: Sequence[str],
-                      address: str | None = None, say: Say = print) -> list[dict[str, Any]]:
+def connect_and_check(
+    nnodes: int,
+    paths: Sequence[str],
+    shared_dirs: Sequence[str],
+    cache_files: Sequence[str],
+    address: str | None = None,
+    say: Say = print,
+) -> list[dict[str, Any]]:
     """Join the running cluster (``address``, else ``RAY_ADDRESS`` or the one `ray start`
     recorded), probe every node, disconnect."""
     import ray
@@ -259,8 +308,14 @@ def run_checks(raw: dict[str, Any], explicit: set[str], say: Say = print) -> lis
     verl_cfg = verl_config_for(cfg, num_train_examples=cfg.algorithm.batch_size)
     paths = training_databases(cfg)
     check_cache(paths, cfg.engine.cache_check, say)
-    return connect_and_check(int(verl_cfg.trainer.nnodes), paths, [cfg.run_dir, str(cache_root())],
-                             manifest_files(paths), address=verl_cfg.ray_kwargs.ray_init.get("address"), say=say)
+    return connect_and_check(
+        int(verl_cfg.trainer.nnodes),
+        paths,
+        [cfg.run_dir, str(cache_root())],
+        manifest_files(paths),
+        address=verl_cfg.ray_kwargs.ray_init.get("address"),
+        say=say,
+    )
 
 
 def training_databases(cfg: Any) -> list[str]:
@@ -270,8 +325,9 @@ def training_databases(cfg: Any) -> list[str]:
     data = cfg.data
     paths: dict[str, None] = {}
     for split, limit in ((data.split, data.limit), (data.eval_split, data.eval_limit)):
-        examples = load_examples(kind=data.kind, root=data.root, split=split,
-                                 drop_failing_gold=data.drop_failing_gold, limit=limit)
+        examples = load_examples(
+            kind=data.kind, root=data.root, split=split, drop_failing_gold=data.drop_failing_gold, limit=limit
+        )
         paths.update(dict.fromkeys(ex.db_path for ex in examples))
     return list(paths)
 

@@ -38,8 +38,16 @@ from tools.errors import ConfigError
 from training.generation import EpisodeBatch, TextSource, Transform, _ask
 
 
-def run_concurrent_episodes(agent: Any, requests: Sequence[Any], tokenizer: Any, source: TextSource, sampling: Any,
-                            limits: Any, concurrency: int, transform: Transform | None = None) -> EpisodeBatch:
+def run_concurrent_episodes(
+    agent: Any,
+    requests: Sequence[Any],
+    tokenizer: Any,
+    source: TextSource,
+    sampling: Any,
+    limits: Any,
+    concurrency: int,
+    transform: Transform | None = None,
+) -> EpisodeBatch:
     """Every request's episodes with ``source``, at most ``concurrency`` requests in flight;
     trajectories in request order (DualSQL: linker then generator), failures listed."""
     from training.demonstrations import _turn_end_token
@@ -106,8 +114,9 @@ class ConcurrentTextGenerate:
     def __call__(self, prompts: Any, params: Any) -> Any:
         raise ConfigError("an endpoint answers chat messages, not token ids; drive it with run_episodes")
 
-    def run_episodes(self, agent: Any, requests: Sequence[Any], tokenizer: Any, _generate: Any, sampling: Any,
-                     limits: Any) -> list[Trajectory]:
+    def run_episodes(
+        self, agent: Any, requests: Sequence[Any], tokenizer: Any, _generate: Any, sampling: Any, limits: Any
+    ) -> list[Trajectory]:
         batch = run_concurrent_episodes(agent, requests, tokenizer, self.source, sampling, limits, self.concurrency)
         self.failed.extend(batch.failed)
         return batch.trajectories

@@ -47,10 +47,31 @@ from training.config_laptop import LaptopProfile, apply_laptop_profile
 from training.config_stage import CHAINS, STAGES, StageConfig, SupervisedConfig, WarmStartConfig
 
 __all__ = [
-    "CHAINS", "STAGES", "AdvantageConfig", "AgentConfig", "AlgorithmConfig", "DataConfig", "DynamicSamplingConfig",
-    "EngineConfig", "EvaluationConfig", "LaptopProfile", "ModelConfig", "OptimConfig", "RewardConfig",
-    "RolloutConfig", "RolloutCorrectionConfig", "StageConfig", "SupervisedConfig", "TrainConfig", "TrainerConfig",
-    "WarmStartConfig", "apply_laptop_profile", "checked_value", "describe_type", "list_recipes", "to_yaml_tree",
+    "CHAINS",
+    "STAGES",
+    "AdvantageConfig",
+    "AgentConfig",
+    "AlgorithmConfig",
+    "DataConfig",
+    "DynamicSamplingConfig",
+    "EngineConfig",
+    "EvaluationConfig",
+    "LaptopProfile",
+    "ModelConfig",
+    "OptimConfig",
+    "RewardConfig",
+    "RolloutConfig",
+    "RolloutCorrectionConfig",
+    "StageConfig",
+    "SupervisedConfig",
+    "TrainConfig",
+    "TrainerConfig",
+    "WarmStartConfig",
+    "apply_laptop_profile",
+    "checked_value",
+    "describe_type",
+    "list_recipes",
+    "to_yaml_tree",
     "warmup_steps",
 ]
 from training.hardware import HardwareConfig
@@ -80,8 +101,9 @@ class AgentConfig:
         need_choice("agent.name", self.name, agent_names, " (or register one with agents.register_agent)")
         for key, value in self.options.items():
             if "max_turns" in key:
-                _need(isinstance(value, int) and value >= 1,
-                      f"agent.{key}={value!r}: a turn budget is a positive integer")
+                _need(
+                    isinstance(value, int) and value >= 1, f"agent.{key}={value!r}: a turn budget is a positive integer"
+                )
 
     def turn_budget_keys(self) -> list[str]:
         """Option names that are turn budgets (the laptop profile caps them)."""
@@ -93,33 +115,50 @@ class RewardConfig:
     """``reward`` group: the reward function and its execution metric."""
 
     name: str = _f("composite", "registered reward name (training.rewards.list_rewards())", reward_names)
-    exec_metric: str = _f("ex", "execution score inside the reward: a registered metric - ex | rex | qatch | "
-                                "spider, or one added with rex.register_metric", exec_metric_names)
+    exec_metric: str = _f(
+        "ex",
+        "execution score inside the reward: a registered metric - ex | rex | qatch | "
+        "spider, or one added with rex.register_metric",
+        exec_metric_names,
+    )
     options: dict[str, Any] = _f({}, "other keyword options for training.rewards.get_reward")
 
     def __post_init__(self) -> None:
         need_choice("reward.name", self.name, reward_names, " (or register one with training.rewards.register_reward)")
-        need_choice("reward.exec_metric", self.exec_metric, exec_metric_names,
-                    " (or register one with rex.register_metric)")
+        need_choice(
+            "reward.exec_metric", self.exec_metric, exec_metric_names, " (or register one with rex.register_metric)"
+        )
 
 
 @dataclass
 class AdvantageConfig:
     """``advantage`` group: how rewards become per-token advantages."""
 
-    estimator: str = _f("grpo", "a registered estimator: grpo (one track) | two_track (TRUST-SQL phase-aware), "
-                                "or one added with training.advantages.register_estimator", estimator_names)
+    estimator: str = _f(
+        "grpo",
+        "a registered estimator: grpo (one track) | two_track (TRUST-SQL phase-aware), "
+        "or one added with training.advantages.register_estimator",
+        estimator_names,
+    )
     epsilon: float = _f(1e-6, "added to the group std before dividing")
     norm_by_std: bool = _f(True, "divide by the group std (False = Dr.GRPO, mean-centred only)")
-    group_by: str = _f("role", "role: one group per (question, role) - DualSQL's linker and "
-                               "generator groups; question: one group per question", GROUP_BY)
+    group_by: str = _f(
+        "role",
+        "role: one group per (question, role) - DualSQL's linker and "
+        "generator groups; question: one group per question",
+        GROUP_BY,
+    )
     clamp: float | None = _f(None, "clamp advantages to +-clamp (TRUST-SQL: 10); null = no clamp")
     schema_weight: float = _f(0.25, "two_track: lambda in loss = lambda*PG_schema + PG_full")
     schema_track: str = _f("schema", "two_track: the reward track normalised on the phase prefix")
 
     def __post_init__(self) -> None:
-        need_choice("advantage.estimator", self.estimator, estimator_names,
-                    " (or the group: advantage=grpo / advantage=two_track)")
+        need_choice(
+            "advantage.estimator",
+            self.estimator,
+            estimator_names,
+            " (or the group: advantage=grpo / advantage=two_track)",
+        )
         _need(self.group_by in GROUP_BY, f"advantage.group_by={self.group_by!r}; choose one of {GROUP_BY}")
         _need(self.epsilon > 0, f"advantage.epsilon={self.epsilon}: must be > 0 (it guards a division)")
         _need(self.clamp is None or self.clamp > 0, f"advantage.clamp={self.clamp}: positive or null")
@@ -130,22 +169,33 @@ class AdvantageConfig:
 class EngineConfig:
     """``engine`` group: where the update runs."""
 
-    name: str = _f("auto", "auto | local | verl (a registered engine); auto picks verl with CUDA + vLLM, else local",
-                   engine_names)
+    name: str = _f(
+        "auto", "auto | local | verl (a registered engine); auto picks verl with CUDA + vLLM, else local", engine_names
+    )
     device: str = _f("auto", "local engine device: auto | cpu | cuda | cuda:N")
     laptop_profile: str = _f("auto", "auto (on for the local engine on CPU) | on | off", ("auto", "on", "off"))
-    cache_check: str = _f("refuse", "engine=verl with trainer.nnodes > 1: training databases whose tool caches are "
-                                    "not built (python -m tools build-cache) refuse | warn | off",
-                          ("refuse", "warn", "off"))
-    node_check: bool = _f(True, "engine=verl with trainer.nnodes > 1: probe every Ray node first (the sqlagent_rl "
-                                "plugin and agent loop resolve; databases, run_dir and caches visible)")
+    cache_check: str = _f(
+        "refuse",
+        "engine=verl with trainer.nnodes > 1: training databases whose tool caches are "
+        "not built (python -m tools build-cache) refuse | warn | off",
+        ("refuse", "warn", "off"),
+    )
+    node_check: bool = _f(
+        True,
+        "engine=verl with trainer.nnodes > 1: probe every Ray node first (the sqlagent_rl "
+        "plugin and agent loop resolve; databases, run_dir and caches visible)",
+    )
 
     def __post_init__(self) -> None:
         need_choice("engine.name", self.name, engine_names)
-        _need(self.laptop_profile in ("auto", "on", "off"),
-              f"engine.laptop_profile={self.laptop_profile!r}; choose auto, on or off")
-        _need(self.cache_check in ("refuse", "warn", "off"),
-              f"engine.cache_check={self.cache_check!r}; choose refuse, warn or off")
+        _need(
+            self.laptop_profile in ("auto", "on", "off"),
+            f"engine.laptop_profile={self.laptop_profile!r}; choose auto, on or off",
+        )
+        _need(
+            self.cache_check in ("refuse", "warn", "off"),
+            f"engine.cache_check={self.cache_check!r}; choose refuse, warn or off",
+        )
 
 
 @dataclass
@@ -153,59 +203,95 @@ class ModelConfig:
     """``model`` group: the policy's starting weights."""
 
     path: str | None = _f(None, "HF model directory or hub name; null = the embedded SmolLM2-135M-Instruct")
-    autocast: str = _f("auto", "auto (bf16 where native) | bf16 | off; master weights stay fp32",
-                       ("auto", "bf16", "off"))
-    generation_dtype: str = _f("auto", "weights generate runs on: auto (a bf16 copy where bf16 is native) | bf16 | fp32",
-                               ("auto", "bf16", "fp32"))
-    decode_attention: str = _f("auto", "auto: on CPU, generate with sdpa prefill + plain-matmul one-token decode "
-                                       "(3x faster decode, same math up to bf16 rounding; training/cpu_attention.py) | off",
-                               ("auto", "off"))
+    autocast: str = _f(
+        "auto", "auto (bf16 where native) | bf16 | off; master weights stay fp32", ("auto", "bf16", "off")
+    )
+    generation_dtype: str = _f(
+        "auto",
+        "weights generate runs on: auto (a bf16 copy where bf16 is native) | bf16 | fp32",
+        ("auto", "bf16", "fp32"),
+    )
+    decode_attention: str = _f(
+        "auto",
+        "auto: on CPU, generate with sdpa prefill + plain-matmul one-token decode "
+        "(3x faster decode, same math up to bf16 rounding; training/cpu_attention.py) | off",
+        ("auto", "off"),
+    )
     gradient_checkpointing: bool = _f(False, "trade compute for memory in the update")
     trust_remote_code: bool = _f(False, "passed to transformers from_pretrained")
-    attn_implementation: str = _f("sdpa", "engine=verl actor attention: sdpa (packed-sequence mask) | "
-                                          "flash_attention_2 (opt-in: needs the flash-attn wheel) | eager")
-    context_factor: float | None = _f(None, "engine=verl: > 1 trains on a derived model directory with YaRN rope "
-                                            "scaling and max_position_embeddings x factor; null = native context")
-    base_url: str | None = _f(None, "eval.run: score an OpenAI-compatible endpoint (http://HOST:PORT/v1) instead "
-                                    "of loading weights; the tokenizer of model.path carries its text")
+    attn_implementation: str = _f(
+        "sdpa",
+        "engine=verl actor attention: sdpa (packed-sequence mask) | "
+        "flash_attention_2 (opt-in: needs the flash-attn wheel) | eager",
+    )
+    context_factor: float | None = _f(
+        None,
+        "engine=verl: > 1 trains on a derived model directory with YaRN rope "
+        "scaling and max_position_embeddings x factor; null = native context",
+    )
+    base_url: str | None = _f(
+        None,
+        "eval.run: score an OpenAI-compatible endpoint (http://HOST:PORT/v1) instead "
+        "of loading weights; the tokenizer of model.path carries its text",
+    )
     name: str | None = _f(None, "the endpoint's served model name (with model.base_url)")
     api_key_env: str = _f("OPENAI_API_KEY", "environment variable holding the endpoint's API key")
-    concurrency: int = _f(32, "with model.base_url: requests in flight at once; each episode sends its next turn "
-                              "as soon as its tool call ran (1 = one request at a time)")
-    timeout_s: float = _f(300.0, "with model.base_url: seconds one request may take before it is retried "
-                                 "(then counted as failed)")
+    concurrency: int = _f(
+        32,
+        "with model.base_url: requests in flight at once; each episode sends its next turn "
+        "as soon as its tool call ran (1 = one request at a time)",
+    )
+    timeout_s: float = _f(
+        300.0, "with model.base_url: seconds one request may take before it is retried (then counted as failed)"
+    )
 
     def __post_init__(self) -> None:
-        _need(self.attn_implementation in ("sdpa", "flash_attention_2", "eager"),
-              f"model.attn_implementation={self.attn_implementation!r}; sdpa, flash_attention_2 or eager")
-        _need(self.context_factor is None or self.context_factor > 1,
-              f"model.context_factor={self.context_factor}: null (native context) or a factor > 1")
-        _need(self.base_url is None or bool(self.name),
-              f"model.base_url={self.base_url!r} needs model.name=<the served model name>")
-        _need(isinstance(self.concurrency, int) and self.concurrency >= 1,
-              f"model.concurrency={self.concurrency!r}: the most requests in flight, a positive integer")
+        _need(
+            self.attn_implementation in ("sdpa", "flash_attention_2", "eager"),
+            f"model.attn_implementation={self.attn_implementation!r}; sdpa, flash_attention_2 or eager",
+        )
+        _need(
+            self.context_factor is None or self.context_factor > 1,
+            f"model.context_factor={self.context_factor}: null (native context) or a factor > 1",
+        )
+        _need(
+            self.base_url is None or bool(self.name),
+            f"model.base_url={self.base_url!r} needs model.name=<the served model name>",
+        )
+        _need(
+            isinstance(self.concurrency, int) and self.concurrency >= 1,
+            f"model.concurrency={self.concurrency!r}: the most requests in flight, a positive integer",
+        )
         _need(self.timeout_s > 0, f"model.timeout_s={self.timeout_s}: a positive number of seconds")
         _need(self.autocast in ("auto", "bf16", "off"), f"model.autocast={self.autocast!r}; auto, bf16 or off")
-        _need(self.generation_dtype in ("auto", "bf16", "fp32"),
-              f"model.generation_dtype={self.generation_dtype!r}; auto, bf16 or fp32")
-        _need(self.decode_attention in ("auto", "off"), f"model.decode_attention={self.decode_attention!r}; auto or off")
+        _need(
+            self.generation_dtype in ("auto", "bf16", "fp32"),
+            f"model.generation_dtype={self.generation_dtype!r}; auto, bf16 or fp32",
+        )
+        _need(
+            self.decode_attention in ("auto", "off"), f"model.decode_attention={self.decode_attention!r}; auto or off"
+        )
 
 
 @dataclass
 class DataConfig:
     """``data`` group (written with eval.data): which examples train and evaluate."""
 
-    kind: str = _f("minibird", "eval.data.load_examples kind: minibird | bird | spider | jsonl (eval.data.KINDS)",
-                   data_kind_names)
+    kind: str = _f(
+        "minibird", "eval.data.load_examples kind: minibird | bird | spider | jsonl (eval.data.KINDS)", data_kind_names
+    )
     root: str | None = _f(None, "dataset root; null = the loader's default (minibird builds its own)")
     split: str = _f("train", "split the policy trains on")
     eval_split: str = _f("dev", "held-out split for validation and before/after EX")
     drop_failing_gold: bool = _f(True, "skip examples whose gold SQL fails to execute")
     limit: int | None = _f(None, "use at most this many training examples")
     eval_limit: int | None = _f(None, "evaluate on a fixed subset of this many held-out examples")
-    ex_metric: str = _f("ex", "the dataset's official execution match, used for the reported EX and by the "
-                              "EX-based reward groups: ex (BIRD: set of rows) | spider (Spider: multiset, "
-                              "ordered with ORDER BY, column permutation); data=spider sets spider")
+    ex_metric: str = _f(
+        "ex",
+        "the dataset's official execution match, used for the reported EX and by the "
+        "EX-based reward groups: ex (BIRD: set of rows) | spider (Spider: multiset, "
+        "ordered with ORDER BY, column permutation); data=spider sets spider",
+    )
 
     def __post_init__(self) -> None:
         need_choice("data.kind", self.kind, data_kind_names)
@@ -213,8 +299,10 @@ class DataConfig:
         for key in ("limit", "eval_limit"):
             value = getattr(self, key)
             _need(value is None or value >= 1, f"data.{key}={value}: a positive integer or null")
-        _need(self.split != self.eval_split or self.kind == "jsonl",
-              f"data.split and data.eval_split are both {self.split!r}: validation must be held out")
+        _need(
+            self.split != self.eval_split or self.kind == "jsonl",
+            f"data.split and data.eval_split are both {self.split!r}: validation must be held out",
+        )
 
 
 @dataclass
@@ -225,17 +313,25 @@ class DynamicSamplingConfig:
     oversample: int = _f(12, "K: draw B*K candidate questions per step")
     metric: str = _f("exec", "reward component (or 'total') whose group std decides")
     min_std: float = _f(1e-6, "keep a group only if std(metric) >= min_std")
-    refill: bool = _f(False, "false: draw B*K once, keep up to B groups, zero-mask the rest (SPEC, the papers); "
-                             "true: veRL's filter_groups, which draws new batches until B groups are kept")
-    return_unkept: str = _f("varying", "candidates drawn but not kept, back to the pool (drawn again next): "
-                                       "varying (varied but beyond the B kept) | all (zero-variance too) | none; "
-                                       "local engine (veRL's DAPO filter draws new batches until B are kept)")
+    refill: bool = _f(
+        False,
+        "false: draw B*K once, keep up to B groups, zero-mask the rest (SPEC, the papers); "
+        "true: veRL's filter_groups, which draws new batches until B groups are kept",
+    )
+    return_unkept: str = _f(
+        "varying",
+        "candidates drawn but not kept, back to the pool (drawn again next): "
+        "varying (varied but beyond the B kept) | all (zero-variance too) | none; "
+        "local engine (veRL's DAPO filter draws new batches until B are kept)",
+    )
 
     def __post_init__(self) -> None:
         _need(self.oversample >= 1, f"algorithm.dynamic_sampling.oversample={self.oversample}: must be >= 1")
         _need(self.min_std >= 0, f"algorithm.dynamic_sampling.min_std={self.min_std}: must be >= 0")
-        _need(self.return_unkept in ("none", "varying", "all"),
-              f"algorithm.dynamic_sampling.return_unkept={self.return_unkept!r}; choose none, varying or all")
+        _need(
+            self.return_unkept in ("none", "varying", "all"),
+            f"algorithm.dynamic_sampling.return_unkept={self.return_unkept!r}; choose none, varying or all",
+        )
 
 
 ROLLOUT_IS_LEVELS = ("token", "sequence")
@@ -264,26 +360,37 @@ class RolloutCorrectionConfig:
     the local engine calls veRL's own ``compute_rollout_correction_and_rejection_mask``."""
 
     rollout_is: str | None = _f(None, "IS weight level: token | sequence | null (off)")
-    rollout_is_threshold: float | str = _f(2.0, "upper clamp of the IS weights (TIS), or 'lower_upper' "
-                                                "(IcePop: weights outside are zeroed)")
+    rollout_is_threshold: float | str = _f(
+        2.0, "upper clamp of the IS weights (TIS), or 'lower_upper' (IcePop: weights outside are zeroed)"
+    )
     rollout_is_batch_normalize: bool = _f(False, "normalise the IS weights to mean 1 over the batch")
-    rollout_rs: str | None = _f(None, "rejection sampling: veRL's options (token_k1, seq_sum_k1, seq_mean_k3, "
-                                      "...; comma separated) or null (off)")
+    rollout_rs: str | None = _f(
+        None,
+        "rejection sampling: veRL's options (token_k1, seq_sum_k1, seq_mean_k3, ...; comma separated) or null (off)",
+    )
     rollout_rs_threshold: float | str | None = _f(None, "rejection threshold(s); k1 options take 'lower_upper'")
 
     def __post_init__(self) -> None:
         key = "algorithm.rollout_correction."
-        _need(_is_threshold(self.rollout_is_threshold),
-              f"{key}rollout_is_threshold={self.rollout_is_threshold!r}: expected a number or text "
-              "'lower_upper' with two numbers (e.g. 2.0 or '0.5_2.0')")
-        _need(self.rollout_rs_threshold is None or _is_threshold(self.rollout_rs_threshold),
-              f"{key}rollout_rs_threshold={self.rollout_rs_threshold!r}: expected a number or text or null; "
-              "text is 'lower_upper' with two numbers (e.g. '0.5_2.0')")
-        _need(self.rollout_is is None or self.rollout_is in ROLLOUT_IS_LEVELS,
-              f"algorithm.rollout_correction.rollout_is={self.rollout_is!r}; choose token, sequence or null")
-        _need(self.rollout_rs is None or self.rollout_rs_threshold is not None,
-              f"algorithm.rollout_correction.rollout_rs={self.rollout_rs!r} needs rollout_rs_threshold "
-              "(e.g. '0.5_2.0' for a k1 option)")
+        _need(
+            _is_threshold(self.rollout_is_threshold),
+            f"{key}rollout_is_threshold={self.rollout_is_threshold!r}: expected a number or text "
+            "'lower_upper' with two numbers (e.g. 2.0 or '0.5_2.0')",
+        )
+        _need(
+            self.rollout_rs_threshold is None or _is_threshold(self.rollout_rs_threshold),
+            f"{key}rollout_rs_threshold={self.rollout_rs_threshold!r}: expected a number or text or null; "
+            "text is 'lower_upper' with two numbers (e.g. '0.5_2.0')",
+        )
+        _need(
+            self.rollout_is is None or self.rollout_is in ROLLOUT_IS_LEVELS,
+            f"algorithm.rollout_correction.rollout_is={self.rollout_is!r}; choose token, sequence or null",
+        )
+        _need(
+            self.rollout_rs is None or self.rollout_rs_threshold is not None,
+            f"algorithm.rollout_correction.rollout_rs={self.rollout_rs!r} needs rollout_rs_threshold "
+            "(e.g. '0.5_2.0' for a k1 option)",
+        )
 
     @property
     def enabled(self) -> bool:
@@ -308,15 +415,19 @@ class AlgorithmConfig:
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
 
     def __post_init__(self) -> None:
-        _need(isinstance(self.group_size, int) and self.group_size >= 2,
-              f"algorithm.group_size={self.group_size}: GRPO needs G >= 2 - the advantage is the "
-              "reward minus its group mean, so a group of one has no baseline and learns nothing")
+        _need(
+            isinstance(self.group_size, int) and self.group_size >= 2,
+            f"algorithm.group_size={self.group_size}: GRPO needs G >= 2 - the advantage is the "
+            "reward minus its group mean, so a group of one has no baseline and learns nothing",
+        )
         _need(self.batch_size >= 1, f"algorithm.batch_size={self.batch_size}: must be >= 1")
         _need(0 < self.clip_ratio_low < 1, f"algorithm.clip_ratio_low={self.clip_ratio_low}: in (0, 1)")
         _need(self.clip_ratio_high > 0, f"algorithm.clip_ratio_high={self.clip_ratio_high}: must be > 0")
         _need(self.clip_ratio_c > 1, f"algorithm.clip_ratio_c={self.clip_ratio_c}: must be > 1")
-        _need(self.loss_agg_mode in LOSS_AGG_MODES,
-              f"algorithm.loss_agg_mode={self.loss_agg_mode!r}; choose one of {LOSS_AGG_MODES}")
+        _need(
+            self.loss_agg_mode in LOSS_AGG_MODES,
+            f"algorithm.loss_agg_mode={self.loss_agg_mode!r}; choose one of {LOSS_AGG_MODES}",
+        )
         _need(self.mini_batches >= 1, f"algorithm.mini_batches={self.mini_batches}: must be >= 1")
         _need(self.kl_type in KL_TYPES, f"algorithm.kl_type={self.kl_type!r}; choose one of {KL_TYPES}")
         from training.kl import KLSchedule
@@ -334,8 +445,11 @@ class RolloutConfig:
     max_new_tokens: int = _f(2048, "tokens per generation call (one turn)")
     max_response_tokens: int = _f(8000, "policy + observation tokens per episode")
     max_prompt_tokens: int = _f(8192, "longer prompts are dropped, never truncated (per design: ReToolSQL 15,500)")
-    observation_max_tokens: int | None = _f(None, "tool observations are cut to this many tokens; null = no "
-                                                  "token cap (the tools' own limits) - per design, SPEC 'Turn formats'")
+    observation_max_tokens: int | None = _f(
+        None,
+        "tool observations are cut to this many tokens; null = no "
+        "token cap (the tools' own limits) - per design, SPEC 'Turn formats'",
+    )
     eval_temperature: float = _f(0.0, "validation / before-after decoding; 0 = greedy")
 
     def __post_init__(self) -> None:
@@ -344,8 +458,10 @@ class RolloutConfig:
         _need(self.top_k >= 0, f"rollout.top_k={self.top_k}: 0 (off) or positive")
         for key in ("max_new_tokens", "max_response_tokens", "max_prompt_tokens"):
             _need(getattr(self, key) >= 1, f"rollout.{key}={getattr(self, key)}: must be >= 1")
-        _need(self.observation_max_tokens is None or self.observation_max_tokens >= 1,
-              f"rollout.observation_max_tokens={self.observation_max_tokens}: a positive integer or null (no cap)")
+        _need(
+            self.observation_max_tokens is None or self.observation_max_tokens >= 1,
+            f"rollout.observation_max_tokens={self.observation_max_tokens}: a positive integer or null (no cap)",
+        )
         _need(self.eval_temperature >= 0, f"rollout.eval_temperature={self.eval_temperature}: >= 0")
 
 
@@ -410,8 +526,10 @@ class TrainerConfig:
     samples_per_step: int = _f(16, "rollouts per step written to samples.jsonl with their masks (0 = none)")
 
     def __post_init__(self) -> None:
-        _need(self.total_steps is None or self.total_steps >= 1,
-              f"trainer.total_steps={self.total_steps}: a positive integer or null")
+        _need(
+            self.total_steps is None or self.total_steps >= 1,
+            f"trainer.total_steps={self.total_steps}: a positive integer or null",
+        )
         _need(self.save_every >= 1, f"trainer.save_every={self.save_every}: must be >= 1")
         _need(self.keep_checkpoints >= 1, f"trainer.keep_checkpoints={self.keep_checkpoints}: >= 1")
         _need(self.val_every >= 0, f"trainer.val_every={self.val_every}: 0 or positive")
@@ -425,14 +543,18 @@ class TrainConfig:
     recipe_name: str | None = _f(None, "set by recipe=<name>; one of recipes/recipe/*.yaml")
     seed: int = _f(0, "seeds python, numpy and torch")
     dry_run: bool = _f(False, "print the effective configuration and exit")
-    resume: bool | str = _f("never", "never | auto | must: what an existing run_dir means (training/run_dir.py); "
-                                     "true = auto, false = never")
+    resume: bool | str = _f(
+        "never", "never | auto | must: what an existing run_dir means (training/run_dir.py); true = auto, false = never"
+    )
     fresh: bool = _f(False, "delete run_dir's checkpoints and start over")
     run_dir: str = _f("runs/default", "checkpoints, metrics.jsonl and the wandb run go here")
     logger: list[str] = _f(["console", "wandb"], "console | jsonl | wandb (metrics.jsonl is always written)")
-    gpu_backbone: str | None = _f(None, "hub name engine=verl trains when model.path is null: the recipe's paper "
-                                        "backbone (training/backbones.py); the local engine keeps the embedded model. "
-                                        "Top-level, not in the model group, so model=<group> always wins whole")
+    gpu_backbone: str | None = _f(
+        None,
+        "hub name engine=verl trains when model.path is null: the recipe's paper "
+        "backbone (training/backbones.py); the local engine keeps the embedded model. "
+        "Top-level, not in the model group, so model=<group> always wins whole",
+    )
     agent: AgentConfig = field(default_factory=AgentConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
@@ -454,10 +576,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         recipes = list_recipes()
-        _need(self.recipe_name is not None,
-              f"no recipe chosen; run with recipe=<name>, one of: {', '.join(recipes)}")
-        _need(self.recipe_name in recipes,
-              f"unknown recipe {self.recipe_name!r}; available: {', '.join(recipes)}")
+        _need(self.recipe_name is not None, f"no recipe chosen; run with recipe=<name>, one of: {', '.join(recipes)}")
+        _need(self.recipe_name in recipes, f"unknown recipe {self.recipe_name!r}; available: {', '.join(recipes)}")
         bad = [name for name in self.logger if name not in LOGGERS]
         _need(not bad, f"logger={self.logger}: unknown {bad}; choose from {', '.join(LOGGERS)}")
         from training.run_dir import resume_mode
@@ -487,14 +607,14 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
             if cls in _OPTIONS_GROUPS:
                 extra[key] = value
                 continue
-            raise ConfigError(
-                f"unknown config key {prefix}{key!r}; known keys here: {', '.join(sorted(fields))}"
-            )
+            raise ConfigError(f"unknown config key {prefix}{key!r}; known keys here: {', '.join(sorted(fields))}")
         hint = _type_hints(cls)[key]
         if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             if not isinstance(value, Mapping):
-                raise ConfigError(f"{prefix}{key}={value!r}: expected a group of keys "
-                                  f"({', '.join(f.name for f in dataclasses.fields(hint))}), e.g. {prefix}{key}.<key>=<value>")
+                raise ConfigError(
+                    f"{prefix}{key}={value!r}: expected a group of keys "
+                    f"({', '.join(f.name for f in dataclasses.fields(hint))}), e.g. {prefix}{key}.<key>=<value>"
+                )
             kwargs[key] = _build(hint, dict(value), f"{prefix}{key}.")
         else:
             kwargs[key] = checked_value(f"{prefix}{key}", value, hint, fields[key].metadata.get("choices"))

@@ -52,6 +52,7 @@ def need_choice(path: str, value: Any, choices: Choices, hint: str = "") -> None
 # Each reads its registry when a value is checked, not when this module is imported, so a
 # plugin registered after ``training.config`` was imported (a user's metric) is accepted.
 
+
 def exec_metric_names() -> list[str]:
     """``rex.scorer.METRICS``: the execution metrics (``@rex.register_metric``)."""
     from rex.scorer import METRICS
@@ -94,11 +95,11 @@ def reward_names() -> list[str]:
     return list_rewards()
 
 
-
 # ----------------------------------------------------------------------------- type checks
 # Hydra composes plain YAML, so a value of the wrong type (``resume=maybe``,
 # ``trainer.total_steps=abc``) would reach the dataclasses unchecked. Every field is
 # checked against its annotation here, so a field added to any dataclass is covered.
+
 
 class _Mismatch(Exception):
     """A value does not fit a type annotation (turned into a ConfigError by the caller)."""
@@ -125,8 +126,9 @@ def describe_type(hint: Any) -> str:
         return f"a list of ({describe_type(args[0])})" if args else "a list"
     if origin is dict or hint is dict:
         return "a mapping of keys to values"
-    return {bool: "a boolean (true or false)", int: "an integer", float: "a number", str: "text",
-            Any: "any value"}.get(hint, getattr(hint, "__name__", str(hint)))
+    return {bool: "a boolean (true or false)", int: "an integer", float: "a number", str: "text", Any: "any value"}.get(
+        hint, getattr(hint, "__name__", str(hint))
+    )
 
 
 def checked_value(path: str, value: Any, hint: Any, choices: Choices | None = None) -> Any:
@@ -173,4 +175,3 @@ def _conform(value: Any, hint: Any) -> Any:
     if (origin is dict or hint is dict) and isinstance(value, Mapping):
         return dict(value)
     raise _Mismatch
-

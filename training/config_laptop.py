@@ -25,8 +25,10 @@ class LaptopProfile:
     group_size: int = _f(4, "-> algorithm.group_size")
     batch_size: int = _f(2, "-> algorithm.batch_size")
     oversample: int = _f(1, "caps algorithm.dynamic_sampling.oversample (rollouts dominate CPU time)")
-    dynamic_sampling_metric: str = _f("total", "-> algorithm.dynamic_sampling.metric (a 135M model "
-                                               "rarely gets EX right: exec-filtered groups would all drop)")
+    dynamic_sampling_metric: str = _f(
+        "total",
+        "-> algorithm.dynamic_sampling.metric (a 135M model rarely gets EX right: exec-filtered groups would all drop)",
+    )
     max_turns: int = _f(3, "caps every agent.*max_turns")
     max_new_tokens: int = _f(128, "caps rollout.max_new_tokens")
     observation_max_tokens: int = _f(256, "caps rollout.observation_max_tokens")
@@ -40,13 +42,17 @@ class LaptopProfile:
     eval_samples: int = _f(4, "caps evaluation.samples (eval.mode=sc / passk on CPU: 4 answers, not 16)")
     lr: float = _f(1e-5, "-> optim.lr (1e-6 moves a 135M model too little in a few steps)")
     micro_batch_size: int = _f(2, "-> optim.micro_batch_size")
-    warm_start: bool = _f(True, "-> stage.warm_start.enable (SFT on demonstrations first: without it "
-                                "the 135M model writes no protocol and every reward is 0)")
+    warm_start: bool = _f(
+        True,
+        "-> stage.warm_start.enable (SFT on demonstrations first: without it "
+        "the 135M model writes no protocol and every reward is 0)",
+    )
     warm_start_examples: int = _f(32, "caps stage.warm_start.examples (SFT time grows with prompt length)")
     supervised_questions: int = _f(16, "caps supervised.questions (traces per question cost rollouts)")
     supervised_samples: int = _f(4, "caps supervised.samples and rl_filter_samples (k on CPU)")
-    agent_options: dict[str, Any] = _f({}, "agent options set where the agent accepts them "
-                                            "(shorter prompts: schema_format=compact, num_few_shot=1)")
+    agent_options: dict[str, Any] = _f(
+        {}, "agent options set where the agent accepts them (shorter prompts: schema_format=compact, num_few_shot=1)"
+    )
 
 
 def apply_laptop_profile(
@@ -102,9 +108,11 @@ def apply_laptop_profile(
         put("supervised.questions", p.supervised_questions, cap=True)
         put("supervised.samples", p.supervised_samples, cap=True)
         put("supervised.rl_filter_samples", p.supervised_samples, cap=True)
-        put("supervised.rl_filter_pass", max(1, round(cfg.supervised.rl_filter_pass
-                                                          * p.supervised_samples / cfg.supervised.rl_filter_samples)),
-            cap=True)
+        put(
+            "supervised.rl_filter_pass",
+            max(1, round(cfg.supervised.rl_filter_pass * p.supervised_samples / cfg.supervised.rl_filter_samples)),
+            cap=True,
+        )
     accepted = _agent_option_names(cfg.agent.name)
     options = data["agent"]["options"]
     for key, value in p.agent_options.items():
@@ -124,7 +132,9 @@ def _agent_option_names(name: str) -> set[str]:
     try:
         return set(agent_options(name))
     except UnknownNameError as err:
-        raise ConfigError(f"agent.name={name!r}: {err} (the laptop profile sets only options the agent accepts)") from err
+        raise ConfigError(
+            f"agent.name={name!r}: {err} (the laptop profile sets only options the agent accepts)"
+        ) from err
 
 
 def _rebuild(config_class: type[TrainConfig], data: dict[str, Any]) -> TrainConfig:

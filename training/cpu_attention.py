@@ -25,19 +25,27 @@ NAME = "sdpa_prefill_matmul_decode"
 SUPPORTED = ("llama", "qwen2", "qwen3", "mistral")
 
 
-def _hybrid_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
-                      **kwargs: Any) -> tuple[torch.Tensor, None]:
+def _hybrid_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     if query.shape[2] != 1 or module.training:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
-                                      dropout=dropout, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+        )
     # one query token: fold the query heads sharing a KV head into rows, no KV copies
     batch, heads, _, dim = query.shape  # query [batch, heads, 1, dim]
     kv_heads = key.shape[1]  # key/value [batch, kv_heads, kv_len, dim]
     q = query.reshape(batch, kv_heads, heads // kv_heads, dim)  # [batch, kv_heads, groups, dim]
-    scale = scaling if scaling is not None else dim ** -0.5
+    scale = scaling if scaling is not None else dim**-0.5
     scores = torch.matmul(q, key.transpose(2, 3)) * scale  # [batch, kv_heads, groups, kv_len]
     if attention_mask is not None:
         mask = attention_mask[..., : key.shape[-2]]  # [batch, 1, 1, kv_len]
@@ -50,8 +58,11 @@ def _hybrid_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value
 def use_hybrid_cpu_attention(model: Any) -> bool:
     """Switch ``model`` (a generation-only copy) to the hybrid; False when unsupported."""
     config = model.config
-    if (config.model_type not in SUPPORTED or getattr(config, "sliding_window", None)
-            or getattr(config, "_attn_implementation", None) != "sdpa"):
+    if (
+        config.model_type not in SUPPORTED
+        or getattr(config, "sliding_window", None)
+        or getattr(config, "_attn_implementation", None) != "sdpa"
+    ):
         return False
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask

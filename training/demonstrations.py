@@ -49,11 +49,13 @@ def get_script(agent_name: str) -> Script:
         raise ConfigError(
             f"no demonstration script for agent {agent_name!r}{did_you_mean(agent_name, names) or ';'} "
             f"scripts: {', '.join(names)}; "
-            "register one with training.demonstrations.register_script or set stage.warm_start.enable=false")
+            "register one with training.demonstrations.register_script or set stage.warm_start.enable=false"
+        )
     return SCRIPTS.get(agent_name)
 
 
 # ----------------------------------------------------------------------------- gold schema text
+
 
 def _columns_by_table(ex: Example) -> dict[str, list[str]]:
     """``{table: [column, ...]}`` from the example's gold tables and ``table.column`` list."""
@@ -94,6 +96,7 @@ def _need_sql(ex: Example) -> str:
 
 # ----------------------------------------------------------------------------- the four scripts
 
+
 @register_script("think2sql")
 def think2sql_script(ex: Example, role: str, max_turns: int) -> list[str]:
     sql = _need_sql(ex)
@@ -107,10 +110,12 @@ def retoolsql_script(ex: Example, role: str, max_turns: int) -> list[str]:
     sql = _need_sql(ex)
     # short scratch pads: the tool call and the final answer already carry the SQL twice,
     # and the laptop profile allows 128 tokens per turn
-    final = ("<scratch_pad>\nThe result answers the question.\n</scratch_pad>\n"
-             f"<relevant_tables>{', '.join(ex.gold_tables)}</relevant_tables>\n"
-             f"<relevant_columns>{', '.join(ex.gold_columns)}</relevant_columns>\n"
-             f"<final_answer>```sql\n{sql}\n```</final_answer>")
+    final = (
+        "<scratch_pad>\nThe result answers the question.\n</scratch_pad>\n"
+        f"<relevant_tables>{', '.join(ex.gold_tables)}</relevant_tables>\n"
+        f"<relevant_columns>{', '.join(ex.gold_columns)}</relevant_columns>\n"
+        f"<final_answer>```sql\n{sql}\n```</final_answer>"
+    )
     if max_turns < 2:
         return [final]
     check = f"<scratch_pad>\n{_reasoning(ex)}\n</scratch_pad>\n{_call('sqlite_query', ex, sql)}"
@@ -129,8 +134,10 @@ def trustsql_script(ex: Example, role: str, max_turns: int) -> list[str]:
     def turn(think: str, action: str, body: str) -> str:
         return f"<think>\n{think}\n</think>\n<action>{action}</action>\n{body}"
 
-    turns = [turn("List the tables and their columns.", "explore_schema", _call("execute_sql_query", ex, TRUSTSQL_EXPLORE)),
-             turn(_reasoning(ex), "propose_schema", f"<schema>{_schema_json(ex, joins=True)}</schema>")]
+    turns = [
+        turn("List the tables and their columns.", "explore_schema", _call("execute_sql_query", ex, TRUSTSQL_EXPLORE)),
+        turn(_reasoning(ex), "propose_schema", f"<schema>{_schema_json(ex, joins=True)}</schema>"),
+    ]
     if max_turns >= 4:
         turns.append(turn("Run the candidate query.", "generate_sql", _call("execute_sql_query", ex, sql)))
     turns.append(turn("The query answers the question.", "confirm_answer", f"<answer>```sql\n{sql}\n```</answer>"))
@@ -147,6 +154,7 @@ def dualsql_script(ex: Example, role: str, max_turns: int) -> list[str]:
 
 # ----------------------------------------------------------------------------- playing them
 
+
 @dataclass
 class Demonstrations:
     trajectories: list[Trajectory]
@@ -154,8 +162,9 @@ class Demonstrations:
     dropped: dict[str, int] = field(default_factory=dict)  # reason -> examples dropped
 
 
-def record_demonstrations(agent: Any, examples: Sequence[Example], tokenizer: Any, limits: RolloutLimits,
-                          script: Script) -> Demonstrations:
+def record_demonstrations(
+    agent: Any, examples: Sequence[Example], tokenizer: Any, limits: RolloutLimits, script: Script
+) -> Demonstrations:
     """Play ``script``'s turns through the rollout driver for every example.
 
     Each script sees the episode's own turn budget. An example is kept when all its

@@ -59,8 +59,14 @@ def merge_fsdp_actor(actor: str | Path, target: str | Path, trust_remote_code: b
 
     actor, target = Path(actor), Path(target)
     tmp = _fresh_tmp(target)
-    config = ModelMergerConfig(operation="merge", backend="fsdp", local_dir=str(actor), target_dir=str(tmp),
-                               hf_model_config_path=str(actor / "huggingface"), trust_remote_code=trust_remote_code)
+    config = ModelMergerConfig(
+        operation="merge",
+        backend="fsdp",
+        local_dir=str(actor),
+        target_dir=str(tmp),
+        hf_model_config_path=str(actor / "huggingface"),
+        trust_remote_code=trust_remote_code,
+    )
     merger = FSDPModelMerger(config)
     merger.merge_and_save()
     merger.cleanup()
@@ -75,6 +81,7 @@ def copy_hf_dir(source: str | Path, target: str | Path, link: bool = False) -> P
     source, target = Path(source), Path(target)
     tmp = _fresh_tmp(target)
     if link:
+
         def link_or_copy(src: str, dst: str) -> None:
             try:
                 os.link(src, dst)
@@ -104,8 +111,7 @@ def _publish(tmp: Path, target: Path) -> Path:
     return target
 
 
-def export_step(run_dir: str | Path, step: int | None = None, out: str | Path | None = None,
-                say: Say = print) -> Path:
+def export_step(run_dir: str | Path, step: int | None = None, out: str | Path | None = None, say: Say = print) -> Path:
     """Export one saved step of a run (the newest complete one when ``step`` is None) as a
     HF model directory; returns its path. A step that is not there is a ConfigError that
     lists the steps that are."""
@@ -115,12 +121,16 @@ def export_step(run_dir: str | Path, step: int | None = None, out: str | Path | 
     verl_steps, local_steps = verl_actor_dirs(run_dir), local_step_dirs(run_dir)
     steps = verl_steps or local_steps
     if not steps:
-        raise ConfigError(f"{run_dir} holds no checkpoint with weights (checkpoints/{STEP_PREFIX}N/actor/ of a veRL "
-                          "run, or checkpoints/step_N/ of a local run)")
+        raise ConfigError(
+            f"{run_dir} holds no checkpoint with weights (checkpoints/{STEP_PREFIX}N/actor/ of a veRL "
+            "run, or checkpoints/step_N/ of a local run)"
+        )
     chosen = max(steps) if step is None else int(step)
     if chosen not in steps:
-        raise ConfigError(f"{run_dir} holds no complete checkpoint of step {chosen}; saved steps with weights: "
-                          f"{', '.join(map(str, sorted(steps)))} (older ones are removed by trainer.keep_checkpoints)")
+        raise ConfigError(
+            f"{run_dir} holds no complete checkpoint of step {chosen}; saved steps with weights: "
+            f"{', '.join(map(str, sorted(steps)))} (older ones are removed by trainer.keep_checkpoints)"
+        )
     target = Path(out) if out is not None else run_dir / "export" / f"step_{chosen}"
     if verl_steps:
         say(f"[export] step {chosen}: veRL's FSDP model merger on {steps[chosen]} -> {target}")

@@ -49,6 +49,7 @@ def reasoning_tag(agent_name: str) -> str:
 
 # ----------------------------------------------------------------------------- text fixes
 
+
 def restore_stop(text: str, stops: Sequence[str], finish_reason: str | None, stop_reason: Any = None) -> str:
     """Put back the stop string a server stripped from ``text``.
 
@@ -79,6 +80,7 @@ def with_reasoning(content: str, reasoning: str | None, tag: str) -> str:
 
 
 # ----------------------------------------------------------------------------- sources
+
 
 class TextSource(Protocol):
     """Answers chat messages with text: ``n`` completions per call, ``None`` for a failed one."""
@@ -135,8 +137,9 @@ class EndpointSource:
         # one connection per request in flight: httpx's default pool (100, 20 kept alive) would
         # queue requests above it, and the wait for a connection counts against the timeout
         limits = httpx.Limits(max_connections=self.spec.concurrency, max_keepalive_connections=self.spec.concurrency)
-        self._client = httpx.Client(base_url=self.spec.base_url.rstrip("/"), headers=headers,
-                                    timeout=self.spec.timeout_s, limits=limits)
+        self._client = httpx.Client(
+            base_url=self.spec.base_url.rstrip("/"), headers=headers, timeout=self.spec.timeout_s, limits=limits
+        )
         self._stats_lock = threading.Lock()  # worker threads count their requests here
         self._n_ok = self.spec.supports_n
         self.name = f"endpoint:{self.spec.model}@{self.spec.base_url}"
@@ -171,8 +174,10 @@ class EndpointSource:
 
     def _payload(self, messages: list[Message], params: Any, n: int) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "model": self.spec.model, "messages": [{"role": m["role"], "content": m.get("content", "")} for m in messages],
-            "temperature": float(params.temperature), "max_tokens": self.spec.max_tokens or int(params.max_new_tokens),
+            "model": self.spec.model,
+            "messages": [{"role": m["role"], "content": m.get("content", "")} for m in messages],
+            "temperature": float(params.temperature),
+            "max_tokens": self.spec.max_tokens or int(params.max_new_tokens),
         }
         if params.temperature > 0 and params.top_p < 1:
             body["top_p"] = float(params.top_p)
@@ -227,8 +232,9 @@ class EndpointSource:
                 raise TypeError("message content is not text")
             reasoning = message.get("reasoning_content") or message.get("reasoning")
             content = restore_stop(content, stops, choice.get("finish_reason"), choice.get("stop_reason"))
-            out.append(with_reasoning(content, reasoning if isinstance(reasoning, str) else None,
-                                      self.spec.reasoning_tag))
+            out.append(
+                with_reasoning(content, reasoning if isinstance(reasoning, str) else None, self.spec.reasoning_tag)
+            )
         return out
 
 
@@ -249,10 +255,17 @@ class LocalChatSource:
         ids = list(self.tokenizer.encode(prompt, add_special_tokens=False))
         out: list[str | None] = []
         for start in range(0, n, self.chunk):
-            rows = batched_generate(self.model, self.tokenizer, [ids] * min(self.chunk, n - start),
-                                    max_new_tokens=params.max_new_tokens, temperature=params.temperature,
-                                    top_p=params.top_p, top_k=max(params.top_k, 0), stop=params.stop,
-                                    device=self.device)
+            rows = batched_generate(
+                self.model,
+                self.tokenizer,
+                [ids] * min(self.chunk, n - start),
+                max_new_tokens=params.max_new_tokens,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                top_k=max(params.top_k, 0),
+                stop=params.stop,
+                device=self.device,
+            )
             eos = {self.tokenizer.eos_token_id}
             for row in rows:
                 body = [t for t in row.token_ids if t not in eos]
@@ -273,14 +286,22 @@ Source = TextSource | PolicySource
 
 # ----------------------------------------------------------------------------- the driver
 
+
 @dataclass
 class EpisodeBatch:
     trajectories: list[Trajectory]
     failed: list[tuple[str, int]]  # (example id, sample index) whose requests failed for good
 
 
-def run_source_episodes(agent: Any, requests: Sequence[Any], tokenizer: Any, source: Any, sampling: Any,
-                        limits: Any, transform: Transform | None = None) -> EpisodeBatch:
+def run_source_episodes(
+    agent: Any,
+    requests: Sequence[Any],
+    tokenizer: Any,
+    source: Any,
+    sampling: Any,
+    limits: Any,
+    transform: Transform | None = None,
+) -> EpisodeBatch:
     """Every request's episodes with ``source``; trajectories in request order.
 
     A ``transform`` rewrites the messages a text source sees (the privileged teacher's
@@ -295,8 +316,16 @@ def run_source_episodes(agent: Any, requests: Sequence[Any], tokenizer: Any, sou
     return run_text_episodes(agent, requests, tokenizer, source, sampling, limits, transform)
 
 
-def run_text_episodes(agent: Any, requests: Sequence[Any], tokenizer: Any, source: TextSource, sampling: Any,
-                      limits: Any, transform: Transform | None = None, concurrency: int = 8) -> EpisodeBatch:
+def run_text_episodes(
+    agent: Any,
+    requests: Sequence[Any],
+    tokenizer: Any,
+    source: TextSource,
+    sampling: Any,
+    limits: Any,
+    transform: Transform | None = None,
+    concurrency: int = 8,
+) -> EpisodeBatch:
     """Drive episodes with a text source: answers are re-encoded with ``tokenizer``.
 
     Each round asks once per distinct (conversation, sampling) with ``n`` = how many
@@ -364,8 +393,16 @@ def endpoint_from_mapping(raw: Mapping[str, Any], agent_name: str) -> EndpointSp
 
 # ----------------------------------------------------------------------------- eval.run
 
-def evaluate_endpoint(cfg: Any, settings: Any, decoding: Any, examples: Sequence[Example], agent: Any,
-                      options: Mapping[str, Any], say: Callable[[str], None] = print) -> dict[str, Any]:
+
+def evaluate_endpoint(
+    cfg: Any,
+    settings: Any,
+    decoding: Any,
+    examples: Sequence[Example],
+    agent: Any,
+    options: Mapping[str, Any],
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """``eval.run model.base_url=... model.name=...``: score an OpenAI-compatible endpoint
     with the design's agent, exactly like a local model (same sampling, limits, records).
     Up to ``model.concurrency`` requests are in flight, each episode at its own pace
@@ -377,22 +414,41 @@ def evaluate_endpoint(cfg: Any, settings: Any, decoding: Any, examples: Sequence
     from training.model import prepare_tokenizer, resolve_model_path
 
     m = cfg.model
-    spec = EndpointSpec(base_url=m.base_url, model=m.name, api_key_env=m.api_key_env, timeout_s=m.timeout_s,
-                        concurrency=m.concurrency, reasoning_tag=reasoning_tag(cfg.agent.name))
+    spec = EndpointSpec(
+        base_url=m.base_url,
+        model=m.name,
+        api_key_env=m.api_key_env,
+        timeout_s=m.timeout_s,
+        concurrency=m.concurrency,
+        reasoning_tag=reasoning_tag(cfg.agent.name),
+    )
     source = EndpointSource(spec)
-    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(resolve_model_path(m.path, say, tokenizer_only=True),
-                                                                trust_remote_code=m.trust_remote_code))
+    tokenizer = prepare_tokenizer(
+        AutoTokenizer.from_pretrained(
+            resolve_model_path(m.path, say, tokenizer_only=True), trust_remote_code=m.trust_remote_code
+        )
+    )
     sampling, limits = sampling_and_limits(decoding)  # the recipe's evaluation decoding (eval/run.py)
     name = f"{cfg.recipe_name}-{m.name.replace('/', '_')}"
     out = settings.out_dir or default_out_dir(name, cfg.data.kind, cfg.data.eval_split, settings)
-    info = {"recipe": cfg.recipe_name, "model": f"{m.name} @ {m.base_url}", "data_kind": cfg.data.kind,
-            "data_root": cfg.data.root, "split": cfg.data.eval_split, "agent_options": _plain_options(options),
-            "seed": cfg.seed, **asdict(decoding)}
-    settings = replace(settings, batch_size=questions_per_batch(settings.batch_size, m.concurrency,
-                                                                settings.num_samples))
-    say(f"[eval] scoring the endpoint {m.base_url} (model {m.name}), up to {m.concurrency} requests in flight "
+    info = {
+        "recipe": cfg.recipe_name,
+        "model": f"{m.name} @ {m.base_url}",
+        "data_kind": cfg.data.kind,
+        "data_root": cfg.data.root,
+        "split": cfg.data.eval_split,
+        "agent_options": _plain_options(options),
+        "seed": cfg.seed,
+        **asdict(decoding),
+    }
+    settings = replace(
+        settings, batch_size=questions_per_batch(settings.batch_size, m.concurrency, settings.num_samples)
+    )
+    say(
+        f"[eval] scoring the endpoint {m.base_url} (model {m.name}), up to {m.concurrency} requests in flight "
         f"(model.concurrency); tools run here, text carried by the "
-        f"{resolve_model_path(m.path, lambda _: None, tokenizer_only=True)} tokenizer")
+        f"{resolve_model_path(m.path, lambda _: None, tokenizer_only=True)} tokenizer"
+    )
     generate = ConcurrentTextGenerate(source, m.concurrency)
     try:
         summary = evaluate_policy(examples, agent, tokenizer, generate, sampling, limits, out, settings, info, say)

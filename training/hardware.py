@@ -68,10 +68,16 @@ _GEMMA_H100 = Sizing(4, 0.6, 256, 4, 8_192, None, True, True, True, True, "flash
 _GEMMA_H200 = Sizing(2, 0.6, 256, 2, 12_288, None, True, True, True, True, "flash_attention_2")
 
 TABLE: dict[str, dict[str, Sizing]] = {
-    "h100x8": {"Qwen/Qwen3-8B": _QWEN3_H100, "Qwen/Qwen2.5-Coder-7B-Instruct": _CODER_H100,
-               "google/gemma-4-31B-it": _GEMMA_H100},
-    "h200x8": {"Qwen/Qwen3-8B": _QWEN3_H200, "Qwen/Qwen2.5-Coder-7B-Instruct": _CODER_H200,
-               "google/gemma-4-31B-it": _GEMMA_H200},
+    "h100x8": {
+        "Qwen/Qwen3-8B": _QWEN3_H100,
+        "Qwen/Qwen2.5-Coder-7B-Instruct": _CODER_H100,
+        "google/gemma-4-31B-it": _GEMMA_H100,
+    },
+    "h200x8": {
+        "Qwen/Qwen3-8B": _QWEN3_H200,
+        "Qwen/Qwen2.5-Coder-7B-Instruct": _CODER_H200,
+        "google/gemma-4-31B-it": _GEMMA_H200,
+    },
     "gpu1": {},
 }
 """hardware name -> backbone hub name -> sizing; a model not listed gets :data:`GENERIC`."""
@@ -113,8 +119,10 @@ class HardwareConfig:
         if util is not None and not 0.0 < util < 1.0:
             raise ConfigError(f"hardware.gpu_memory_utilization={util}: a fraction in (0, 1), or null")
         if not self.sized and self.overrides:
-            raise ConfigError(f"hardware={self.name} sizes nothing, so {sorted(self.overrides)} would be ignored: "
-                              "pick the machine first (hardware=h100x8 | h200x8 | gpu1)")
+            raise ConfigError(
+                f"hardware={self.name} sizes nothing, so {sorted(self.overrides)} would be ignored: "
+                "pick the machine first (hardware=h100x8 | h200x8 | gpu1)"
+            )
 
     @property
     def sized(self) -> bool:

@@ -62,4 +62,3 @@ class KLSchedule:
     def needs_reference(self, step: int) -> bool:
         """True if beta is positive at ``step`` or any later step."""
         return self.beta(step) > 0 or any(beta > 0 for start, beta in self.points if start > step)
-

@@ -45,8 +45,12 @@ CONSOLE_KEYS = (
 
 WandbMode = Literal["online", "offline", "disabled", "shared"]
 _WANDB_MODE_ALIASES: dict[str, WandbMode] = {
-    "online": "online", "run": "online", "offline": "offline", "dryrun": "offline",
-    "disabled": "disabled", "shared": "shared",
+    "online": "online",
+    "run": "online",
+    "offline": "offline",
+    "dryrun": "offline",
+    "disabled": "disabled",
+    "shared": "shared",
 }
 """WANDB_MODE values wandb accepts, with the legacy spellings it maps itself."""
 
@@ -109,9 +113,7 @@ class RunLogger:
 
         return tqdm(total=total, initial=start, desc="train", unit="step", dynamic_ncols=True, leave=True)
 
-    def _start_wandb(
-        self, project: str, name: str | None, config: Mapping[str, Any] | None, run_id: str | None
-    ) -> Any:
+    def _start_wandb(self, project: str, name: str | None, config: Mapping[str, Any] | None, run_id: str | None) -> Any:
         mode = wandb_mode()
         os.environ.setdefault("WANDB_SILENT", "true")  # our own line below says where the run is
         try:
@@ -121,9 +123,16 @@ class RunLogger:
             # passed explicitly, since wandb reads its environment once per process.
             tags = [tag for tag in os.environ.get("WANDB_TAGS", "").split(",") if tag]
             run = wandb.init(
-                project=project, name=name, config=dict(config or {}), dir=str(self.run_dir),
-                mode=mode, id=run_id, resume="allow" if run_id else None, reinit="finish_previous",
-                group=os.environ.get("WANDB_RUN_GROUP") or None, tags=tags or None,
+                project=project,
+                name=name,
+                config=dict(config or {}),
+                dir=str(self.run_dir),
+                mode=mode,
+                id=run_id,
+                resume="allow" if run_id else None,
+                reinit="finish_previous",
+                group=os.environ.get("WANDB_RUN_GROUP") or None,
+                tags=tags or None,
             )
         except Exception as err:  # noqa: BLE001 - logging must not stop training; said aloud
             self.say(f"[log] wandb could not start ({type(err).__name__}: {err}); continuing without it")
@@ -143,8 +152,10 @@ class RunLogger:
         self._jsonl.write(json.dumps(record, sort_keys=True) + "\n")
         self._jsonl.flush()
         if self.wandb_run is not None:
-            self.wandb_run.log({f"{kind}/{k}" if kind != "train" else k: v
-                                for k, v in clean.items() if isinstance(v, (int, float))}, step=step)
+            self.wandb_run.log(
+                {f"{kind}/{k}" if kind != "train" else k: v for k, v in clean.items() if isinstance(v, (int, float))},
+                step=step,
+            )
         if self.console:
             line = f"[{kind} {step}] " + format_metrics(clean)
             if kind == "train" and self._bar is None:
@@ -171,6 +182,7 @@ def is_accuracy(key: str) -> bool:
 
 def format_metrics(metrics: Mapping[str, Any]) -> str:
     """The console summary of a step: the headline numbers, short names, accuracies in %."""
+
     def show(key: str, value: Any) -> str:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return str(value)

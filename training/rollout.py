@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from agents.parsing import cut_at_stop
 from agents.types import Agent, EndReason, Episode, EpisodeResult, Example, Message, Trajectory
@@ -267,7 +268,9 @@ class EpisodeRunner:
             )
         ids = list(output.token_ids)[: self._budget]
         lps = list(output.logprobs)[: len(ids)] if output.logprobs is not None else None
-        self._has_logprobs = (lps is not None) if self._has_logprobs is None else (self._has_logprobs and lps is not None)
+        self._has_logprobs = (
+            (lps is not None) if self._has_logprobs is None else (self._has_logprobs and lps is not None)
+        )
         eos_at = next((i for i, t in enumerate(ids) if t in self.segments.eos_ids), None)
         body = ids[:eos_at] if eos_at is not None else ids
         eos = (ids[eos_at], lps[eos_at] if lps else 0.0) if eos_at is not None else None
@@ -383,7 +386,10 @@ class EpisodeRunner:
 
     def _overflow(self, extra: int) -> EndReason | None:
         """Which limit ``extra`` more response tokens would break (None if none)."""
-        if self.limits.max_response_tokens is not None and len(self.tokens.ids) + extra > self.limits.max_response_tokens:
+        if (
+            self.limits.max_response_tokens is not None
+            and len(self.tokens.ids) + extra > self.limits.max_response_tokens
+        ):
             return "response_limit"
         used = len(self.prompt_ids) + len(self.tokens.ids) + extra
         if self.limits.max_context_tokens is not None and used > self.limits.max_context_tokens:
@@ -407,8 +413,16 @@ class EpisodeRunner:
 # -------------------------------------------------------------------- drivers
 
 
-def _runner(agent: Agent, example: Example, db: "Database", previous: Sequence[EpisodeResult], segments: ChatSegments,
-            sampling: SamplingParams, limits: RolloutLimits, sample_index: int) -> EpisodeRunner | None:
+def _runner(
+    agent: Agent,
+    example: Example,
+    db: Database,
+    previous: Sequence[EpisodeResult],
+    segments: ChatSegments,
+    sampling: SamplingParams,
+    limits: RolloutLimits,
+    sample_index: int,
+) -> EpisodeRunner | None:
     episode = agent.start(example, db, tuple(previous))
     if episode is None:
         return None
@@ -420,7 +434,7 @@ class _Slot:
     """One request's progress through its episodes (DualSQL: linker, then generator)."""
 
     example: Example
-    db: "Database"
+    db: Database
     sample_index: int
     runner: EpisodeRunner | None = None
     trajectories: list[Trajectory] = field(default_factory=list)
@@ -490,7 +504,7 @@ def _generate_round(runners: list[EpisodeRunner], generate: GenerateFn) -> None:
         outputs = generate([ids for _, ids, _ in members], params)
         if len(outputs) != len(members):
             raise ValueError(f"generate returned {len(outputs)} outputs for {len(members)} prompts")
-        for (runner, _, _), output in zip(members, outputs):
+        for (runner, _, _), output in zip(members, outputs, strict=True):  # lengths checked above
             runner.feed(output)
 
 
@@ -503,7 +517,7 @@ def _progress_bar(total: int) -> Any:
 async def run_episode_async(
     agent: Agent,
     example: Example,
-    db: "Database",
+    db: Database,
     tokenizer: Any,
     agenerate: AsyncGenerateFn,
     sampling: SamplingParams,
@@ -522,7 +536,9 @@ async def run_episode_async(
     trajectories: list[Trajectory] = []
     while True:
         previous = [t.result for t in trajectories]
-        runner = await asyncio.to_thread(_runner, agent, example, db, previous, segments, sampling, limits, sample_index)
+        runner = await asyncio.to_thread(
+            _runner, agent, example, db, previous, segments, sampling, limits, sample_index
+        )
         if runner is None:
             return trajectories
         while not runner.done:

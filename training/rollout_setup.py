@@ -25,8 +25,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-def sampling_params(temperature: float, top_p: float = 1.0, top_k: int = 0,
-                    max_new_tokens: int = 512) -> SamplingParams:
+def sampling_params(
+    temperature: float, top_p: float = 1.0, top_k: int = 0, max_new_tokens: int = 512
+) -> SamplingParams:
     """What every generation call samples with; ``top_k`` <= 0 means no top-k (-1 for the driver).
 
     >>> sampling_params(0.0, top_k=0, max_new_tokens=64).top_k
@@ -34,8 +35,9 @@ def sampling_params(temperature: float, top_p: float = 1.0, top_k: int = 0,
     """
     from training.rollout import SamplingParams
 
-    return SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k if top_k > 0 else -1,
-                          max_new_tokens=max_new_tokens)
+    return SamplingParams(
+        temperature=temperature, top_p=top_p, top_k=top_k if top_k > 0 else -1, max_new_tokens=max_new_tokens
+    )
 
 
 def context_tokens(max_prompt_tokens: int, max_response_tokens: int, model_context: int | None) -> int:
@@ -49,16 +51,24 @@ def context_tokens(max_prompt_tokens: int, max_response_tokens: int, model_conte
     return min(context, model_context) if model_context else context
 
 
-def rollout_limits(max_prompt_tokens: int, max_response_tokens: int, max_new_tokens: int,
-                   observation_max_tokens: int | None, model_context: int | None) -> RolloutLimits:
+def rollout_limits(
+    max_prompt_tokens: int,
+    max_response_tokens: int,
+    max_new_tokens: int,
+    observation_max_tokens: int | None,
+    model_context: int | None,
+) -> RolloutLimits:
     """The rollout driver's limits: ``max_new_tokens`` per generation call, the response and
     prompt caps, the context of ``context_tokens``, observations cut to their token cap."""
     from training.rollout import RolloutLimits
 
-    return RolloutLimits(max_response_tokens=max_response_tokens,
-                         max_context_tokens=context_tokens(max_prompt_tokens, max_response_tokens, model_context),
-                         max_tokens_per_turn=max_new_tokens, max_observation_tokens=observation_max_tokens,
-                         max_prompt_tokens=max_prompt_tokens)
+    return RolloutLimits(
+        max_response_tokens=max_response_tokens,
+        max_context_tokens=context_tokens(max_prompt_tokens, max_response_tokens, model_context),
+        max_tokens_per_turn=max_new_tokens,
+        max_observation_tokens=observation_max_tokens,
+        max_prompt_tokens=max_prompt_tokens,
+    )
 
 
 def model_context(model_config: Any) -> int | None:
@@ -67,8 +77,9 @@ def model_context(model_config: Any) -> int | None:
     return int(value) if isinstance(value, int) and value > 0 else None
 
 
-def hf_generate(model: Any, tokenizer: Any, device: str = "cpu", autocast: Any = None, chunk: int = 16,
-                logprobs: bool = False) -> GenerateFn:
+def hf_generate(
+    model: Any, tokenizer: Any, device: str = "cpu", autocast: Any = None, chunk: int = 16, logprobs: bool = False
+) -> GenerateFn:
     """A batched ``GenerateFn`` over a HF model: prompts sorted by length (less padding),
     generated ``chunk`` rows at a time. ``logprobs``: sampled rows (temperature > 0) also
     return the generating model's log-prob of each token (for the IS correction)."""
@@ -79,14 +90,24 @@ def hf_generate(model: Any, tokenizer: Any, device: str = "cpu", autocast: Any =
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         out: list[Any] = [None] * len(prompts)
         for start in range(0, len(order), chunk):
-            idx = order[start:start + chunk]
-            rows = batched_generate(model, tokenizer, [prompts[i] for i in idx], max_new_tokens=params.max_new_tokens,
-                                    temperature=params.temperature, top_p=params.top_p, top_k=max(params.top_k, 0),
-                                    stop=params.stop, device=device, autocast=autocast,
-                                    logprobs=logprobs and params.temperature > 0)
+            idx = order[start : start + chunk]
+            rows = batched_generate(
+                model,
+                tokenizer,
+                [prompts[i] for i in idx],
+                max_new_tokens=params.max_new_tokens,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                top_k=max(params.top_k, 0),
+                stop=params.stop,
+                device=device,
+                autocast=autocast,
+                logprobs=logprobs and params.temperature > 0,
+            )
             for i, row in zip(idx, rows, strict=True):
-                out[i] = GenerationOutput(token_ids=row.token_ids, logprobs=row.logprobs,
-                                          finish_reason=row.finish_reason)
+                out[i] = GenerationOutput(
+                    token_ids=row.token_ids, logprobs=row.logprobs, finish_reason=row.finish_reason
+                )
         return out
 
     return generate
@@ -113,4 +134,3 @@ def fixed_subset(examples: Sequence[T], limit: int | None, seed: int) -> list[T]
     gen = torch.Generator().manual_seed(seed + 1234)
     picked = torch.randperm(len(items), generator=gen)[:limit].tolist()
     return [items[i] for i in sorted(picked)]
-

@@ -78,8 +78,10 @@ def _describe_profile(changes: dict[str, tuple[Any, Any]], mode: str) -> str:
 
 RUN_LOG = "run.log"
 
-CFG_NOTE = ("# note: --cfg prints the configuration as composed, before engine=auto is resolved and "
-            "before the CPU laptop profile; add dry_run=true instead to print the configuration that runs")
+CFG_NOTE = (
+    "# note: --cfg prints the configuration as composed, before engine=auto is resolved and "
+    "before the CPU laptop profile; add dry_run=true instead to print the configuration that runs"
+)
 
 
 def run(raw: dict[str, Any], explicit: set[str], say: Say = print) -> dict[str, Any] | None:

@@ -116,7 +116,7 @@ def verl_step_checkpoints(ckpt_dir: str | Path) -> list[StepCheckpoint]:
     root = Path(ckpt_dir)
     steps = []
     for path in root.glob(f"{STEP_PREFIX}*") if root.is_dir() else ():
-        suffix = path.name[len(STEP_PREFIX):]
+        suffix = path.name[len(STEP_PREFIX) :]
         if not (path.is_dir() and suffix.isdigit()):
             continue
         missing = [] if _readable_archive(path / "data.pt") else ["data.pt"]
@@ -155,7 +155,9 @@ class ResumeDecision:
 
 
 def resume_decision(
-    run_dir: str | Path, mode: Any, latest: Callable[[Path], StepCheckpoint | None] | None = None,
+    run_dir: str | Path,
+    mode: Any,
+    latest: Callable[[Path], StepCheckpoint | None] | None = None,
     any_checkpoint: Callable[[Path], Path | None] | None = None,
 ) -> ResumeDecision:
     """The resume policy (see the module doc) for ``run_dir``; a refusal is a ConfigError.
@@ -185,10 +187,20 @@ def resume_decision(
                 f"resume=must but {run_dir} holds no complete checkpoint to continue; pass resume=auto to start "
                 "from step 0 when there is none, or point run_dir at the run to continue"
             )
-        return ResumeDecision("start", discard=discard, notes=notes,
-                              message=f"[resume] no complete checkpoint in {run_dir}; starting from step 0")
-    return ResumeDecision("resume", step=found.step, path=found.path, discard=discard, notes=notes,
-                          message=f"[resume] continuing from {found.path} (step {found.step})")
+        return ResumeDecision(
+            "start",
+            discard=discard,
+            notes=notes,
+            message=f"[resume] no complete checkpoint in {run_dir}; starting from step 0",
+        )
+    return ResumeDecision(
+        "resume",
+        step=found.step,
+        path=found.path,
+        discard=discard,
+        notes=notes,
+        message=f"[resume] continuing from {found.path} (step {found.step})",
+    )
 
 
 def _any_verl_step(ckpt_dir: Path) -> Path | None:
@@ -236,12 +248,46 @@ def prune_verl_checkpoints(ckpt_dir: str | Path, keep: int | None) -> list[Path]
 
 # ----------------------------------------------------------------------------- shared storage
 
-SHARED_FILESYSTEMS = frozenset({
-    "nfs", "nfs4", "lustre", "gpfs", "beegfs", "ceph", "cephfs", "glusterfs", "fuse.glusterfs", "cifs", "smb3",
-    "smbfs", "wekafs", "fuse.juicefs", "fuse.gcsfuse", "fuse.s3fs", "fuse.mountpoint-s3", "fuse.sshfs", "9p",
-    "fuse.cephfs", "fuse.lustre", "panfs", "pvfs2", "orangefs", "virtiofs", "fuse.rclone", "fuse.blobfuse",
-    "fuse.blobfuse2", "afs", "xtreemfs", "quobyte", "fuse.quobyte", "mmfs", "vast", "fuse.weka", "dvs",
-})
+SHARED_FILESYSTEMS = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "lustre",
+        "gpfs",
+        "beegfs",
+        "ceph",
+        "cephfs",
+        "glusterfs",
+        "fuse.glusterfs",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "wekafs",
+        "fuse.juicefs",
+        "fuse.gcsfuse",
+        "fuse.s3fs",
+        "fuse.mountpoint-s3",
+        "fuse.sshfs",
+        "9p",
+        "fuse.cephfs",
+        "fuse.lustre",
+        "panfs",
+        "pvfs2",
+        "orangefs",
+        "virtiofs",
+        "fuse.rclone",
+        "fuse.blobfuse",
+        "fuse.blobfuse2",
+        "afs",
+        "xtreemfs",
+        "quobyte",
+        "fuse.quobyte",
+        "mmfs",
+        "vast",
+        "fuse.weka",
+        "dvs",
+    }
+)
 """Network and parallel filesystems: every node of a cluster can mount the same one."""
 LOCAL_ONLY_PREFIXES = ("/tmp", "/var/tmp", "/dev/shm", "/run")
 
@@ -277,17 +323,23 @@ def check_shared_storage(run_dir: str | Path, nnodes: int, required: bool = True
         return ""
     resolved = Path(run_dir).resolve()
     point, fstype = mount_of(resolved, mounts)
-    local_prefix = next((p for p in LOCAL_ONLY_PREFIXES if str(resolved) == p or str(resolved).startswith(p + "/")),
-                        None)
+    local_prefix = next(
+        (p for p in LOCAL_ONLY_PREFIXES if str(resolved) == p or str(resolved).startswith(p + "/")), None
+    )
     shared = fstype in SHARED_FILESYSTEMS and local_prefix is None
     what = f"run_dir {resolved} is on {fstype} (mounted at {point or '?'})"
     if shared:
         return f"[run] {what}: shared storage for {nnodes} nodes"
-    reason = f"under {local_prefix}, which is local to each node" if local_prefix else \
-        f"{fstype} is not a network or parallel filesystem"
-    message = (f"trainer.nnodes={nnodes}: {what}; {reason}. Every node writes its checkpoint shards there and a "
-               "requeued job must find them: put run_dir on storage every node mounts (NFS, Lustre, GPFS, "
-               "BeeGFS, CephFS, ...), or pass trainer.shared_run_dir_check=false if this mount is shared after all")
+    reason = (
+        f"under {local_prefix}, which is local to each node"
+        if local_prefix
+        else f"{fstype} is not a network or parallel filesystem"
+    )
+    message = (
+        f"trainer.nnodes={nnodes}: {what}; {reason}. Every node writes its checkpoint shards there and a "
+        "requeued job must find them: put run_dir on storage every node mounts (NFS, Lustre, GPFS, "
+        "BeeGFS, CephFS, ...), or pass trainer.shared_run_dir_check=false if this mount is shared after all"
+    )
     if required:
         raise ConfigError(message)
     return f"[run] warning: {message}"

@@ -71,8 +71,7 @@ def embedding_params(a: Architecture) -> int:
 
 
 def parameter_count(a: Architecture) -> int:
-    return (a.sliding_layers * layer_params(a, False) + a.global_layers * layer_params(a, True)
-            + embedding_params(a))
+    return a.sliding_layers * layer_params(a, False) + a.global_layers * layer_params(a, True) + embedding_params(a)
 
 
 def _attention_dims(a: Architecture, global_layer: bool) -> tuple[int, int]:
@@ -140,9 +139,11 @@ class Knobs:
             gradient_checkpointing=bool(arr.model.enable_gradient_checkpointing),
             entropy_chunk=int(actor.get("entropy_from_logits_chunk_size", 2048)) if chunking else None,
             entropy_in_update=float(actor.entropy_coeff) > 0,
-            param_offload=bool(fsdp.param_offload), optimizer_offload=bool(fsdp.optimizer_offload),
+            param_offload=bool(fsdp.param_offload),
+            optimizer_offload=bool(fsdp.optimizer_offload),
             gpu_memory_utilization=float(rollout.gpu_memory_utilization),
-            max_num_seqs=int(rollout.max_num_seqs), max_num_batched_tokens=int(rollout.max_num_batched_tokens),
+            max_num_seqs=int(rollout.max_num_seqs),
+            max_num_batched_tokens=int(rollout.max_num_batched_tokens),
             attention=str(attention),
         )
 
@@ -198,13 +199,22 @@ def estimate(a: Architecture, k: Knobs, capacity: int | None) -> Estimate:
     vllm_weights = math.ceil(params * BF16 / k.tp)
     vllm_overhead = VLLM_FIXED + _vllm_activations(a, k)
     return Estimate(
-        parameters=params, weights=shard * FP32, grads=shard * FP32, optimizer=shard * ADAM_BYTES,
-        gathered=gathered, activations=_update_activations(a, k), logits=_update_logits(a, k),
+        parameters=params,
+        weights=shard * FP32,
+        grads=shard * FP32,
+        optimizer=shard * ADAM_BYTES,
+        gathered=gathered,
+        activations=_update_activations(a, k),
+        logits=_update_logits(a, k),
         mask=k.ppo_tokens**2 if k.attention == "sdpa" else 0,
         log_prob_pass=_log_prob_pass(a, k),
-        resident_in_rollout=(0 if k.param_offload else shard * FP32) + (0 if k.optimizer_offload else shard * ADAM_BYTES),
-        vllm_share=vllm_share, vllm_weights=vllm_weights, vllm_overhead=vllm_overhead,
-        kv_cache=vllm_share - vllm_weights - vllm_overhead, kv_per_sequence=kv_bytes(a, k.max_model_len, k.tp),
+        resident_in_rollout=(0 if k.param_offload else shard * FP32)
+        + (0 if k.optimizer_offload else shard * ADAM_BYTES),
+        vllm_share=vllm_share,
+        vllm_weights=vllm_weights,
+        vllm_overhead=vllm_overhead,
+        kv_cache=vllm_share - vllm_weights - vllm_overhead,
+        kv_per_sequence=kv_bytes(a, k.max_model_len, k.tp),
     )
 
 
@@ -268,16 +278,18 @@ def describe(e: Estimate, k: Knobs, capacity: int | None) -> list[str]:
         f"+ vLLM {k.gpu_memory_utilization:g} x capacity = {gib(e.vllm_share)}: weights {gib(e.vllm_weights)} "
         f"(TP {k.tp}) + overhead {gib(e.vllm_overhead)} + KV cache {gib(e.kv_cache)} = "
         f"{e.full_sequences} sequence(s) of {k.max_model_len} tokens per replica ({gib(e.kv_per_sequence)} each)"
-        if capacity else
-        f"rollout, per GPU: training state kept {gib(e.resident_in_rollout)}; vLLM weights {gib(e.vllm_weights)} "
+        if capacity
+        else f"rollout, per GPU: training state kept {gib(e.resident_in_rollout)}; vLLM weights {gib(e.vllm_weights)} "
         f"(TP {k.tp}); one {k.max_model_len}-token sequence's KV {gib(e.kv_per_sequence)} (no GPU to size vLLM's share)"
     )
     return [
-        f"model: {e.parameters / 1e9:.2f}B parameters; {k.gpus} GPU(s), FSDP shards of {math.ceil(e.parameters / k.gpus) / 1e9:.2f}B",
+        f"model: {e.parameters / 1e9:.2f}B parameters; {k.gpus} GPU(s), "
+        f"FSDP shards of {math.ceil(e.parameters / k.gpus) / 1e9:.2f}B",
         f"update, per GPU{cap}: weights {gib(e.weights)} + grads {gib(e.grads)} + AdamW {gib(e.optimizer)} "
         f"+ gathered units {gib(e.gathered)} + activations {gib(e.activations)} ({k.ppo_tokens} tokens, "
         f"checkpointing {'on' if k.gradient_checkpointing else 'off'}, Ulysses {k.sp}) + logits {gib(e.logits)}"
-        + (f" + sdpa mask {gib(e.mask)}" if e.mask else "") + f" = {gib(e.update_peak)}",
+        + (f" + sdpa mask {gib(e.mask)}" if e.mask else "")
+        + f" = {gib(e.update_peak)}",
         f"log-prob pass, per GPU: {gib(e.log_prob_peak)} ({k.log_prob_tokens} tokens, entropy "
         + (f"in chunks of {k.entropy_chunk})" if k.entropy_chunk else "unchunked)"),
         rollout,
@@ -308,8 +320,9 @@ def failures(e: Estimate, k: Knobs, capacity: int | None) -> list[str]:
         most = math.floor(free_for_vllm / capacity * 100) / 100
         lower = f", or hardware.gpu_memory_utilization <= {most:.2f}" if most >= 0.1 else ""
         out.append(
-            f"vLLM asks for gpu_memory_utilization {k.gpu_memory_utilization:g} x {gib(capacity)} = {gib(e.vllm_share)} "
-            f"but the training state left on the GPU ({gib(e.resident_in_rollout)}) leaves {gib(max(free_for_vllm, 0))}: "
+            f"vLLM asks for gpu_memory_utilization {k.gpu_memory_utilization:g} x {gib(capacity)} = "
+            f"{gib(e.vllm_share)} but the training state left on the GPU ({gib(e.resident_in_rollout)}) leaves "
+            f"{gib(max(free_for_vllm, 0))}: "
             f"vLLM refuses to start. Set hardware.param_offload=true and hardware.optimizer_offload=true{lower}"
         )
     if e.kv_cache < e.kv_per_sequence:
@@ -329,8 +342,10 @@ def _more_gpus(e: Estimate, k: Knobs, usable: float) -> str:
     if room <= 0:
         return "use a smaller model: even unsharded, one micro-batch does not fit"
     need = math.ceil(e.parameters * (2 * FP32 + ADAM_BYTES) / room)
-    return (f"add GPUs: the {gib(e.static - e.gathered)} of sharded weights, gradients and AdamW shrink with "
-            f"their number ({k.gpus} now; ~{need} needed at these budgets, hardware.nnodes=N), or use a smaller model")
+    return (
+        f"add GPUs: the {gib(e.static - e.gathered)} of sharded weights, gradients and AdamW shrink with "
+        f"their number ({k.gpus} now; ~{need} needed at these budgets, hardware.nnodes=N), or use a smaller model"
+    )
 
 
 # ----------------------------------------------------------------------------- episodes in flight
@@ -376,9 +391,12 @@ class InFlight:
         gpus = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes)
         cap = ns.get("max_concurrent_episodes")
         return cls(
-            questions=int(cfg.data.train_batch_size) * oversample, group_size=int(rollout.n),
-            workers=int(rollout.agent.num_workers), per_worker_cap=int(cap) if cap else None,
-            replicas=max(1, gpus // int(rollout.tensor_model_parallel_size)), max_num_seqs=int(rollout.max_num_seqs),
+            questions=int(cfg.data.train_batch_size) * oversample,
+            group_size=int(rollout.n),
+            workers=int(rollout.agent.num_workers),
+            per_worker_cap=int(cap) if cap else None,
+            replicas=max(1, gpus // int(rollout.tensor_model_parallel_size)),
+            max_num_seqs=int(rollout.max_num_seqs),
         )
 
 
@@ -418,15 +436,18 @@ class SizingReport:
     estimate: Estimate | None
 
 
-def size_run(cfg: DictConfig, a: Architecture | None, origin: str, capacity_gib: float | None,
-             hardware: str) -> SizingReport:
+def size_run(
+    cfg: DictConfig, a: Architecture | None, origin: str, capacity_gib: float | None, hardware: str
+) -> SizingReport:
     """The estimate and every verdict for the veRL tree ``cfg`` on ``hardware``."""
     capacity = int(capacity_gib * GIB) if capacity_gib else None
     flight = InFlight.from_verl(cfg)
     cap = f", capped at {flight.per_worker_cap} per agent-loop worker" if flight.per_worker_cap else ""
-    lines = [f"hardware={hardware}: episodes in flight {flight.episodes} ({flight.questions} questions x "
-             f"G={flight.group_size}), live {flight.live}{cap}; vLLM slots {flight.replicas} replica(s) x "
-             f"max_num_seqs {flight.max_num_seqs} = {flight.slots}"]
+    lines = [
+        f"hardware={hardware}: episodes in flight {flight.episodes} ({flight.questions} questions x "
+        f"G={flight.group_size}), live {flight.live}{cap}; vLLM slots {flight.replicas} replica(s) x "
+        f"max_num_seqs {flight.max_num_seqs} = {flight.slots}"
+    ]
     fails = in_flight_failures(flight)
     if not capacity:  # hardware=cpu sizes nothing: say what a GPU run would refuse
         lines += [f"note (hardware=cpu, not enforced): {item}" for item in fails]

@@ -100,8 +100,11 @@ def current_job() -> SweepJob | None:
     else:  # a launcher that does not write it: every override of the job names the ablation
         overrides = list(hc.overrides.task)
     keys = swept_keys(overrides) if multirun.is_file() else [o.split("=", 1)[0].lstrip("+~") for o in overrides]
-    return SweepJob(sweep=sweep_name(sweep_dir), run_dir=str(hc.runtime.output_dir),
-                    ablation=job_values(list(hc.overrides.task), keys))
+    return SweepJob(
+        sweep=sweep_name(sweep_dir),
+        run_dir=str(hc.runtime.output_dir),
+        ablation=job_values(list(hc.overrides.task), keys),
+    )
 
 
 def apply_sweep(raw: dict[str, Any], explicit: set[str], job: SweepJob | None) -> dict[str, Any]:
@@ -110,8 +113,10 @@ def apply_sweep(raw: dict[str, Any], explicit: set[str], job: SweepJob | None) -
     if job is None:
         return raw
     if "run_dir" in explicit and "run_dir" not in job.ablation:
-        raise ConfigError("run_dir is set once for a whole sweep, so every job would share it; in a sweep each "
-                          "job runs in <hydra.sweep.dir>/<job number>: set hydra.sweep.dir=<folder> instead")
+        raise ConfigError(
+            "run_dir is set once for a whole sweep, so every job would share it; in a sweep each "
+            "job runs in <hydra.sweep.dir>/<job number>: set hydra.sweep.dir=<folder> instead"
+        )
     out = dict(raw)
     out["sweep"], out["ablation"] = job.sweep, dict(job.ablation)
     if "run_dir" not in job.ablation:
@@ -120,8 +125,9 @@ def apply_sweep(raw: dict[str, Any], explicit: set[str], job: SweepJob | None) -
     return out
 
 
-def verl_runtime_env(sweep: str | None, ablation: Mapping[str, Any], experiment: str,
-                     run_dir: str) -> tuple[dict[str, str], str]:
+def verl_runtime_env(
+    sweep: str | None, ablation: Mapping[str, Any], experiment: str, run_dir: str
+) -> tuple[dict[str, str], str]:
     """What veRL's launch needs for one sweep job: the ``env_vars`` to add to the Ray
     runtime environment (wandb group and tags for ``Tracking``'s ``wandb.init`` in the
     workers) and a unique ``trainer.experiment_name`` (veRL names every run after it, so

@@ -40,11 +40,18 @@ class WarmStartSettings:
     weight_decay: float = 0.0
 
 
-def nll_sum(model: Any, trajectories: Sequence[Any], pad_id: int, device: str, autocast: Any) -> tuple[torch.Tensor, float]:
+def nll_sum(
+    model: Any, trajectories: Sequence[Any], pad_id: int, device: str, autocast: Any
+) -> tuple[torch.Tensor, float]:
     """Summed NLL over the policy tokens of ``trajectories`` and how many tokens that is."""
     masks = [[float(m) for m in t.response_mask] for t in trajectories]
-    batch = lp.build_policy_batch([t.prompt_ids for t in trajectories], [t.response_ids for t in trajectories],
-                                  {"full": masks}, {"full": [0.0] * len(trajectories)}, pad_id)
+    batch = lp.build_policy_batch(
+        [t.prompt_ids for t in trajectories],
+        [t.response_ids for t in trajectories],
+        {"full": masks},
+        {"full": [0.0] * len(trajectories)},
+        pad_id,
+    )
     logp, _ = lp.response_log_probs(model, batch, device, autocast)  # [batch, resp_len]
     mask = batch.masks["full"].to(logp.device)  # [batch, resp_len]
     return -(logp * mask).sum(), float(mask.sum())
@@ -55,7 +62,7 @@ def _batches(n: int, size: int, epochs: int, seed: int) -> list[list[int]]:
     out: list[list[int]] = []
     for epoch in range(epochs):
         order = torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
-        out += [order[i:i + size] for i in range(0, n, size)]
+        out += [order[i : i + size] for i in range(0, n, size)]
     return out
 
 
@@ -76,8 +83,7 @@ def supervised_fine_tune(
     batches = _batches(len(trajectories), settings.batch_size, settings.epochs, seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
     warm = math.ceil(len(batches) * settings.warmup_ratio)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0)
     model.train()
     start, losses, tokens_seen = time.perf_counter(), [], 0.0
     bar = _bar(len(batches)) if progress else None
@@ -87,7 +93,7 @@ def supervised_fine_tune(
         optimizer.zero_grad(set_to_none=True)
         step_loss = 0.0
         for k in range(0, len(items), settings.micro_batch_size):
-            loss_sum, _ = nll_sum(model, items[k:k + settings.micro_batch_size], pad_id, device, autocast)
+            loss_sum, _ = nll_sum(model, items[k : k + settings.micro_batch_size], pad_id, device, autocast)
             (loss_sum / total).backward()
             step_loss += float(loss_sum.detach()) / total
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
@@ -96,16 +102,27 @@ def supervised_fine_tune(
         losses.append(step_loss)
         tokens_seen += total
         if on_step is not None:
-            on_step(step, {"warm_start/nll": step_loss, "warm_start/grad_norm": float(norm),
-                           "warm_start/lr": float(scheduler.get_last_lr()[0])})
+            on_step(
+                step,
+                {
+                    "warm_start/nll": step_loss,
+                    "warm_start/grad_norm": float(norm),
+                    "warm_start/lr": float(scheduler.get_last_lr()[0]),
+                },
+            )
         if bar is not None:
             bar.set_postfix(nll=f"{step_loss:.3f}")
             bar.update(1)
     if bar is not None:
         bar.close()
     optimizer.zero_grad(set_to_none=True)
-    return {"nll_first": losses[0], "nll_last": losses[-1], "steps": float(len(batches)),
-            "policy_tokens": tokens_seen, "duration_s": time.perf_counter() - start}
+    return {
+        "nll_first": losses[0],
+        "nll_last": losses[-1],
+        "steps": float(len(batches)),
+        "policy_tokens": tokens_seen,
+        "duration_s": time.perf_counter() - start,
+    }
 
 
 def _bar(total: int) -> Any:

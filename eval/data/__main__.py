@@ -75,7 +75,9 @@ def _table(examples: list, difficulties: list[str]) -> str:
     rows = [header]
     for db in sorted(per_db):
         counts = per_db[db]
-        rows.append(f"  {db:<{width}}  " + "  ".join(f"{counts[d]:>11}" for d in difficulties) + f"  {sum(counts.values()):>6}")
+        rows.append(
+            f"  {db:<{width}}  " + "  ".join(f"{counts[d]:>11}" for d in difficulties) + f"  {sum(counts.values()):>6}"
+        )
     total = Counter(ex.difficulty for ex in examples)
     share = "  ".join(f"{total[d]:>5} ({100 * total[d] / max(1, len(examples)):3.0f}%)" for d in difficulties)
     rows.append(f"  {'all':<{width}}  " + share + f"  {len(examples):>6}")
@@ -83,7 +85,9 @@ def _table(examples: list, difficulties: list[str]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eval.data", description="Datasets: build minibird, print statistics.")
+    parser = argparse.ArgumentParser(
+        prog="python -m eval.data", description="Datasets: build minibird, print statistics."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     mb = sub.add_parser("minibird", help="build the bundled benchmark")
     mb.add_argument("--out", type=Path, default=None, help="empty or new folder to write into (default: the cache)")
@@ -96,8 +100,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             root = minibird.build(args.out) if args.out else minibird.ensure()
             print(f"minibird {minibird.version()} at {root}")
-            print(stats_text({"kind": "minibird", "root": str(root), "split": "train", "eval_split": "dev",
-                              "drop_failing_gold": False, "limit": None, "eval_limit": None}))
+            print(
+                stats_text(
+                    {
+                        "kind": "minibird",
+                        "root": str(root),
+                        "split": "train",
+                        "eval_split": "dev",
+                        "drop_failing_gold": False,
+                        "limit": None,
+                        "eval_limit": None,
+                    }
+                )
+            )
         else:
             print(stats_text(compose_data(args.overrides)))
     except (ToolkitError, FileExistsError) as err:

@@ -36,8 +36,7 @@ class Problems:
             return
         lines = "\n".join(f"  - {item}" for item in self.items)
         raise DataError(
-            f"{self.kind} dataset at {self.root} (split {self.split!r}): "
-            f"{len(self.items)} problem(s):\n{lines}"
+            f"{self.kind} dataset at {self.root} (split {self.split!r}): {len(self.items)} problem(s):\n{lines}"
         )
 
 
@@ -62,8 +61,12 @@ class Layout:
 
     def database(self, db_id: str) -> Path | None:
         for folder in self.db_dirs:
-            for candidate in (folder / db_id / f"{db_id}.sqlite", folder / db_id / f"{db_id}.db",
-                              folder / f"{db_id}.sqlite", folder / f"{db_id}.db"):
+            for candidate in (
+                folder / db_id / f"{db_id}.sqlite",
+                folder / db_id / f"{db_id}.db",
+                folder / f"{db_id}.sqlite",
+                folder / f"{db_id}.db",
+            ):
                 if candidate.is_file():
                     return candidate
         return None
@@ -108,7 +111,11 @@ def resolve_bird(root: Path, split: str, problems: Problems) -> Layout:
     """
     q_names = [f"{split}.json", f"mini_{split}_sqlite.json", f"mini_{split}.json"]
     db_names = [f"{split}_databases", "databases"]
-    folders = [root / split, *sorted(p for p in root.glob(f"{split}_*") if p.is_dir() and not p.name.endswith("_databases")), root]
+    folders = [
+        root / split,
+        *sorted(p for p in root.glob(f"{split}_*") if p.is_dir() and not p.name.endswith("_databases")),
+        root,
+    ]
     folder = next((f for f in folders if _first_file(f, q_names)), None)
     if folder is None:
         sibling = root.parent / split
@@ -134,9 +141,13 @@ def resolve_spider(root: Path, split: str, problems: Problems) -> Layout:
     if first is None and split == "train" and others.is_file():
         import warnings
 
-        warnings.warn(f"Spider at {root}: no train_spider.json, training on train_others.json alone (1,659 "
-                      "questions on other databases - not Spider's training set); add train_spider.json for "
-                      "the standard 8,659-question split", UserWarning, stacklevel=2)
+        warnings.warn(
+            f"Spider at {root}: no train_spider.json, training on train_others.json alone (1,659 "
+            "questions on other databases - not Spider's training set); add train_spider.json for "
+            "the standard 8,659-question split",
+            UserWarning,
+            stacklevel=2,
+        )
         files = [others]
     elif first is None:
         problems.add(f"missing questions file for split {split!r}{_tried([root], names)}")

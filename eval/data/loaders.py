@@ -27,6 +27,7 @@ from tools.registry import Registry
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class Fields:
     """Which record keys hold what, per dataset kind (first present key wins)."""
@@ -142,7 +143,9 @@ def _root(kind: str, spec: Kind, root: str | os.PathLike[str] | None) -> Path:
         return Path(root).expanduser().resolve()
     if spec.default_root is not None:
         return spec.default_root()
-    raise ConfigError(f"data.root is required for kind {kind!r}: set it to the dataset folder (e.g. data.root=/data/{kind})")
+    raise ConfigError(
+        f"data.root is required for kind {kind!r}: set it to the dataset folder (e.g. data.root=/data/{kind})"
+    )
 
 
 # ----------------------------------------------------------------------------- records
@@ -264,8 +267,13 @@ def _databases(records: list[Record], layout: Layout, problems: Problems) -> dic
     return out
 
 
-def _build_examples(records: list[Record], caches: Mapping[str, _GoldCache], split: str,
-                    problems: Problems, difficulty_of: Callable[[str], str] | None = None) -> list[Example]:
+def _build_examples(
+    records: list[Record],
+    caches: Mapping[str, _GoldCache],
+    split: str,
+    problems: Problems,
+    difficulty_of: Callable[[str], str] | None = None,
+) -> list[Example]:
     """Examples from records; ``difficulty_of`` (Spider's hardness rules) labels records that
     carry no difficulty."""
     examples = []
@@ -280,11 +288,24 @@ def _build_examples(records: list[Record], caches: Mapping[str, _GoldCache], spl
             if error is not None:
                 problems.add(f"{rec.where} (example {rec.id}): gold SQL does not parse: {error}")
                 continue
-        examples.append(Example(
-            id=rec.id, db_id=rec.db_id, db_path=str(cache.db.path), question=rec.question, evidence=rec.evidence,
-            gold_sql=rec.sql, difficulty=(difficulty_of(rec.sql) if difficulty_of and rec.difficulty == "unknown"
-                                          and rec.sql else rec.difficulty), gold_tables=tables, gold_columns=columns, split=split,
-        ))
+        examples.append(
+            Example(
+                id=rec.id,
+                db_id=rec.db_id,
+                db_path=str(cache.db.path),
+                question=rec.question,
+                evidence=rec.evidence,
+                gold_sql=rec.sql,
+                difficulty=(
+                    difficulty_of(rec.sql)
+                    if difficulty_of and rec.difficulty == "unknown" and rec.sql
+                    else rec.difficulty
+                ),
+                gold_tables=tables,
+                gold_columns=columns,
+                split=split,
+            )
+        )
     return examples
 
 
@@ -315,8 +336,11 @@ class _GoldCache:
             from rex.sql import referenced_schema
 
             ref = referenced_schema(sql, self.schema)
-            entry = {"tables": list(ref.tables), "columns": list(ref.columns),
-                     "error": None if ref.parsed else (ref.error or "unknown parse error")}
+            entry = {
+                "tables": list(ref.tables),
+                "columns": list(ref.columns),
+                "error": None if ref.parsed else (ref.error or "unknown parse error"),
+            }
             self.entries[sql] = entry
             self.dirty = True
         return entry
@@ -381,8 +405,13 @@ def _drop_failing(examples: list[Example], caches: Mapping[str, _GoldCache], lab
         else:
             dropped.append(f"{ex.id} ({error})")
     if dropped:
-        log.warning("%s: dropped %d of %d examples whose gold SQL fails to execute: %s",
-                    label, len(dropped), len(examples), "; ".join(dropped[:5]) + (" ..." if len(dropped) > 5 else ""))
+        log.warning(
+            "%s: dropped %d of %d examples whose gold SQL fails to execute: %s",
+            label,
+            len(dropped),
+            len(examples),
+            "; ".join(dropped[:5]) + (" ..." if len(dropped) > 5 else ""),
+        )
     return kept
 
 

@@ -77,13 +77,17 @@ def db(db_path: Path, _cache_dir: None):
 
 COUNT_SQL = "SELECT COUNT(*) FROM schools WHERE city = 'Fresno'"
 JOIN_SQL = (
-    "SELECT MAX(T2.avg_math) FROM schools AS T1 JOIN satscores AS T2 ON T1.id = T2.school_id "
-    "WHERE T1.city = 'Fresno'"
+    "SELECT MAX(T2.avg_math) FROM schools AS T1 JOIN satscores AS T2 ON T1.id = T2.school_id WHERE T1.city = 'Fresno'"
 )
 
 
-def make_example(db_path: Path, sql: str = COUNT_SQL, question: str = "How many schools are in Fresno?",
-                 tables: tuple[str, ...] = ("schools",), columns: tuple[str, ...] = ("schools.city",)) -> Example:
+def make_example(
+    db_path: Path,
+    sql: str = COUNT_SQL,
+    question: str = "How many schools are in Fresno?",
+    tables: tuple[str, ...] = ("schools",),
+    columns: tuple[str, ...] = ("schools.city",),
+) -> Example:
     return Example(
         id="q1",
         db_id="schools",

@@ -28,7 +28,9 @@ RETOOLSQL = {
 }
 
 THINK2SQL = {
-    "agent": [f"<think>Count the rows of schools whose city is Fresno.</think>\n<answer>```sql\n{COUNT_SQL}\n```</answer>"]
+    "agent": [
+        f"<think>Count the rows of schools whose city is Fresno.</think>\n<answer>```sql\n{COUNT_SQL}\n```</answer>"
+    ]
 }
 
 TRUSTSQL = {
@@ -39,12 +41,16 @@ TRUSTSQL = {
         + call("execute_sql_query", db_id="schools", sql="PRAGMA table_info(schools)"),
         "<think>Only schools.city is needed.</think><action>propose_schema</action>"
         '<schema>{"tables": ["schools"], "columns": {"schools": ["city"]}, "joins": []}</schema>',
-        "<think>Try the count.</think><action>generate_sql</action>" + call("execute_sql_query", db_id="schools", sql=COUNT_SQL),
+        "<think>Try the count.</think><action>generate_sql</action>"
+        + call("execute_sql_query", db_id="schools", sql=COUNT_SQL),
         f"<think>2 rows: done.</think><action>confirm_answer</action><answer>```sql\n{COUNT_SQL}\n```</answer>",
     ]
 }
 
-LINKED = {"tables": ["schools", "satscores"], "columns": {"schools": ["id", "city"], "satscores": ["school_id", "avg_math"]}}
+LINKED = {
+    "tables": ["schools", "satscores"],
+    "columns": {"schools": ["id", "city"], "satscores": ["school_id", "avg_math"]},
+}
 DUALSQL = {
     "linker": [
         "<think>Find where Fresno appears.</think>\n" + call("fts_search", db_id="schools", query="Fresno"),

@@ -16,10 +16,32 @@ from agents.types import Step
 from tests.agents.scripts import SCRIPTS
 
 TURNS_PER_AGENT = 800
-TAGS = ["think", "action", "tool_call", "schema", "answer", "scratch_pad", "final_answer", "relevant_tables",
-        "relevant_columns", "tool_response"]
-TOOL_NAMES = ["sqlite_query", "sqlite_peek", "bm25_search_sqlite", "execute_sql_query", "execute_sql", "fts_search",
-              "get_profile", "exec", "", "drop_table", "../../etc/passwd", "sqlite_query\n"]
+TAGS = [
+    "think",
+    "action",
+    "tool_call",
+    "schema",
+    "answer",
+    "scratch_pad",
+    "final_answer",
+    "relevant_tables",
+    "relevant_columns",
+    "tool_response",
+]
+TOOL_NAMES = [
+    "sqlite_query",
+    "sqlite_peek",
+    "bm25_search_sqlite",
+    "execute_sql_query",
+    "execute_sql",
+    "fts_search",
+    "get_profile",
+    "exec",
+    "",
+    "drop_table",
+    "../../etc/passwd",
+    "sqlite_query\n",
+]
 ACTIONS = ["explore_schema", "propose_schema", "generate_sql", "confirm_answer", "EXPLORE_SCHEMA", "", "answer"]
 SQL = [
     "SELECT * FROM schools",
@@ -54,18 +76,29 @@ def _value(rng: random.Random, depth: int = 0):
         return "".join(chr(rng.randrange(0x20, 0x2FFF)) for _ in range(rng.randrange(20)))
     if kind == 4:
         return [_value(rng, depth + 1) for _ in range(rng.randrange(4))]
-    return {rng.choice(["db_id", "sql", "table", "columns", "query", "name", "limit", "where", "x"]): _value(rng, depth + 1)
-            for _ in range(rng.randrange(5))}
+    return {
+        rng.choice(["db_id", "sql", "table", "columns", "query", "name", "limit", "where", "x"]): _value(rng, depth + 1)
+        for _ in range(rng.randrange(5))
+    }
 
 
 def _tool_call(rng: random.Random) -> str:
     extra = _value(rng, 3) if rng.random() < 0.3 else {}
-    arguments = {"db_id": rng.choice(["schools", "other", 7]), "sql": rng.choice(SQL), **(extra if isinstance(extra, dict) else {})}
+    arguments = {
+        "db_id": rng.choice(["schools", "other", 7]),
+        "sql": rng.choice(SQL),
+        **(extra if isinstance(extra, dict) else {}),
+    }
     if rng.random() < 0.2:
         arguments = _value(rng)
     elif rng.random() < 0.5:
-        arguments = {"db_id": "schools", "table": rng.choice(["schools", "satscores", "nope", "x'--"]),
-                     "column": rng.choice(["city", "name", "nope"]), "columns": ["city"], "query": rng.choice(SQL)}
+        arguments = {
+            "db_id": "schools",
+            "table": rng.choice(["schools", "satscores", "nope", "x'--"]),
+            "column": rng.choice(["city", "name", "nope"]),
+            "columns": ["city"],
+            "query": rng.choice(SQL),
+        }
     payload = {"name": rng.choice(TOOL_NAMES), "arguments": arguments}
     if rng.random() < 0.1:
         payload["arguments"] = json.dumps(arguments)  # arguments as a JSON string
@@ -91,7 +124,13 @@ def _fragment(rng: random.Random, scripts: list[str]) -> str:
     if choice == 5:
         return "<schema>" + json.dumps(_value(rng), default=str) + "</schema>"
     if choice == 6:
-        return "```" + rng.choice(["sql", "json", ""]) + "\n" + rng.choice(SQL + [json.dumps(_value(rng), default=str)]) + rng.choice(["\n```", ""])
+        return (
+            "```"
+            + rng.choice(["sql", "json", ""])
+            + "\n"
+            + rng.choice(SQL + [json.dumps(_value(rng), default=str)])
+            + rng.choice(["\n```", ""])
+        )
     if choice == 7:
         return "".join(chr(rng.randrange(0x110000)) for _ in range(rng.randrange(30)))  # lone surrogates too
     if choice == 8:
@@ -100,7 +139,11 @@ def _fragment(rng: random.Random, scripts: list[str]) -> str:
     if choice == 9:
         return rng.choice(scripts)
     if choice == 10 and rng.random() < 0.05:
-        return '<tool_call>{"name": "execute_sql", "arguments": {"db_id": "schools", "sql": "' + "x" * 200_000 + '"}}</tool_call>'
+        return (
+            '<tool_call>{"name": "execute_sql", "arguments": {"db_id": "schools", "sql": "'
+            + "x" * 200_000
+            + '"}}</tool_call>'
+        )
     if choice == 11 and rng.random() < 0.05:
         return "<tool_call>" + "[" * 50_000 + "</tool_call>"  # nesting deeper than the JSON parser's stack
     if choice == 12:

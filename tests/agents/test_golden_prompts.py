@@ -24,7 +24,12 @@ CASES = {
     "think2sql": ("think2sql", {}, None, ""),
     "trustsql": ("trustsql", {}, None, ""),
     "dualsql_linker": ("dualsql", {}, "linker", ""),
-    "dualsql_generator": ("dualsql", {}, "generator", "schools.id, schools.city, satscores.school_id, satscores.avg_math"),
+    "dualsql_generator": (
+        "dualsql",
+        {},
+        "generator",
+        "schools.id, schools.city, satscores.school_id, satscores.avg_math",
+    ),
 }
 
 
@@ -36,24 +41,49 @@ def test_prompt_matches_golden_file(case: str, join_example, db) -> None:
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(text, encoding="utf-8")
     assert path.is_file(), f"missing {path}; run UPDATE_GOLDEN=1 python -m pytest {__file__}"
-    assert text == path.read_text(encoding="utf-8"), f"prompt of {case} changed; if intended, regenerate with UPDATE_GOLDEN=1"
+    assert text == path.read_text(encoding="utf-8"), (
+        f"prompt of {case} changed; if intended, regenerate with UPDATE_GOLDEN=1"
+    )
 
 
 def _cli(*args: str, cache: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "SQLAGENT_RL_CACHE": str(cache)}
-    return subprocess.run([sys.executable, "-m", "agents", *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "agents", *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=120
+    )
 
 
 def test_cli_show_renders_the_prompt(db_path: Path, join_example, tmp_path: Path) -> None:
     proc = _cli(
-        "show", "dualsql", "--role", "generator", "--db", str(db_path), "--question", join_example.question,
-        "--evidence", join_example.evidence,
-        "--linked", CASES["dualsql_generator"][3], cache=tmp_path,
+        "show",
+        "dualsql",
+        "--role",
+        "generator",
+        "--db",
+        str(db_path),
+        "--question",
+        join_example.question,
+        "--evidence",
+        join_example.evidence,
+        "--linked",
+        CASES["dualsql_generator"][3],
+        cache=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == (GOLDEN / "dualsql_generator.txt").read_text(encoding="utf-8")
-    proc = _cli("show", "think2sql", "--db", str(db_path), "--question", "How many?", "--gold-sql",
-                "SELECT COUNT(*) FROM satscores", "-o", 'schema_format="compact"', cache=tmp_path)
+    proc = _cli(
+        "show",
+        "think2sql",
+        "--db",
+        str(db_path),
+        "--question",
+        "How many?",
+        "--gold-sql",
+        "SELECT COUNT(*) FROM satscores",
+        "-o",
+        'schema_format="compact"',
+        cache=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "satscores(" in proc.stdout and "schools(" not in proc.stdout and "=== system ===" in proc.stdout
 
@@ -65,8 +95,9 @@ def test_cli_errors_say_how_to_fix(db_path: Path, tmp_path: Path) -> None:
     assert proc.returncode == 2 and "did you mean 'trustsql'" in proc.stderr
     proc = _cli("show", "foo", "--db", str(tmp_path / "missing.sqlite"), "--question", "q", cache=tmp_path)
     assert proc.returncode == 2  # the unknown agent is reported first, in a sentence that reads
-    assert proc.stderr.strip() == ("error: unknown agent 'foo'; registered agents: dualsql, retoolsql, think2sql, "
-                                   "trustsql")
+    assert proc.stderr.strip() == (
+        "error: unknown agent 'foo'; registered agents: dualsql, retoolsql, think2sql, trustsql"
+    )
     proc = _cli("show", "trustsql", "--db", str(db_path), "--question", "q", "-o", "max_turn=3", cache=tmp_path)
     assert proc.returncode == 2 and "max_turns" in proc.stderr
     proc = _cli("list", cache=tmp_path)

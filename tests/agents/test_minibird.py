@@ -55,7 +55,9 @@ def _policy(name: str, role: str, ex: Example) -> list[str]:
     if name == "trustsql":
         return [
             "<think>tables?</think><action>explore_schema</action>"
-            + _call("execute_sql_query", db_id=ex.db_id, sql="SELECT name, sql FROM sqlite_master WHERE type = 'table'"),
+            + _call(
+                "execute_sql_query", db_id=ex.db_id, sql="SELECT name, sql FROM sqlite_master WHERE type = 'table'"
+            ),
             f"<think>commit</think><action>propose_schema</action><schema>{_columns_json(ex)}</schema>",
             "<think>try</think><action>generate_sql</action>" + _call("execute_sql_query", db_id=ex.db_id, sql=sql),
             f"<think>done</think><action>confirm_answer</action><answer>```sql\n{sql}\n```</answer>",

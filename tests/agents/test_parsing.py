@@ -77,7 +77,10 @@ def test_name_and_column_lists() -> None:
     assert parse_name_list(" Schools, `frpm`\n- satscores, schools ,, ") == ("schools", "frpm", "satscores")
     assert parse_name_list('["A", "b"]') == ("a", "b")
     assert parse_column_list('schools.City, `frpm`.`Free Meal Count (K-12)`, "t"."a.b", bare, t.') == (
-        "schools.city", "frpm.free meal count (k-12)", "t.a.b", "bare"
+        "schools.city",
+        "frpm.free meal count (k-12)",
+        "t.a.b",
+        "bare",
     )
 
 

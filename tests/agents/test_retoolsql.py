@@ -22,7 +22,9 @@ def test_correct_trajectory(example, db) -> None:
     episode = make_agent("retoolsql").start(example, db)
     assert episode.stop == ("</tool_call>", "</final_answer>")
     assert {s["function"]["name"] if "function" in s else s["name"] for s in episode.tool_schemas} == {
-        "sqlite_query", "sqlite_peek", "bm25_search_sqlite"
+        "sqlite_query",
+        "sqlite_peek",
+        "bm25_search_sqlite",
     }
     steps = play(episode, RETOOLSQL["agent"])
     assert [s.phase for s in steps] == ["tool_call", "final_answer"]
@@ -73,7 +75,11 @@ def test_format_rules(example, db, text: str, reason: str) -> None:
 
 
 def test_scratch_pad_must_come_before_the_action_and_can_be_bounded(example, db) -> None:
-    step = make_agent("retoolsql").start(example, db).step(ANNOTATED + f"<final_answer>{SCRATCH}{COUNT_SQL}</final_answer>")
+    step = (
+        make_agent("retoolsql")
+        .start(example, db)
+        .step(ANNOTATED + f"<final_answer>{SCRATCH}{COUNT_SQL}</final_answer>")
+    )
     assert step.phase == "invalid" and "must come before" in step.format_reason
     bounded = make_agent("retoolsql", max_scratch_pad_chars=5).start(example, db)
     assert "longer than 5" in bounded.step(SCRATCH + QUERY).format_reason

@@ -13,7 +13,9 @@ from tests.agents.scripts import TRUSTSQL, call, play
 
 THINK = "<think>t</think>"
 EXPLORE = THINK + "<action>explore_schema</action>" + call("execute_sql_query", db_id="schools", sql="SELECT 1")
-PROPOSE = THINK + '<action>propose_schema</action><schema>{"tables": ["schools"], "columns": {"schools": ["city"]}}</schema>'
+PROPOSE = (
+    THINK + '<action>propose_schema</action><schema>{"tables": ["schools"], "columns": {"schools": ["city"]}}</schema>'
+)
 CONFIRM = THINK + f"<action>confirm_answer</action><answer>```sql\n{COUNT_SQL}\n```</answer>"
 
 
@@ -22,7 +24,13 @@ def test_correct_trajectory(example, db) -> None:
     assert "CREATE TABLE" not in episode.messages[1]["content"] and "# Table" not in episode.messages[1]["content"]
     assert episode.stop == ("</tool_call>", "</schema>", "</answer>")
     steps = play(episode, TRUSTSQL["agent"])
-    assert [s.phase for s in steps] == ["explore_schema", "explore_schema", "propose_schema", "generate_sql", "confirm_answer"]
+    assert [s.phase for s in steps] == [
+        "explore_schema",
+        "explore_schema",
+        "propose_schema",
+        "generate_sql",
+        "confirm_answer",
+    ]
     assert all(s.format_ok for s in steps)
     tables = json.loads(steps[0].observations[0]["content"])
     assert ["schools"] in tables["rows"] and ["satscores"] in tables["rows"]
@@ -52,14 +60,20 @@ def test_acknowledgement_counts_tables_and_columns(example, db) -> None:
 @pytest.mark.parametrize(
     "text, reason",
     [
-        ("<action>explore_schema</action>" + call("execute_sql_query", db_id="schools", sql="SELECT 1"), "missing <think>"),
+        (
+            "<action>explore_schema</action>" + call("execute_sql_query", db_id="schools", sql="SELECT 1"),
+            "missing <think>",
+        ),
         (THINK + THINK + "<action>confirm_answer</action><answer>SELECT 1</answer>", "exactly one <think>"),
         (THINK + call("execute_sql_query", db_id="schools", sql="SELECT 1"), "missing <action>"),
         (THINK + "<action>explore_schema</action><action>generate_sql</action>", "exactly one <action>"),
         (THINK + "<action>drop_everything</action>", "unknown action 'drop_everything'"),
         (THINK + "<action>explore_schema</action> SELECT 1", "explore_schema: expected exactly one <tool_call>"),
         (THINK + "<action>generate_sql</action><tool_call>{bad json</tool_call>", "not valid JSON"),
-        (THINK + "<action>generate_sql</action>" + call("sqlite_query", db_id="schools", sql="SELECT 1"), "unknown tool"),
+        (
+            THINK + "<action>generate_sql</action>" + call("sqlite_query", db_id="schools", sql="SELECT 1"),
+            "unknown tool",
+        ),
         (THINK + "<action>propose_schema</action><schema>{tables: schools}</schema>", "schema is not valid JSON"),
         (THINK + '<action>propose_schema</action><schema>{"tables": "schools"}</schema>', "'tables' must be a list"),
         (THINK + "<action>propose_schema</action> schools.city", "propose_schema: missing <schema>"),
@@ -81,7 +95,11 @@ def test_invalid_turns_get_the_format_message(example, db, text: str, reason: st
 def test_tool_errors_keep_the_turn_valid(example, db) -> None:
     episode = make_agent("trustsql").start(example, db)
     episode.step(THINK + "<action>generate_sql</action>" + call("execute_sql_query", db_id="schools", sql="SELEC 1"))
-    episode.step(THINK + "<action>explore_schema</action>" + call("execute_sql_query", db_id="schools", sql="PRAGMA writable_schema = 1"))
+    episode.step(
+        THINK
+        + "<action>explore_schema</action>"
+        + call("execute_sql_query", db_id="schools", sql="PRAGMA writable_schema = 1")
+    )
     assert [t.format_ok for t in episode.turns] == [True, True]
     assert [t.tool_outcome for t in episode.turns] == ["syntax", "forbidden"]
 

@@ -48,22 +48,50 @@ def make_shop_db(path: Path) -> Path:
 
 
 BIRD_DEV = [
-    {"question_id": 10, "db_id": "music", "question": "How many singers are there?", "evidence": "",
-     "SQL": "SELECT COUNT(*) FROM singer", "difficulty": "simple"},
-    {"question_id": 11, "db_id": "music", "question": "Name the singers from Spain.",
-     "evidence": "Spain refers to country = 'Spain'", "SQL": "SELECT name FROM singer WHERE country = 'Spain'",
-     "difficulty": "simple"},
-    {"question_id": 12, "db_id": "music", "question": "Which singers performed in 2021?", "evidence": "",
-     "SQL": "SELECT DISTINCT T1.name FROM singer AS T1 "
-            "JOIN concert AS T2 ON T1.singer_id = CAST(T2.singer_id AS INTEGER) "
-            "WHERE T2.year = '2021'", "difficulty": "moderate"},
-    {"question_id": 13, "db_id": "shop", "question": "List every item.", "evidence": "", "SQL": "SELECT * FROM item",
-     "difficulty": "simple"},
+    {
+        "question_id": 10,
+        "db_id": "music",
+        "question": "How many singers are there?",
+        "evidence": "",
+        "SQL": "SELECT COUNT(*) FROM singer",
+        "difficulty": "simple",
+    },
+    {
+        "question_id": 11,
+        "db_id": "music",
+        "question": "Name the singers from Spain.",
+        "evidence": "Spain refers to country = 'Spain'",
+        "SQL": "SELECT name FROM singer WHERE country = 'Spain'",
+        "difficulty": "simple",
+    },
+    {
+        "question_id": 12,
+        "db_id": "music",
+        "question": "Which singers performed in 2021?",
+        "evidence": "",
+        "SQL": "SELECT DISTINCT T1.name FROM singer AS T1 "
+        "JOIN concert AS T2 ON T1.singer_id = CAST(T2.singer_id AS INTEGER) "
+        "WHERE T2.year = '2021'",
+        "difficulty": "moderate",
+    },
+    {
+        "question_id": 13,
+        "db_id": "shop",
+        "question": "List every item.",
+        "evidence": "",
+        "SQL": "SELECT * FROM item",
+        "difficulty": "simple",
+    },
 ]
 
 
-def write_bird(root: Path, split: str = "dev", records: list | None = None, questions_name: str | None = None,
-               dbs: tuple[str, ...] = ("music", "shop")) -> Path:
+def write_bird(
+    root: Path,
+    split: str = "dev",
+    records: list | None = None,
+    questions_name: str | None = None,
+    dbs: tuple[str, ...] = ("music", "shop"),
+) -> Path:
     """root/<split>/{<split>.json, <split>_tables.json, <split>_databases/<db>/<db>.sqlite}."""
     folder = root / split
     folder.mkdir(parents=True, exist_ok=True)
@@ -74,7 +102,9 @@ def write_bird(root: Path, split: str = "dev", records: list | None = None, ques
         makers[db](folder / f"{split}_databases" / db / f"{db}.sqlite")
         desc = folder / f"{split}_databases" / db / "database_description"
         desc.mkdir(exist_ok=True)
-        (desc / "x.csv").write_text("original_column_name,column_name,column_description,data_format,value_description\n")
+        (desc / "x.csv").write_text(
+            "original_column_name,column_name,column_description,data_format,value_description\n"
+        )
     return folder
 
 

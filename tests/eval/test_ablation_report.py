@@ -31,13 +31,15 @@ def _report(sweep: Path, out: Path, monkeypatch: pytest.MonkeyPatch, online: boo
     else:
         monkeypatch.setenv("WANDB_MODE", "offline")
     said: list[str] = []
-    out_dict = compare([sweep], out, project="p", use_wandb=True, say=said.append, report=True,
-                       entity="me" if online else None)
+    out_dict = compare(
+        [sweep], out, project="p", use_wandb=True, say=said.append, report=True, entity="me" if online else None
+    )
     return {**out_dict, "said": said}, saved
 
 
-def test_report_object_has_the_panels_groupings_and_runsets(tiny_sweep: Path, tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_report_object_has_the_panels_groupings_and_runsets(
+    tiny_sweep: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import wandb_workspaces.reports.v2 as wr
 
     out, saved = _report(tiny_sweep, tmp_path / "cmp", monkeypatch, online=False)
@@ -53,11 +55,22 @@ def test_report_object_has_the_panels_groupings_and_runsets(tiny_sweep: Path, tm
         assert runset.name == sweep and runset.filters == f"Config('sweep') = '{sweep}'"
         assert runset.groupby == ["config.ablation.reward.exec_metric"]  # seeds aggregated, not grouped
     curves, bars, samples = (g.panels for g in grids)
-    assert all(isinstance(p, wr.LinePlot) and p.groupby_aggfunc == "mean" and p.groupby_rangefunc == "stddev"
-               for p in curves)
+    assert all(
+        isinstance(p, wr.LinePlot) and p.groupby_aggfunc == "mean" and p.groupby_rangefunc == "stddev" for p in curves
+    )
     plotted = [p.y[0] for p in curves]
-    for key in ("reward/total", "ex/batch", "kl/beta", "policy/entropy", "length/response", "episode/turns",
-                "tools/calls_per_episode", "sampling/fill_rate", "reward/exec", "reward/format"):
+    for key in (
+        "reward/total",
+        "ex/batch",
+        "kl/beta",
+        "policy/entropy",
+        "length/response",
+        "episode/turns",
+        "tools/calls_per_episode",
+        "sampling/fill_rate",
+        "reward/exec",
+        "reward/format",
+    ):
         assert key in plotted, key
     metrics = {p.metrics[0] for p in bars}
     assert all(isinstance(p, wr.BarPlot) and p.groupby_aggfunc == "mean" for p in bars)
@@ -81,8 +94,17 @@ def test_report_is_saved_only_when_logged_in(tiny_sweep: Path, tmp_path: Path, m
 
 
 def _view(name: str, ablation: dict, ex: list[float]) -> RunView:
-    questions = [{"id": f"q{i}", "difficulty": "simple" if i % 2 else "moderate", "ex": v, "ex_official": v,
-                  "rex": v, "qatch": v} for i, v in enumerate(ex)]
+    questions = [
+        {
+            "id": f"q{i}",
+            "difficulty": "simple" if i % 2 else "moderate",
+            "ex": v,
+            "ex_official": v,
+            "rex": v,
+            "qatch": v,
+        }
+        for i, v in enumerate(ex)
+    ]
     return RunView(name=name, path=Path(name), kind="train", ablation=ablation, questions=questions)
 
 
@@ -103,8 +125,9 @@ def test_bootstrap_deltas_say_when_a_difference_is_within_noise() -> None:
     assert 0.35 < low < 0.5 < high < 0.65  # the mean's interval at n=100 is about +-0.1
 
 
-def test_offline_html_report_opens_in_chromium_with_every_image_and_table(tiny_sweep: Path, tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_offline_html_report_opens_in_chromium_with_every_image_and_table(
+    tiny_sweep: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out, _ = _report(tiny_sweep, tmp_path / "cmp", monkeypatch, online=False)
     page = Path(out["report"]["html"])
     assert page.name == "report.html" and (page.parent / "compare.md").is_file()
@@ -112,14 +135,19 @@ def test_offline_html_report_opens_in_chromium_with_every_image_and_table(tiny_s
     with chromium() as driver:
         driver.get(page.resolve().as_uri())
         images = driver.execute_script(
-            "return [...document.images].map(i => [i.alt, i.complete && i.naturalWidth > 0])")
+            "return [...document.images].map(i => [i.alt, i.complete && i.naturalWidth > 0])"
+        )
         assert sorted(images) == [["held-out scores", True], ["training curves", True]]
         tables = driver.execute_script(
             "return Object.fromEntries([...document.querySelectorAll('table')].map("
-            "t => [t.className, t.tBodies[0].rows.length]))")
+            "t => [t.className, t.tBodies[0].rows.length]))"
+        )
         study = out["report"]["study"]
-        assert tables == {"scores": 4 * (1 + len(study.difficulties)), "deltas": len(study.deltas),
-                          "samples": len(study.samples)}
+        assert tables == {
+            "scores": 4 * (1 + len(study.difficulties)),
+            "deltas": len(study.deltas),
+            "samples": len(study.samples),
+        }
         assert tables["deltas"] > 0 and tables["samples"] > 0
         assert "within noise" in driver.find_element("css selector", "ul.statements").text
         assert console_errors(driver) == []
@@ -133,12 +161,25 @@ def test_entry_point_writes_the_report_files_and_checks_the_baseline(tiny_sweep:
     repo = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=str(repo), WANDB_MODE="offline")
     cmd = [sys.executable, "-m", "eval.compare", str(tiny_sweep), "--report", "--out", "cmp"]
-    proc = subprocess.run([*cmd, "--baseline", "reward.exec_metric=qatch"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        [*cmd, "--baseline", "reward.exec_metric=qatch"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert {"compare.md", "compare.csv", "report.html", "report_spec.json", "report_curves.png",
-            "report_scores.png"} <= {p.name for p in (tmp_path / "cmp").iterdir()}
+    assert {
+        "compare.md",
+        "compare.csv",
+        "report.html",
+        "report_spec.json",
+        "report_curves.png",
+        "report_scores.png",
+    } <= {p.name for p in (tmp_path / "cmp").iterdir()}
     assert "reward.exec_metric=ex: EX (all)" in proc.stdout and "not saved" in proc.stdout
-    proc = subprocess.run([*cmd, "--baseline", "advantage=nope"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300, env=env)
+    proc = subprocess.run(
+        [*cmd, "--baseline", "advantage=nope"], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
+    )
     assert proc.returncode == 2 and "names no arm" in proc.stderr and "reward.exec_metric=ex" in proc.stderr

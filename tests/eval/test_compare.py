@@ -28,12 +28,17 @@ def runs(tmp_path: Path) -> tuple[Path, Path]:
     bird = write_bird(tmp_path / "bird").parent
     examples = load_examples("bird", bird, "dev")
     preds = tmp_path / "preds.jsonl"
-    preds.write_text("".join(json.dumps(p) + "\n" for p in [
-        {"question_id": 10, "db_id": "music", "sql": "SELECT COUNT(*) FROM singer"},          # simple: match
-        {"question_id": 11, "db_id": "music", "sql": "SELECT 1"},                             # simple: mismatch
-        {"question_id": 12, "db_id": "music", "sql": "SELECT name FROM singer WHERE 0"},      # moderate: mismatch
-        {"question_id": 13, "db_id": "shop", "sql": "SELECT * FROM item"},                    # simple: match
-    ]))
+    preds.write_text(
+        "".join(
+            json.dumps(p) + "\n"
+            for p in [
+                {"question_id": 10, "db_id": "music", "sql": "SELECT COUNT(*) FROM singer"},  # simple: match
+                {"question_id": 11, "db_id": "music", "sql": "SELECT 1"},  # simple: mismatch
+                {"question_id": 12, "db_id": "music", "sql": "SELECT name FROM singer WHERE 0"},  # moderate: mismatch
+                {"question_id": 13, "db_id": "shop", "sql": "SELECT * FROM item"},  # simple: match
+            ]
+        )
+    )
     eval_dir = tmp_path / "eval-run"
     evaluate_predictions(examples, preds, eval_dir, say=lambda _: None, progress=False)
 
@@ -90,14 +95,32 @@ def test_entry_point_from_a_temporary_directory(runs: tuple[Path, Path], tmp_pat
     work = tmp_path / "work"
     work.mkdir()
     env = dict(os.environ, PYTHONPATH=str(REPO), WANDB_MODE="offline")
-    proc = subprocess.run([sys.executable, "-m", "eval.compare", str(runs[0]), str(runs[1]), "--out", "cmp"], check=False,
-                          cwd=work, capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "eval.compare", str(runs[0]), str(runs[1]), "--out", "cmp"],
+        check=False,
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "| eval-run | eval |" in proc.stdout and "wandb is offline" in proc.stdout
     assert sorted(p.name for p in (work / "cmp").iterdir()) == [
-        "compare.csv", "compare.md", "ex_by_difficulty.png", "training_curves.png"]
-    proc = subprocess.run([sys.executable, "-m", "eval.compare", str(tmp_path / "nothing")], check=False, cwd=work,
-                          capture_output=True, text=True, timeout=120, env=env)
+        "compare.csv",
+        "compare.md",
+        "ex_by_difficulty.png",
+        "training_curves.png",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "eval.compare", str(tmp_path / "nothing")],
+        check=False,
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert proc.returncode == 2 and "no such run directory" in proc.stderr and "Traceback" not in proc.stderr
 
 

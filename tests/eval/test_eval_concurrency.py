@@ -35,8 +35,10 @@ DELAY_S = 0.05
 def data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("jsonl")
     make_db(root / "schools.sqlite")
-    rows = [{"id": f"q{i}", "db_id": "schools", "question": q, "sql": sql, "difficulty": "simple"}
-            for i, (q, sql, _, _) in enumerate(QUESTIONS)]
+    rows = [
+        {"id": f"q{i}", "db_id": "schools", "question": q, "sql": sql, "difficulty": "simple"}
+        for i, (q, sql, _, _) in enumerate(QUESTIONS)
+    ]
     (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (root / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return root
@@ -76,9 +78,18 @@ def scripted_server(recipe: str, examples: list[Example], fail: str | None = Non
 def run_eval(recipe: str, data_root: Path, tokenizer_dir: Path, out: Path, base_url: str, *extra: str) -> dict:
     from eval.run import run
 
-    overrides = [f"recipe={recipe}", f"model.path={tokenizer_dir}", f"model.base_url={base_url}",
-                 "model.name=served", "data=jsonl", f"data.root={data_root}", "engine.device=cpu",
-                 "rollout.max_new_tokens=200", f"eval.out_dir={out}", *extra]
+    overrides = [
+        f"recipe={recipe}",
+        f"model.path={tokenizer_dir}",
+        f"model.base_url={base_url}",
+        "model.name=served",
+        "data=jsonl",
+        f"data.root={data_root}",
+        "engine.device=cpu",
+        "rollout.max_new_tokens=200",
+        f"eval.out_dir={out}",
+        *extra,
+    ]
     with initialize_config_module("recipes", version_base=None):
         raw = OmegaConf.to_container(compose("eval", overrides=overrides), resolve=True)
     return run(raw, {o.split("=", 1)[0] for o in overrides}, lambda _: None)
@@ -90,15 +101,17 @@ def records(out: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("recipe", ["retoolsql", "think2sql"])
-def test_concurrent_requests_overlap_and_give_the_sequential_results(recipe: str, data_root: Path,
-                                                                   tokenizer_dir: Path, tmp_path: Path) -> None:
+def test_concurrent_requests_overlap_and_give_the_sequential_results(
+    recipe: str, data_root: Path, tokenizer_dir: Path, tmp_path: Path
+) -> None:
     examples = load_examples("jsonl", data_root, "dev")
     sc = ["eval.mode=sc", "eval.samples=3", "eval.temperature=1.0"]
     results = {}
     for n in (1, 4):
         with FakeOpenAI(scripted_server(recipe, examples)) as server:
-            summary = run_eval(recipe, data_root, tokenizer_dir, tmp_path / f"c{n}", server.base_url,
-                               f"model.concurrency={n}", *sc)
+            summary = run_eval(
+                recipe, data_root, tokenizer_dir, tmp_path / f"c{n}", server.base_url, f"model.concurrency={n}", *sc
+            )
         results[n] = (summary, records(tmp_path / f"c{n}"), server.max_in_flight, len(server.requests))
     (seq, seq_records, seq_peak, seq_requests), (par, par_records, par_peak, par_requests) = results[1], results[4]
     assert seq_peak == 1 and 1 < par_peak <= 4
@@ -106,15 +119,16 @@ def test_concurrent_requests_overlap_and_give_the_sequential_results(recipe: str
     assert (seq["n"], seq["ex"], seq["endpoint"]["requests"]) == (par["n"], par["ex"], par["endpoint"]["requests"])
     assert seq["n"] == len(QUESTIONS) and par["endpoint"]["failed_samples"] == 0 and par["endpoint"]["concurrency"] == 4
     outcomes = [o for r in seq_records for o in r["sample_outcomes"]]  # right and wrong answers mixed,
-    assert "match" in outcomes and set(outcomes) != {"match"}            # so the equality says something
+    assert "match" in outcomes and set(outcomes) != {"match"}  # so the equality says something
     assert all(len(r["samples"]) == 3 for r in par_records)
 
 
 def test_failed_requests_are_counted_not_raised(data_root: Path, tokenizer_dir: Path, tmp_path: Path) -> None:
     examples = load_examples("jsonl", data_root, "dev")
     with FakeOpenAI(scripted_server("think2sql", examples, fail="Fresno High")) as server:
-        summary = run_eval("think2sql", data_root, tokenizer_dir, tmp_path / "out", server.base_url,
-                           "model.concurrency=8")
+        summary = run_eval(
+            "think2sql", data_root, tokenizer_dir, tmp_path / "out", server.base_url, "model.concurrency=8"
+        )
     assert summary["n"] == len(QUESTIONS) and summary["endpoint"]["failed_samples"] == 1
     assert summary["endpoint"]["failed"] == 1
     by_id = {r["id"]: r for r in records(tmp_path / "out")}

@@ -140,8 +140,9 @@ def test_a_file_that_is_not_sqlite_is_a_layout_problem(tmp_path: Path) -> None:
         load_examples("bird", root=tmp_path, split="dev")
 
 
-def test_drop_failing_gold_drops_with_a_count_or_keeps(tmp_path: Path, caplog: pytest.LogCaptureFixture,
-                                                       private_cache: Path) -> None:
+def test_drop_failing_gold_drops_with_a_count_or_keeps(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, private_cache: Path
+) -> None:
     records = [*BIRD_DEV, {"question_id": 30, "db_id": "music", "question": "broken", "SQL": "SELECT nope FROM singer"}]
     write_bird(tmp_path, records=records)
     kept = load_examples("bird", root=tmp_path, split="dev", drop_failing_gold=False)
@@ -151,7 +152,11 @@ def test_drop_failing_gold_drops_with_a_count_or_keeps(tmp_path: Path, caplog: p
     assert [e.id for e in dropped] == ["10", "11", "12", "13"]
     assert "dropped 1 of 5 examples whose gold SQL fails to execute: 30 (no_such_column" in caplog.text
     # the verdicts are cached with the gold references, keyed by the database's hash
-    entries = {sql: e for f in (private_cache / "eval-data").glob("gold-*.json") for sql, e in json.loads(f.read_text()).items()}
+    entries = {
+        sql: e
+        for f in (private_cache / "eval-data").glob("gold-*.json")
+        for sql, e in json.loads(f.read_text()).items()
+    }
     assert entries["SELECT nope FROM singer"]["executes"].startswith("no_such_column")
     assert entries["SELECT COUNT(*) FROM singer"]["executes"] is None
     assert load_examples("bird", root=tmp_path, split="dev", drop_failing_gold=True) == dropped
@@ -183,16 +188,37 @@ def _write_spider(root: Path) -> Path:
     make_music_db(root / "database" / "music" / "music.sqlite")
     make_shop_db(root / "database" / "shop" / "shop.sqlite")
     (root / "tables.json").write_text("[]")
-    (root / "train_spider.json").write_text(json.dumps([
-        {"db_id": "music", "question": "Count singers.", "query": "SELECT count(*) FROM singer"},
-        {"db_id": "music", "question": "Oldest singer?", "query": "SELECT name FROM singer ORDER BY age DESC LIMIT 1"},
-    ]))
-    (root / "train_others.json").write_text(json.dumps([
-        {"db_id": "shop", "question": "Prices?", "query": "SELECT price FROM item"},
-    ]))
-    (root / "dev.json").write_text(json.dumps([
-        {"db_id": "shop", "question": "How many items?", "query": "SELECT count(*) FROM item", "query_toks": ["x"]},
-    ]))
+    (root / "train_spider.json").write_text(
+        json.dumps(
+            [
+                {"db_id": "music", "question": "Count singers.", "query": "SELECT count(*) FROM singer"},
+                {
+                    "db_id": "music",
+                    "question": "Oldest singer?",
+                    "query": "SELECT name FROM singer ORDER BY age DESC LIMIT 1",
+                },
+            ]
+        )
+    )
+    (root / "train_others.json").write_text(
+        json.dumps(
+            [
+                {"db_id": "shop", "question": "Prices?", "query": "SELECT price FROM item"},
+            ]
+        )
+    )
+    (root / "dev.json").write_text(
+        json.dumps(
+            [
+                {
+                    "db_id": "shop",
+                    "question": "How many items?",
+                    "query": "SELECT count(*) FROM item",
+                    "query_toks": ["x"],
+                },
+            ]
+        )
+    )
     return root
 
 
@@ -264,8 +290,16 @@ def test_jsonl_problems(tmp_path: Path) -> None:
 
 def test_load_from_config_and_compose(bird_root: Path) -> None:
     data = compose_data(["data=bird", f"data.root={bird_root}", "data.split=dev", "data.limit=3"])
-    assert data == {"kind": "bird", "root": str(bird_root), "split": "dev", "eval_split": "dev",
-                    "drop_failing_gold": True, "limit": 3, "eval_limit": None, "ex_metric": "ex"}
+    assert data == {
+        "kind": "bird",
+        "root": str(bird_root),
+        "split": "dev",
+        "eval_split": "dev",
+        "drop_failing_gold": True,
+        "limit": 3,
+        "eval_limit": None,
+        "ex_metric": "ex",
+    }
     assert [e.id for e in load_from_config(data, "train")] == ["10", "11", "12"]
     assert len(load_from_config(data, "eval")) == 4
     assert compose_data([])["kind"] == "minibird"
@@ -282,8 +316,17 @@ def test_every_data_config_has_the_same_keys() -> None:
 
 
 def test_stats_output_counts_per_database_and_difficulty(bird_root: Path) -> None:
-    text = stats_text({"kind": "bird", "root": str(bird_root), "split": "dev", "eval_split": "dev",
-                       "drop_failing_gold": False, "limit": None, "eval_limit": None})
+    text = stats_text(
+        {
+            "kind": "bird",
+            "root": str(bird_root),
+            "split": "dev",
+            "eval_split": "dev",
+            "drop_failing_gold": False,
+            "limit": None,
+            "eval_limit": None,
+        }
+    )
     assert "split dev: 4 examples, 2 databases" in text
     rows = {line.split()[0]: line.split()[1:] for line in text.splitlines() if line.startswith("  ")}
     assert rows["music"] == ["2", "1", "3"] and rows["shop"] == ["1", "0", "1"]
@@ -291,12 +334,28 @@ def test_stats_output_counts_per_database_and_difficulty(bird_root: Path) -> Non
 
 def test_stats_command_runs_from_any_directory(bird_root: Path, tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "eval.data", "stats", "data=bird", f"data.root={bird_root}", "data.split=dev",
-         "data.eval_split=dev"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "eval.data",
+            "stats",
+            "data=bird",
+            f"data.root={bird_root}",
+            "data.split=dev",
+            "data.eval_split=dev",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     assert "split dev: 4 examples, 2 databases" in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "eval.data", "stats", "data=bird", f"data.root={tmp_path / 'none'}"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "eval.data", "stats", "data=bird", f"data.root={tmp_path / 'none'}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "does not exist" in bad.stderr

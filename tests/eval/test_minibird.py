@@ -118,8 +118,25 @@ def test_every_gold_sql_executes_and_is_non_empty(minibird_root: Path) -> None:
 
 def test_gold_sql_covers_the_constructs(minibird_root: Path) -> None:
     sqls = [q["SQL"].upper() for split in SPLITS for q in _questions(minibird_root, split)]
-    for construct in (" JOIN ", "COUNT(", "AVG(", "SUM(", "GROUP BY", "HAVING", "ORDER BY", "LIMIT 1", "(SELECT",
-                      "CASE WHEN", "CAST(", "AS REAL", "STRFTIME(", "SUBSTR(", "DISTINCT", "IS NULL", "JULIANDAY("):
+    for construct in (
+        " JOIN ",
+        "COUNT(",
+        "AVG(",
+        "SUM(",
+        "GROUP BY",
+        "HAVING",
+        "ORDER BY",
+        "LIMIT 1",
+        "(SELECT",
+        "CASE WHEN",
+        "CAST(",
+        "AS REAL",
+        "STRFTIME(",
+        "SUBSTR(",
+        "DISTINCT",
+        "IS NULL",
+        "JULIANDAY(",
+    ):
         assert sum(construct in s for s in sqls) >= 3, construct
 
 
@@ -192,7 +209,8 @@ def test_noise_percentages_as_fractions_and_as_0_to_100(dev_dbs: dict[str, Path]
                     continue
                 col = row["original_column_name"]
                 low, high, n, non_int = conn.execute(
-                    f"SELECT MIN({col}), MAX({col}), COUNT({col}), SUM({col} != CAST({col} AS INTEGER)) FROM {table}").fetchone()
+                    f"SELECT MIN({col}), MAX({col}), COUNT({col}), SUM({col} != CAST({col} AS INTEGER)) FROM {table}"
+                ).fetchone()
                 if not n or isinstance(low, str) or isinstance(high, str):
                     continue  # not a numeric column
                 if 0 <= low and high <= 1 and non_int:
@@ -228,7 +246,9 @@ def test_noise_case_and_spelling_variants(dev_dbs: dict[str, Path]) -> None:
             if any(n > 1 for n in lowered.values()):
                 case_variants.append(f"{table}.{column}")
             keys = sorted(lowered)
-            if any(difflib.SequenceMatcher(None, a, b).ratio() >= 0.85 for i, a in enumerate(keys) for b in keys[i + 1:]):
+            if any(
+                difflib.SequenceMatcher(None, a, b).ratio() >= 0.85 for i, a in enumerate(keys) for b in keys[i + 1 :]
+            ):
                 spelling_variants.append(f"{table}.{column}")
         conn.close()
     assert case_variants and spelling_variants, (case_variants, spelling_variants)
@@ -263,7 +283,8 @@ def test_noise_integer_text_join_key(dev_dbs: dict[str, Path]) -> None:
                     text_rows, joined = conn.execute(
                         f"SELECT SUM(typeof(c.{child_col}) = 'text'), SUM(p.{parent_col} IS NOT NULL) "
                         f"FROM {table} AS c "
-                        f"LEFT JOIN {parent} AS p ON CAST(c.{child_col} AS INTEGER) = p.{parent_col}").fetchone()
+                        f"LEFT JOIN {parent} AS p ON CAST(c.{child_col} AS INTEGER) = p.{parent_col}"
+                    ).fetchone()
                     if text_rows and joined == text_rows:
                         found.append(f"{table}.{child_col} -> {parent}.{parent_col}")
         conn.close()
@@ -329,8 +350,9 @@ def test_build_refuses_a_non_empty_folder(tmp_path: Path) -> None:
         minibird.build(tmp_path)
 
 
-def test_the_tool_layer_reads_minibird_descriptions_and_noise(minibird_root: Path, tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_tool_layer_reads_minibird_descriptions_and_noise(
+    minibird_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The shared profile reader sees what the benchmark promises (cp1252 CSV included)."""
     from tools import get_database
 
@@ -361,6 +383,8 @@ def test_command_line_build(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 
     assert main(["minibird", "--out", str(tmp_path / "mb")]) == 0
     out = capsys.readouterr().out
-    assert f"minibird {minibird.version()} at {tmp_path / 'mb'}" in out and re.search(r"split dev: \d{3} examples, 2 databases", out)
+    assert f"minibird {minibird.version()} at {tmp_path / 'mb'}" in out and re.search(
+        r"split dev: \d{3} examples, 2 databases", out
+    )
     assert main(["minibird", "--out", str(tmp_path / "mb")]) == 2
     assert "not empty" in capsys.readouterr().err

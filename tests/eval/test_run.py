@@ -24,30 +24,76 @@ REPO = Path(__file__).resolve().parents[2]
 INFINITE = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT MAX(x) FROM c"
 
 RECORDS = [
-    {"question_id": 10, "db_id": "music", "question": "How many singers?", "evidence": "",
-     "SQL": "SELECT COUNT(*) FROM singer", "difficulty": "simple"},
-    {"question_id": 11, "db_id": "music", "question": "Singers from Spain?", "evidence": "",
-     "SQL": "SELECT name FROM singer WHERE country = 'Spain'", "difficulty": "simple"},
-    {"question_id": 12, "db_id": "music", "question": "Venues by year?", "evidence": "",
-     "SQL": "SELECT year, venue FROM concert ORDER BY year", "difficulty": "moderate"},
-    {"question_id": 13, "db_id": "shop", "question": "Item labels?", "evidence": "",
-     "SQL": "SELECT label FROM item", "difficulty": "simple"},
-    {"question_id": 14, "db_id": "music", "question": "Broken gold", "evidence": "",
-     "SQL": "SELECT no_such_function(name) FROM singer", "difficulty": "challenging"},
-    {"question_id": 15, "db_id": "music", "question": "Countries?", "evidence": "",
-     "SQL": "SELECT DISTINCT country FROM singer", "difficulty": "challenging"},
-    {"question_id": 16, "db_id": "music", "question": "Known venues?", "evidence": "",
-     "SQL": "SELECT venue FROM concert WHERE venue IS NOT NULL", "difficulty": "moderate"},
+    {
+        "question_id": 10,
+        "db_id": "music",
+        "question": "How many singers?",
+        "evidence": "",
+        "SQL": "SELECT COUNT(*) FROM singer",
+        "difficulty": "simple",
+    },
+    {
+        "question_id": 11,
+        "db_id": "music",
+        "question": "Singers from Spain?",
+        "evidence": "",
+        "SQL": "SELECT name FROM singer WHERE country = 'Spain'",
+        "difficulty": "simple",
+    },
+    {
+        "question_id": 12,
+        "db_id": "music",
+        "question": "Venues by year?",
+        "evidence": "",
+        "SQL": "SELECT year, venue FROM concert ORDER BY year",
+        "difficulty": "moderate",
+    },
+    {
+        "question_id": 13,
+        "db_id": "shop",
+        "question": "Item labels?",
+        "evidence": "",
+        "SQL": "SELECT label FROM item",
+        "difficulty": "simple",
+    },
+    {
+        "question_id": 14,
+        "db_id": "music",
+        "question": "Broken gold",
+        "evidence": "",
+        "SQL": "SELECT no_such_function(name) FROM singer",
+        "difficulty": "challenging",
+    },
+    {
+        "question_id": 15,
+        "db_id": "music",
+        "question": "Countries?",
+        "evidence": "",
+        "SQL": "SELECT DISTINCT country FROM singer",
+        "difficulty": "challenging",
+    },
+    {
+        "question_id": 16,
+        "db_id": "music",
+        "question": "Known venues?",
+        "evidence": "",
+        "SQL": "SELECT venue FROM concert WHERE venue IS NOT NULL",
+        "difficulty": "moderate",
+    },
 ]
 
 PREDICTIONS = [
-    {"question_id": 10, "db_id": "music", "sql": "SELECT COUNT(singer_id) FROM singer"},      # match
+    {"question_id": 10, "db_id": "music", "sql": "SELECT COUNT(singer_id) FROM singer"},  # match
     {"question_id": 11, "db_id": "music", "sql": "SELECT name FROM singer WHERE country = 'Brazil'"},  # mismatch
-    {"id": "12", "db_id": "music", "sql": "SELECT year, venue FROM concert ORDER BY year DESC"},  # match (EX ignores order)
-    {"question_id": 13, "db_id": "shop", "sql": "SELECT labl FROM item"},                       # pred_error
-    {"question_id": 14, "db_id": "music", "sql": "SELECT name FROM singer"},                    # gold_error
+    {
+        "id": "12",
+        "db_id": "music",
+        "sql": "SELECT year, venue FROM concert ORDER BY year DESC",
+    },  # match (EX ignores order)
+    {"question_id": 13, "db_id": "shop", "sql": "SELECT labl FROM item"},  # pred_error
+    {"question_id": 14, "db_id": "music", "sql": "SELECT name FROM singer"},  # gold_error
     # 15 is missing
-    {"question_id": 16, "db_id": "music", "sql": INFINITE},                                     # pred_timeout
+    {"question_id": 16, "db_id": "music", "sql": INFINITE},  # pred_timeout
 ]
 
 
@@ -72,13 +118,26 @@ def test_predictions_give_the_expected_outcomes_and_ex_per_difficulty(bird: Path
     s = evaluate_predictions(examples, preds, tmp_path / "out", EvalSettings(timeout_s=1.0), say=quiet, progress=False)
     records = {r["id"]: r for r in map(json.loads, (tmp_path / "out" / "records.jsonl").read_text().splitlines())}
     assert {i: r["outcome"] for i, r in records.items()} == {
-        "10": "match", "11": "mismatch", "12": "match", "13": "pred_error", "14": "gold_error",
-        "15": "missing", "16": "pred_timeout"}
-    assert s["outcomes"] == {"match": 2, "mismatch": 1, "pred_error": 1, "pred_timeout": 1, "gold_error": 1,
-                             "gold_timeout": 0, "missing": 1}
+        "10": "match",
+        "11": "mismatch",
+        "12": "match",
+        "13": "pred_error",
+        "14": "gold_error",
+        "15": "missing",
+        "16": "pred_timeout",
+    }
+    assert s["outcomes"] == {
+        "match": 2,
+        "mismatch": 1,
+        "pred_error": 1,
+        "pred_timeout": 1,
+        "gold_error": 1,
+        "gold_timeout": 0,
+        "missing": 1,
+    }
     assert (s["n"], s["scorable"], s["missing"]) == (7, 6, 1)
-    assert s["ex"] == pytest.approx(2 / 6)            # gold error left out of the denominator
-    assert s["ex_official"] == pytest.approx(2 / 7)   # every error counts as wrong
+    assert s["ex"] == pytest.approx(2 / 6)  # gold error left out of the denominator
+    assert s["ex_official"] == pytest.approx(2 / 7)  # every error counts as wrong
     by = s["by_difficulty"]
     assert list(by) == ["simple", "moderate", "challenging"]
     assert (by["simple"]["n"], by["simple"]["ex"]) == (3, pytest.approx(1 / 3))
@@ -92,8 +151,14 @@ def test_predictions_give_the_expected_outcomes_and_ex_per_difficulty(bird: Path
     assert "| moderate | 2 | 50.0% |" in report and "| missing | 1 |" in report
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["ex_official"] == pytest.approx(2 / 7)
     # predict.json in BIRD's format reads back as the same predictions (missing ones as '')
-    again = evaluate_predictions(load_examples("bird", bird, "dev"), tmp_path / "out" / "predict.json",
-                                 tmp_path / "again", EvalSettings(timeout_s=1.0), say=quiet, progress=False)
+    again = evaluate_predictions(
+        load_examples("bird", bird, "dev"),
+        tmp_path / "out" / "predict.json",
+        tmp_path / "again",
+        EvalSettings(timeout_s=1.0),
+        say=quiet,
+        progress=False,
+    )
     assert again["matches"] == s["matches"] and again["outcomes"]["pred_error"] == 2
 
 
@@ -101,9 +166,16 @@ def test_bird_official_dict_format(bird: Path, tmp_path: Path) -> None:
     examples = load_examples("bird", bird, "dev")
     sep = "\t----- bird -----\t"
     preds = tmp_path / "predict_dev.json"
-    preds.write_text(json.dumps({"10": "SELECT COUNT(*) FROM singer" + sep + "music",
-                                 "13": "SELECT label FROM item" + sep + "shop",
-                                 "99": "SELECT 1" + sep + "music"}, indent=2))
+    preds.write_text(
+        json.dumps(
+            {
+                "10": "SELECT COUNT(*) FROM singer" + sep + "music",
+                "13": "SELECT label FROM item" + sep + "shop",
+                "99": "SELECT 1" + sep + "music",
+            },
+            indent=2,
+        )
+    )
     s = evaluate_predictions(examples, preds, tmp_path / "out", say=quiet, progress=False)
     # five questions have no prediction; one of them has a failing gold SQL, so it is a gold_error
     assert s["outcomes"]["match"] == 2 and s["missing"] == 5
@@ -121,8 +193,10 @@ def test_db_id_mismatch_names_the_id_and_both_db_ids(bird: Path, tmp_path: Path)
 def test_bad_prediction_files_are_reported_whole(bird: Path, tmp_path: Path) -> None:
     examples = load_examples("bird", bird, "dev")
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"question_id": 10, "sql": "SELECT 1"}\nnot json\n'
-                   '{"question_id": 11, "db_id": "music", "sql": "x"}\n{"question_id": 11, "db_id": "music", "sql": "y"}\n')
+    bad.write_text(
+        '{"question_id": 10, "sql": "SELECT 1"}\nnot json\n'
+        '{"question_id": 11, "db_id": "music", "sql": "x"}\n{"question_id": 11, "db_id": "music", "sql": "y"}\n'
+    )
     with pytest.raises(DataError) as err:
         evaluate_predictions(examples, bad, tmp_path / "out", say=quiet, progress=False)
     text = str(err.value)
@@ -137,8 +211,10 @@ def test_bad_prediction_files_are_reported_whole(bird: Path, tmp_path: Path) -> 
 
 # ----------------------------------------------------------------------------- model mode
 
-def scripted_generate(tokenizer: Any, answers: dict[str, list[str]], calls: list[int] | None = None,
-                      fail_on_call: int | None = None) -> Any:
+
+def scripted_generate(
+    tokenizer: Any, answers: dict[str, list[str]], calls: list[int] | None = None, fail_on_call: int | None = None
+) -> Any:
     """A GenerateFn that answers in Think2SQL format: the prompt's question picks the
     script; the k-th copy of the same prompt in a batch gets the k-th answer (= sample k)."""
     from training.rollout import GenerationOutput
@@ -168,8 +244,12 @@ def _policy_setup() -> tuple[Any, Any, Any, Any]:
     from tests.helpers.tiny_model import tiny_tokenizer
     from training.rollout import RolloutLimits, SamplingParams
 
-    return (make_agent("think2sql"), tiny_tokenizer(), SamplingParams(temperature=1.0, max_new_tokens=512),
-            RolloutLimits(max_response_tokens=4096, max_context_tokens=16384))
+    return (
+        make_agent("think2sql"),
+        tiny_tokenizer(),
+        SamplingParams(temperature=1.0, max_new_tokens=512),
+        RolloutLimits(max_response_tokens=4096, max_context_tokens=16384),
+    )
 
 
 def test_self_consistency_and_pass_at_k_through_the_rollout_driver(bird: Path, tmp_path: Path) -> None:
@@ -180,8 +260,18 @@ def test_self_consistency_and_pass_at_k_through_the_rollout_driver(bird: Path, t
         "Singers from Spain?": ["SELEC x", "SELECT name FROM singer WHERE 0", "<think>no answer</think>", "SELEC y"],
     }
     gen = scripted_generate(tok, answers)
-    s = evaluate_policy(examples, agent, tok, gen, sampling, limits, tmp_path / "sc",
-                        EvalSettings(mode="sc", samples=4), say=quiet, progress=False)
+    s = evaluate_policy(
+        examples,
+        agent,
+        tok,
+        gen,
+        sampling,
+        limits,
+        tmp_path / "sc",
+        EvalSettings(mode="sc", samples=4),
+        say=quiet,
+        progress=False,
+    )
     records = {r["id"]: r for r in map(json.loads, (tmp_path / "sc" / "records.jsonl").read_text().splitlines())}
     first, second = records["10"], records["11"]
     assert first["sample_outcomes"] == ["mismatch", "match", "match", "pred_error"]
@@ -198,8 +288,18 @@ def test_self_consistency_and_pass_at_k_through_the_rollout_driver(bird: Path, t
     assert s["behaviour"]["turns"] == 1.0 and s["behaviour"]["tool_calls"] == 0.0
     assert s["behaviour"]["policy_tokens"] > 10 and s["behaviour"]["answered"] == pytest.approx(7 / 8)
     # pass@k mode scores sample 0 as the prediction
-    s = evaluate_policy(examples, agent, tok, gen, sampling, limits, tmp_path / "pk",
-                        EvalSettings(mode="passk", samples=4), say=quiet, progress=False)
+    s = evaluate_policy(
+        examples,
+        agent,
+        tok,
+        gen,
+        sampling,
+        limits,
+        tmp_path / "pk",
+        EvalSettings(mode="passk", samples=4),
+        say=quiet,
+        progress=False,
+    )
     assert s["outcomes"]["mismatch"] == 1 and s["outcomes"]["pred_error"] == 1
     assert s["sc"] == {"ex": 0.5, "no_consensus": 1, "support": 1.0}  # the vote is reported alongside
     assert s["pass_at_k"]["4"] == pytest.approx(0.5)
@@ -208,21 +308,45 @@ def test_self_consistency_and_pass_at_k_through_the_rollout_driver(bird: Path, t
 def test_a_killed_run_resumes_from_the_records(bird: Path, tmp_path: Path) -> None:
     agent, tok, sampling, limits = _policy_setup()
     examples = [e for e in load_examples("bird", bird, "dev") if e.id in ("10", "11", "12", "13")]
-    answers = {"How many singers?": ["SELECT COUNT(*) FROM singer"], "Singers from Spain?": ["SELECT 1"],
-               "Venues by year?": ["SELECT year, venue FROM concert"], "Item labels?": ["SELECT label FROM item"]}
+    answers = {
+        "How many singers?": ["SELECT COUNT(*) FROM singer"],
+        "Singers from Spain?": ["SELECT 1"],
+        "Venues by year?": ["SELECT year, venue FROM concert"],
+        "Item labels?": ["SELECT label FROM item"],
+    }
     settings = EvalSettings(mode="passk", samples=2, batch_size=1)
     calls: list[int] = []
     with pytest.raises(KeyboardInterrupt):
-        evaluate_policy(examples, agent, tok, scripted_generate(tok, answers, calls, fail_on_call=3), sampling, limits,
-                        tmp_path / "out", settings, say=quiet, progress=False)
+        evaluate_policy(
+            examples,
+            agent,
+            tok,
+            scripted_generate(tok, answers, calls, fail_on_call=3),
+            sampling,
+            limits,
+            tmp_path / "out",
+            settings,
+            say=quiet,
+            progress=False,
+        )
     lines = (tmp_path / "out" / "records.jsonl").read_text().splitlines()
     assert [json.loads(x)["id"] for x in lines] == ["10", "11"]
     with open(tmp_path / "out" / "records.jsonl", "a") as f:
         f.write('{"id": "12", "outcome": "mat')  # a write cut short by the kill
     calls.clear()
     said: list[str] = []
-    s = evaluate_policy(examples, agent, tok, scripted_generate(tok, answers, calls), sampling, limits,
-                        tmp_path / "out", settings, say=said.append, progress=False)
+    s = evaluate_policy(
+        examples,
+        agent,
+        tok,
+        scripted_generate(tok, answers, calls),
+        sampling,
+        limits,
+        tmp_path / "out",
+        settings,
+        say=said.append,
+        progress=False,
+    )
     assert calls == [2, 2]  # only questions 12 and 13 were generated again (2 samples each)
     assert any("2 of 4 questions already scored" in line for line in said)
     assert s["n"] == 4 and (s["outcomes"]["match"], s["outcomes"]["mismatch"]) == (3, 1)
@@ -230,11 +354,31 @@ def test_a_killed_run_resumes_from_the_records(bird: Path, tmp_path: Path) -> No
     assert sorted(ids) == ["10", "11", "12", "13"] and len(ids) == 4
     # other settings never mix into these records
     with pytest.raises(ConfigError, match=r"samples: 2 -> 3.*eval.fresh=true"):
-        evaluate_policy(examples, agent, tok, scripted_generate(tok, answers), sampling, limits, tmp_path / "out",
-                        EvalSettings(mode="passk", samples=3), say=quiet, progress=False)
+        evaluate_policy(
+            examples,
+            agent,
+            tok,
+            scripted_generate(tok, answers),
+            sampling,
+            limits,
+            tmp_path / "out",
+            EvalSettings(mode="passk", samples=3),
+            say=quiet,
+            progress=False,
+        )
     calls.clear()
-    evaluate_policy(examples, agent, tok, scripted_generate(tok, answers, calls), sampling, limits, tmp_path / "out",
-                    EvalSettings(mode="passk", samples=3, fresh=True, batch_size=4), say=quiet, progress=False)
+    evaluate_policy(
+        examples,
+        agent,
+        tok,
+        scripted_generate(tok, answers, calls),
+        sampling,
+        limits,
+        tmp_path / "out",
+        EvalSettings(mode="passk", samples=3, fresh=True, batch_size=4),
+        say=quiet,
+        progress=False,
+    )
     assert calls == [12]
 
 
@@ -246,8 +390,17 @@ def test_model_mode_with_the_tiny_random_model(bird: Path, tmp_path: Path) -> No
 
     examples = [e for e in load_examples("bird", bird, "dev") if e.id in ("10", "13")]
     gen = hf_generate(tiny_model(), tok)
-    s = evaluate_policy(examples, agent, tok, gen, SamplingParams(temperature=0.0, max_new_tokens=6), limits,
-                        tmp_path / "out", say=quiet, progress=False)
+    s = evaluate_policy(
+        examples,
+        agent,
+        tok,
+        gen,
+        SamplingParams(temperature=0.0, max_new_tokens=6),
+        limits,
+        tmp_path / "out",
+        say=quiet,
+        progress=False,
+    )
     assert s["n"] == 2 and s["outcomes"]["pred_error"] == 2  # random text holds no SQL
     assert 1 <= s["behaviour"]["policy_tokens"] <= 6 and s["behaviour"]["prompt_tokens"] > 20
 
@@ -262,10 +415,18 @@ def test_settings_validation() -> None:
 
 # ----------------------------------------------------------------------------- entry point
 
+
 def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO), WANDB_MODE="offline")
-    return subprocess.run([sys.executable, "-m", "eval.run", *args], check=False, cwd=cwd, capture_output=True, text=True,
-                          timeout=180, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "eval.run", *args],
+        check=False,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
 
 
 def test_entry_point_scores_a_predictions_file(bird: Path, tmp_path: Path) -> None:
@@ -290,9 +451,18 @@ def test_entry_point_runs_a_saved_model(bird: Path, tmp_path: Path) -> None:
     model_dir = tmp_path / "tiny"
     tiny_model().save_pretrained(model_dir)
     tiny_tokenizer().save_pretrained(model_dir)
-    proc = _run(tmp_path, "recipe=think2sql", f"model.path={model_dir}", "data=bird", f"data.root={bird}",
-                "data.split=dev2", "eval.limit=2", "rollout.max_new_tokens=4", "engine.device=cpu",
-                f"eval.out_dir={tmp_path / 'out'}")
+    proc = _run(
+        tmp_path,
+        "recipe=think2sql",
+        f"model.path={model_dir}",
+        "data=bird",
+        f"data.root={bird}",
+        "data.split=dev2",
+        "eval.limit=2",
+        "rollout.max_new_tokens=4",
+        "engine.device=cpu",
+        f"eval.out_dir={tmp_path / 'out'}",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["n"] == 2 and summary["settings"]["model"] == str(model_dir)
@@ -341,8 +511,17 @@ def test_eval_config_reuses_the_training_groups_and_recipes() -> None:
     assert raw["agent"]["name"] == "trustsql" and raw["agent"]["max_turns_inference"] == 15
     assert raw["rollout"]["temperature"] == 0.8 and raw["model"]["path"] is None
     assert raw["data"]["drop_failing_gold"] is False  # gold errors are an outcome, not dropped
-    assert raw["eval"] == {"mode": "sc", "samples": 4, "temperature": None, "limit": None, "out_dir": None,
-                           "fresh": False, "batch_size": 8, "timeout_s": 30.0, "ex_metric": None}
+    assert raw["eval"] == {
+        "mode": "sc",
+        "samples": 4,
+        "temperature": None,
+        "limit": None,
+        "out_dir": None,
+        "fresh": False,
+        "batch_size": 8,
+        "timeout_s": 30.0,
+        "ex_metric": None,
+    }
     with pytest.raises(ConfigError, match="pass recipe=<name> to evaluate a model .* or predictions=PATH"):
         run(_compose(), set(), say=quiet)
     with pytest.raises(ConfigError, match="unknown eval option"):
@@ -353,8 +532,9 @@ def test_predictions_with_sampling_modes_is_refused(bird: Path, tmp_path: Path) 
     from eval.run import run
 
     preds = write_jsonl(tmp_path / "p.jsonl", PREDICTIONS)
-    raw = _compose(f"predictions={preds}", "data=bird", f"data.root={bird}", "eval.mode=sc",
-                   f"eval.out_dir={tmp_path / 'o'}")
+    raw = _compose(
+        f"predictions={preds}", "data=bird", f"data.root={bird}", "eval.mode=sc", f"eval.out_dir={tmp_path / 'o'}"
+    )
     with pytest.raises(ConfigError, match="needs a model"):
         run(raw, set(), say=quiet)
 
@@ -381,18 +561,31 @@ def test_multi_turn_agent_counts_turns_tool_calls_and_tokens(bird: Path, tmp_pat
     from tests.helpers.tiny_model import tiny_tokenizer
 
     tok = tiny_tokenizer()
-    call = ('<tool_call>{"name": "execute_sql_query", "arguments": {"db_id": "music", '
-            '"sql": "SELECT name FROM sqlite_master WHERE type = \'table\'"}}</tool_call>')
+    call = (
+        '<tool_call>{"name": "execute_sql_query", "arguments": {"db_id": "music", '
+        '"sql": "SELECT name FROM sqlite_master WHERE type = \'table\'"}}</tool_call>'
+    )
     turns = [
         "<think>Which tables exist?</think><action>explore_schema</action>" + call,
-        ("<think>singer holds them.</think><action>propose_schema</action>"
-        '<schema>{"tables": ["singer"], "columns": {"singer": ["singer_id"]}, "joins": []}</schema>'),
+        (
+            "<think>singer holds them.</think><action>propose_schema</action>"
+            '<schema>{"tables": ["singer"], "columns": {"singer": ["singer_id"]}, "joins": []}</schema>'
+        ),
         "<think>Count.</think><action>confirm_answer</action><answer>```sql\nSELECT COUNT(*) FROM singer\n```</answer>",
     ]
     _, _, sampling, limits = _policy_setup()
     examples = [e for e in load_examples("bird", bird, "dev") if e.id in ("10", "11")]
-    s = evaluate_policy(examples, make_agent("trustsql", inference=True), tok, turn_script_generate(tok, turns),
-                        sampling, limits, tmp_path / "out", say=quiet, progress=False)
+    s = evaluate_policy(
+        examples,
+        make_agent("trustsql", inference=True),
+        tok,
+        turn_script_generate(tok, turns),
+        sampling,
+        limits,
+        tmp_path / "out",
+        say=quiet,
+        progress=False,
+    )
     assert (s["outcomes"]["match"], s["outcomes"]["mismatch"]) == (1, 1)
     assert s["behaviour"]["turns"] == 3.0 and s["behaviour"]["tool_calls"] == 1.0
     policy = sum(len(tok.encode(t, add_special_tokens=False)) + 1 for t in turns)  # + the EOS of each turn
@@ -405,6 +598,7 @@ def test_multi_turn_agent_counts_turns_tool_calls_and_tokens(bird: Path, tmp_pat
 
 
 # ----------------------------------------------------------------------------- evaluation settings
+
 
 def _dry(*overrides: str) -> str:
     from eval.run import run
@@ -439,11 +633,19 @@ def test_on_cpu_eval_applies_the_laptop_caps_printed_and_overridable() -> None:
 def test_report_states_the_evaluation_settings(bird: Path, tmp_path: Path) -> None:
     from eval.run import decoding_section
 
-    section = decoding_section({"mode": "sample", "samples": 1, "temperature": 0.7, "top_p": 0.95,
-                                "max_new_tokens": 30000, "ex_metric": "ex"})
+    section = decoding_section(
+        {"mode": "sample", "samples": 1, "temperature": 0.7, "top_p": 0.95, "max_new_tokens": 30000, "ex_metric": "ex"}
+    )
     assert "## Evaluation settings" in section and "- temperature: 0.7" in section and "- top_p: 0.95" in section
     preds = write_jsonl(tmp_path / "preds.jsonl", PREDICTIONS)
     examples = load_examples("bird", bird, "dev")
-    evaluate_predictions(examples, preds, tmp_path / "out", EvalSettings(timeout_s=1.0), say=quiet, progress=False,
-                         data_info={"ex_metric": "ex"})
+    evaluate_predictions(
+        examples,
+        preds,
+        tmp_path / "out",
+        EvalSettings(timeout_s=1.0),
+        say=quiet,
+        progress=False,
+        data_info={"ex_metric": "ex"},
+    )
     assert "## Evaluation settings" in (tmp_path / "out" / "report.md").read_text()

@@ -18,10 +18,24 @@ def test_pct_formats_fractions_as_labelled_percent() -> None:
 
 
 def _summary() -> dict:
-    block = {"n": 8, "scorable": 8, "matches": 3, "ex": 0.375, "ex_official": 0.375, "rex": 0.5,
-             "qatch": {"cp": 0.5, "cr": 0.25, "tc": 0.125, "mean": 0.3}, "outcomes": {"match": 3, "mismatch": 5}}
-    return {"settings": {"recipe": "trustsql", "mode": "greedy"}, **block, "by_difficulty": {"simple": block},
-            "missing": 0, "executable": 0.625, "samples": 1}
+    block = {
+        "n": 8,
+        "scorable": 8,
+        "matches": 3,
+        "ex": 0.375,
+        "ex_official": 0.375,
+        "rex": 0.5,
+        "qatch": {"cp": 0.5, "cr": 0.25, "tc": 0.125, "mean": 0.3},
+        "outcomes": {"match": 3, "mismatch": 5},
+    }
+    return {
+        "settings": {"recipe": "trustsql", "mode": "greedy"},
+        **block,
+        "by_difficulty": {"simple": block},
+        "missing": 0,
+        "executable": 0.625,
+        "samples": 1,
+    }
 
 
 def test_report_and_console_show_percent_with_a_sign() -> None:

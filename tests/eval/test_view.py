@@ -34,7 +34,9 @@ def _set(driver: Any, ident: str, value: str) -> None:
     driver.execute_script(
         "const e = document.getElementById(arguments[0]); e.value = arguments[1];"
         "e.dispatchEvent(new Event(e.tagName === 'INPUT' && e.type === 'search' ? 'input' : 'change'));",
-        ident, value)
+        ident,
+        value,
+    )
 
 
 def _count(driver: Any) -> int:
@@ -56,13 +58,22 @@ def test_viewer_shows_the_run_with_training_masks_and_filters(trained: tuple[Pat
             k = [j for j, r in enumerate(rows) if r["step"] == row["step"]].index(i)
             driver.find_element("css selector", f'.traj[data-i="{i}"] .head').click()
             for track in ("full", "schema"):
-                _js(driver, f"const s = document.querySelector('.traj[data-i=\"{i}\"] select.track');"
-                            f"s.value = '{track}'; s.dispatchEvent(new Event('change'));")
-                classes = _js(driver, f"return [...document.querySelectorAll('.traj[data-i=\"{i}\"] .tok')]"
-                                      ".filter(t => !t.closest('.legend')).map(t => t.classList[1])")
+                _js(
+                    driver,
+                    f"const s = document.querySelector('.traj[data-i=\"{i}\"] select.track');"
+                    f"s.value = '{track}'; s.dispatchEvent(new Event('change'));",
+                )
+                classes = _js(
+                    driver,
+                    f"return [...document.querySelectorAll('.traj[data-i=\"{i}\"] .tok')]"
+                    ".filter(t => !t.closest('.legend')).map(t => t.classList[1])",
+                )
                 assert [float(c == "L") for c in classes] == buffer.masks[track][k], (i, track)
-                texts = _js(driver, f"return [...document.querySelectorAll('.traj[data-i=\"{i}\"] .tokens .tok')]"
-                                    ".map(t => t.textContent)")
+                texts = _js(
+                    driver,
+                    f"return [...document.querySelectorAll('.traj[data-i=\"{i}\"] .tokens .tok')]"
+                    ".map(t => t.textContent)",
+                )
                 assert texts == row["tokens"]
         body = _js(driver, "return document.querySelector('.traj[data-i=\"0\"] .body').innerText")
         assert "phase explore_schema" in body and "observation · tool execute_sql_query" in body
@@ -139,9 +150,15 @@ def test_eval_run_records_open_too(tmp_path: Path) -> None:
 
     bird = write_bird(tmp_path / "bird").parent
     preds = tmp_path / "preds.jsonl"
-    preds.write_text("".join(json.dumps(p) + "\n" for p in [
-        {"question_id": 10, "db_id": "music", "sql": "SELECT COUNT(*) FROM singer"},
-        {"question_id": 11, "db_id": "music", "sql": "SELECT 1"}]))
+    preds.write_text(
+        "".join(
+            json.dumps(p) + "\n"
+            for p in [
+                {"question_id": 10, "db_id": "music", "sql": "SELECT COUNT(*) FROM singer"},
+                {"question_id": 11, "db_id": "music", "sql": "SELECT 1"},
+            ]
+        )
+    )
     out = tmp_path / "eval"
     evaluate_predictions(load_examples("bird", bird, "dev"), preds, out, say=lambda _: None, progress=False)
     rows, _, what = load_rows(out)

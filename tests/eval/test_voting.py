@@ -77,11 +77,11 @@ def test_vote_input_errors() -> None:
 def test_self_consistency_executes_on_a_real_database(tmp_path: Path) -> None:
     db = get_database(make_music_db(tmp_path / "music.sqlite"))
     sqls = [
-        "SELECT name FROM singer WHERE country = 'Spain'",          # José García
-        "SELECT nme FROM singer",                                   # error
-        "SELECT name FROM singer WHERE age > 40",                   # José García and Mei Chen ('unknown' > 40)
-        "SELECT name FROM singer WHERE country IS NULL",            # Mei Chen
-        "SELECT name FROM singer WHERE country = 'Atlantis'",       # empty
+        "SELECT name FROM singer WHERE country = 'Spain'",  # José García
+        "SELECT nme FROM singer",  # error
+        "SELECT name FROM singer WHERE age > 40",  # José García and Mei Chen ('unknown' > 40)
+        "SELECT name FROM singer WHERE country IS NULL",  # Mei Chen
+        "SELECT name FROM singer WHERE country = 'Atlantis'",  # empty
         "SELECT name FROM singer WHERE singer_id = 4 -- same row",  # José García
     ]
     v, results = self_consistency(db, sqls, ExecScorer(timeout_s=5))

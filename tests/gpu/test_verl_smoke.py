@@ -59,8 +59,16 @@ def tiny_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def run(recipe: str, policy: Path, run_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     cmd = [
-        sys.executable, "-m", "training.run", f"recipe={recipe}", "engine=verl", f"model.path={policy}",
-        f"run_dir={run_dir}", "logger=[console,jsonl]", *SIZES, *extra,
+        sys.executable,
+        "-m",
+        "training.run",
+        f"recipe={recipe}",
+        "engine=verl",
+        f"model.path={policy}",
+        f"run_dir={run_dir}",
+        "logger=[console,jsonl]",
+        *SIZES,
+        *extra,
         f"+verl.trainer.n_gpus_per_node={gpus_to_use()}",
         "+verl.actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
         "+verl.actor_rollout_ref.rollout.agent.num_workers=1",

@@ -55,10 +55,16 @@ def main(argv: list[str] | None = None) -> int:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _step: 1.0)
     contents = ["model", "optimizer", "extra"] + (["hf_model"] if args.hf else [])
-    checkpoint = OmegaConf.create({"save_contents": contents, "load_contents": ["model", "optimizer", "extra"],
-                                   "async_save": False})
-    manager = FSDPCheckpointManager(model=model, optimizer=optimizer, lr_scheduler=scheduler,
-                                    processing_class=tiny_tokenizer(), checkpoint_config=checkpoint)
+    checkpoint = OmegaConf.create(
+        {"save_contents": contents, "load_contents": ["model", "optimizer", "extra"], "async_save": False}
+    )
+    manager = FSDPCheckpointManager(
+        model=model,
+        optimizer=optimizer,
+        lr_scheduler=scheduler,
+        processing_class=tiny_tokenizer(),
+        checkpoint_config=checkpoint,
+    )
     ckpt = run_dir / "checkpoints"
     generator = torch.Generator().manual_seed(0)
     for step in range(1, args.steps + 1):

@@ -34,9 +34,30 @@ def run_tiny_sweep(work: Path) -> tuple[Path, subprocess.CompletedProcess]:
     env.pop("WANDB_RUN_GROUP", None)
     env.pop("WANDB_TAGS", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "training.run", "-m", "recipe=think2sql", "model=hf", f"model.path={model}",
-         "engine=local", "engine.device=cpu", "stage.warm_start.enable=false", "trainer.total_steps=1",
-         "algorithm.group_size=2", "algorithm.batch_size=1", "data.limit=4", "data.eval_limit=4",
-         "rollout.max_new_tokens=8", *SWEEP_ARGS, f"hydra.sweep.dir={sweep}"],
-        cwd=work, capture_output=True, text=True, timeout=900, env=env)
+        [
+            sys.executable,
+            "-m",
+            "training.run",
+            "-m",
+            "recipe=think2sql",
+            "model=hf",
+            f"model.path={model}",
+            "engine=local",
+            "engine.device=cpu",
+            "stage.warm_start.enable=false",
+            "trainer.total_steps=1",
+            "algorithm.group_size=2",
+            "algorithm.batch_size=1",
+            "data.limit=4",
+            "data.eval_limit=4",
+            "rollout.max_new_tokens=8",
+            *SWEEP_ARGS,
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
     return sweep, proc

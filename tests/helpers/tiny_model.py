@@ -24,7 +24,7 @@ _CORPUS = [
     "<relevant_tables>schools</relevant_tables><relevant_columns>schools.name</relevant_columns>",
     '<schema>{"tables": ["schools"], "columns": {"schools": ["name"]}, "joins": []}</schema>',
     "<answer>```sql\nSELECT AVG(score) FROM exams WHERE year >= 2010\n```</answer>",
-    "Schema acknowledged: 1 table(s), 2 column(s). <tool_response>{\"columns\": [\"a\"], \"rows\": [[1]]}</tool_response>",
+    'Schema acknowledged: 1 table(s), 2 column(s). <tool_response>{"columns": ["a"], "rows": [[1]]}</tool_response>',
     "What is the average enrollment of schools in each county? Evidence: enrollment means students.",
 ]
 

@@ -27,10 +27,7 @@ def build_test_db(path: Path) -> Path:
     con.execute("CREATE TABLE big (id INTEGER, grp INTEGER, val REAL, a TEXT, b INTEGER, c TEXT)")
     con.executemany(
         "INSERT INTO big VALUES (?, ?, ?, ?, ?, ?)",
-        [
-            (i, i % 7, i * 0.5, f"a{i % 13}", i % 3, None if i % 5 == 0 else f"c{i}")
-            for i in range(1, 1201)
-        ],
+        [(i, i % 7, i * 0.5, f"a{i % 13}", i % 3, None if i % 5 == 0 else f"c{i}") for i in range(1, 1201)],
     )
     con.commit()
     con.close()

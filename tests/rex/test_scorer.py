@@ -117,9 +117,21 @@ def test_scorer_pickles_for_process_pools(test_db: Any) -> None:
 
 def test_cli_compare_prints_one_json_object(test_db_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "rex", "compare", "--db", str(test_db_path),
-         "--gold", "SELECT name, age FROM people ORDER BY id", "--pred", "SELECT age, name FROM people ORDER BY id"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "rex",
+            "compare",
+            "--db",
+            str(test_db_path),
+            "--gold",
+            "SELECT name, age FROM people ORDER BY id",
+            "--pred",
+            "SELECT age, name FROM people ORDER BY id",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
@@ -133,13 +145,28 @@ def test_cli_compare_prints_one_json_object(test_db_path: Path) -> None:
 def test_cli_reports_errors_and_bad_paths(test_db_path: Path, tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "rex", "compare", "--db", str(test_db_path), "--gold", "SELECT 1", "--pred", "SELEC 1"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     report = json.loads(proc.stdout)
     assert report["ex"] == "pred_error" and report["rex"] is None and report["pred"]["error"]["kind"] == "syntax"
     missing = subprocess.run(
-        [sys.executable, "-m", "rex", "compare", "--db", str(tmp_path / "none.sqlite"), "--gold", "SELECT 1", "--pred", "SELECT 1"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "rex",
+            "compare",
+            "--db",
+            str(tmp_path / "none.sqlite"),
+            "--gold",
+            "SELECT 1",
+            "--pred",
+            "SELECT 1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert missing.returncode == 2 and "none.sqlite" in missing.stderr
 

@@ -13,7 +13,12 @@ from rex.spider import order_matters, spider_execution_match, spider_hardness
 # (gold, prediction, Spider's match, BIRD's match): where the two rules part ways
 CASES = [
     # a column permutation: Spider matches it, BIRD (column order fixed) does not
-    ("SELECT name, age FROM people WHERE city = 'Oslo'", "SELECT age, name FROM people WHERE city = 'Oslo'", True, False),
+    (
+        "SELECT name, age FROM people WHERE city = 'Oslo'",
+        "SELECT age, name FROM people WHERE city = 'Oslo'",
+        True,
+        False,
+    ),
     # duplicates count in Spider (two people aged 25), not in BIRD's set rule
     ("SELECT age FROM people WHERE city = 'Rome'", "SELECT DISTINCT age FROM people WHERE city = 'Rome'", False, True),
     # order matters when the gold says ORDER BY
@@ -48,16 +53,25 @@ def test_order_rule_is_spiders_substring_test() -> None:
     assert spider_execution_match((["a"], [(1,), (2,)]), (["a"], [(2,), (1,)]), ordered=False)
 
 
-@pytest.mark.parametrize("sql,level", [
-    ("SELECT count(*) FROM singer", "easy"),
-    ("SELECT name FROM singer WHERE age > 20", "easy"),
-    ("SELECT name, country FROM singer WHERE age > 20", "medium"),
-    ("SELECT T2.name FROM concert AS T1 JOIN stadium AS T2 ON T1.stadium_id = T2.stadium_id GROUP BY T2.name", "medium"),
-    ("SELECT name FROM singer WHERE age > (SELECT avg(age) FROM singer)", "hard"),
-    ("SELECT name FROM a WHERE x = 1 EXCEPT SELECT name FROM a WHERE y = 2", "hard"),
-    ("SELECT T1.a FROM t1 AS T1 JOIN t2 AS T2 ON T1.id = T2.id WHERE T2.b = 'x' OR T2.c LIKE '%y%' "
-     "GROUP BY T1.a ORDER BY count(*) DESC LIMIT 1", "extra"),
-    ("SELECT FROM WHERE (", "unknown"),
-])
+@pytest.mark.parametrize(
+    "sql,level",
+    [
+        ("SELECT count(*) FROM singer", "easy"),
+        ("SELECT name FROM singer WHERE age > 20", "easy"),
+        ("SELECT name, country FROM singer WHERE age > 20", "medium"),
+        (
+            "SELECT T2.name FROM concert AS T1 JOIN stadium AS T2 ON T1.stadium_id = T2.stadium_id GROUP BY T2.name",
+            "medium",
+        ),
+        ("SELECT name FROM singer WHERE age > (SELECT avg(age) FROM singer)", "hard"),
+        ("SELECT name FROM a WHERE x = 1 EXCEPT SELECT name FROM a WHERE y = 2", "hard"),
+        (
+            "SELECT T1.a FROM t1 AS T1 JOIN t2 AS T2 ON T1.id = T2.id WHERE T2.b = 'x' OR T2.c LIKE '%y%' "
+            "GROUP BY T1.a ORDER BY count(*) DESC LIMIT 1",
+            "extra",
+        ),
+        ("SELECT FROM WHERE (", "unknown"),
+    ],
+)
 def test_spider_hardness_levels(sql: str, level: str) -> None:
     assert spider_hardness(sql) == level

@@ -12,7 +12,17 @@ from tools.bm25 import ValueIndex, bm25_search_sqlite, get_index, index_folder
 from tools.connection import Database
 from tools.results import ToolError
 
-CITIES = ["New York", "York", "New Haven", "Newark", "San Francisco", "South San Francisco", "Los Angeles", "Yorktown Heights", "Old York Road"]
+CITIES = [
+    "New York",
+    "York",
+    "New Haven",
+    "Newark",
+    "San Francisco",
+    "South San Francisco",
+    "Los Angeles",
+    "Yorktown Heights",
+    "Old York Road",
+]
 
 
 @pytest.fixture
@@ -82,7 +92,9 @@ def test_errors_and_odd_columns(city_db: Path) -> None:
 
 
 @pytest.mark.parametrize("engine", ["bm25s", "fts5"])
-def test_index_cached_on_disk_and_rebuilt_on_change(city_db: Path, engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_index_cached_on_disk_and_rebuilt_on_change(
+    city_db: Path, engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = get_database(city_db)
     first = bm25_search_sqlite(db, "place", "city", "york", engine=engine)
     folder = index_folder(db, "place", "city", engine)
@@ -112,7 +124,10 @@ def test_memory_cache_returns_same_object(city_db: Path) -> None:
 def test_engines_agree_on_the_best_hit(city_db: Path) -> None:
     db = get_database(city_db)
     for query in ("los angeles", "haven", "heights yorktown", "south san"):
-        tops = [bm25_search_sqlite(db, "place", "city", query, top_k=1, engine=e)["hits"][0]["value"] for e in ("bm25s", "fts5")]  # type: ignore[index]
+        tops = [
+            bm25_search_sqlite(db, "place", "city", query, top_k=1, engine=e)["hits"][0]["value"]
+            for e in ("bm25s", "fts5")
+        ]  # type: ignore[index]
         assert tops[0] == tops[1], (query, tops)
 
 

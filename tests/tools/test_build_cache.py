@@ -16,8 +16,10 @@ from tools.cache import CACHE_ENV
 def make_db(path: Path, rows: int = 30) -> Path:
     conn = sqlite3.connect(path)
     conn.execute("CREATE TABLE city (id INTEGER PRIMARY KEY, name TEXT, country TEXT, population INTEGER)")
-    conn.executemany("INSERT INTO city VALUES (?, ?, ?, ?)",
-                     [(i, f"Town {i}", ["France", "Peru", "Chad"][i % 3], 1000 + i) for i in range(rows)])
+    conn.executemany(
+        "INSERT INTO city VALUES (?, ?, ?, ?)",
+        [(i, f"Town {i}", ["France", "Peru", "Chad"][i % 3], 1000 + i) for i in range(rows)],
+    )
     conn.commit()
     conn.close()
     return path
@@ -30,8 +32,9 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-def test_builds_every_index_once_and_a_rerun_finds_them(tmp_path: Path, cache: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_builds_every_index_once_and_a_rerun_finds_them(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     dbs = [make_db(tmp_path / "a.sqlite"), make_db(tmp_path / "b.sqlite", rows=10)]
     assert build_cache.missing(dbs) == [str(p.resolve()) for p in dbs]
     assert tools_main(["build-cache", "--db", str(dbs[0]), "--db", str(dbs[1])]) == 0
@@ -56,8 +59,9 @@ def test_builds_every_index_once_and_a_rerun_finds_them(tmp_path: Path, cache: P
     assert report.built == [str(dbs[1].resolve())] and report.cached == [str(dbs[0].resolve())]
 
 
-def test_the_tools_read_the_built_caches_instead_of_building(tmp_path: Path, cache: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_tools_read_the_built_caches_instead_of_building(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import tools.bm25 as bm25
     import tools.fts as fts
     import tools.profile as profile

@@ -11,7 +11,9 @@ from pathlib import Path
 
 def _run(args: list[str], cwd: Path, cache: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SQLAGENT_RL_CACHE": str(cache)}
-    return subprocess.run([sys.executable, "-m", "tools", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "tools", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_cli_tools_profile_and_schema(school_db: Path, tmp_path: Path, _cache_dir: Path) -> None:
@@ -26,10 +28,16 @@ def test_cli_tools_profile_and_schema(school_db: Path, tmp_path: Path, _cache_di
     assert out.returncode == 1
     assert json.loads(out.stdout)["error"]["kind"] == "no_such_column"
 
-    out = _run(["sqlite_peek", "--db", db, "--table", "schools", "--columns", "city,enrollment", "--limit", "2"], cwd, _cache_dir)
+    out = _run(
+        ["sqlite_peek", "--db", db, "--table", "schools", "--columns", "city,enrollment", "--limit", "2"],
+        cwd,
+        _cache_dir,
+    )
     assert out.returncode == 0 and list(json.loads(out.stdout)["columns"]) == ["city", "enrollment"]
 
-    out = _run(["bm25_search_sqlite", "--db", db, "--table", "events", "--column", "kind", "--query", "open"], cwd, _cache_dir)
+    out = _run(
+        ["bm25_search_sqlite", "--db", db, "--table", "events", "--column", "kind", "--query", "open"], cwd, _cache_dir
+    )
     assert out.returncode == 0 and json.loads(out.stdout)["hits"][0]["value"] == "open day"
 
     out = _run(["profile", "--db", db], cwd, _cache_dir)

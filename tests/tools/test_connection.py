@@ -49,14 +49,21 @@ HOSTILE = [
     ("SELECT 1; SELECT 2", {"too_many_statements"}),
     ("SELECT randomblob(1e9)", {"other"}),
     ("SELECT zeroblob(1e9)", {"other"}),
-    ("WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT count(*) FROM r", {"step_limit", "timeout"}),
+    (
+        "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT count(*) FROM r",
+        {"step_limit", "timeout"},
+    ),
     ("SELECT count(*) FROM events a, events b, events c, events d", {"step_limit", "timeout"}),
 ]
 
 # The authorizer alone (no statement-kind check) must refuse everything above as well.
 AUTHORIZER_ONLY = QueryLimits(max_rows=100, timeout_s=2.0, select_only=False, allowed_pragmas=METADATA_PRAGMAS)
 # "metric" runs 30 s before a runaway stops; "metric_short" is the same with a 1 s deadline.
-LIMITS = {**{k: v for k, v in PRESETS.items() if k != "metric"}, "authorizer_only": AUTHORIZER_ONLY, "metric_short": QueryLimits(max_rows=None, timeout_s=1.0, max_vm_steps=None)}
+LIMITS = {
+    **{k: v for k, v in PRESETS.items() if k != "metric"},
+    "authorizer_only": AUTHORIZER_ONLY,
+    "metric_short": QueryLimits(max_rows=None, timeout_s=1.0, max_vm_steps=None),
+}
 
 
 def _fingerprint(path: Path) -> tuple[str, int, tuple[str, ...]]:
@@ -137,12 +144,24 @@ def test_dualsql_cuts_cells_and_rows_but_not_schema_queries(school_db: Path) -> 
     assert isinstance(out, QueryResult) and len(out.rows) == 3
     assert any(len(r[0]) > 150 for r in out.rows)
     out = execute(db, "PRAGMA table_info(schools)", PRESETS["dualsql"])
-    assert isinstance(out, QueryResult) and [r[1] for r in out.rows] == ["id", "name", "city", "enrollment", "opened", "rate", "misc"]
+    assert isinstance(out, QueryResult) and [r[1] for r in out.rows] == [
+        "id",
+        "name",
+        "city",
+        "enrollment",
+        "opened",
+        "rate",
+        "misc",
+    ]
 
 
 def test_metadata_pragmas_per_preset(school_db: Path) -> None:
     db = get_database(school_db)
-    for sql in ("PRAGMA table_info(schools)", "PRAGMA foreign_key_list(scores)", "SELECT name FROM pragma_table_info('schools')"):
+    for sql in (
+        "PRAGMA table_info(schools)",
+        "PRAGMA foreign_key_list(scores)",
+        "SELECT name FROM pragma_table_info('schools')",
+    ):
         assert isinstance(execute(db, sql, PRESETS["trustsql"]), QueryResult), sql
         refused = execute(db, sql, PRESETS["retoolsql"])
         assert isinstance(refused, ToolError) and refused.kind == "forbidden", sql
@@ -178,7 +197,9 @@ def test_structured_errors_with_suggestions(school_db: Path, sql: str, kind: str
 
 
 def test_results_keep_types_and_nulls(school_db: Path) -> None:
-    out = execute(get_database(school_db), "SELECT id, city, enrollment, rate, misc FROM schools ORDER BY id", PRESETS["metric"])
+    out = execute(
+        get_database(school_db), "SELECT id, city, enrollment, rate, misc FROM schools ORDER BY id", PRESETS["metric"]
+    )
     assert isinstance(out, QueryResult)
     assert out.rows[2] == (3, None, "980", None, 7.5)
     assert out.rows[4][4] == b"\x00\x01"
@@ -189,7 +210,12 @@ def test_results_keep_types_and_nulls(school_db: Path) -> None:
 
 def test_trailing_semicolons_and_comments_are_one_statement(school_db: Path) -> None:
     db = get_database(school_db)
-    for sql in ("SELECT 1;", "SELECT 1;;  ", "-- comment\nSELECT 1 /* c */ ;", "/* lead */ WITH a AS (SELECT 1) SELECT * FROM a"):
+    for sql in (
+        "SELECT 1;",
+        "SELECT 1;;  ",
+        "-- comment\nSELECT 1 /* c */ ;",
+        "/* lead */ WITH a AS (SELECT 1) SELECT * FROM a",
+    ):
         out = execute(db, sql, PRESETS["retoolsql"])
         assert isinstance(out, QueryResult) and out.rows == ((1,),), sql
 
@@ -206,7 +232,11 @@ def test_concurrent_threads_never_see_locked(school_db: Path) -> None:
 
     def reader() -> None:
         for _ in range(25):
-            out = execute(db, "SELECT count(*), sum(avg_math) FROM scores JOIN schools ON schools.id = scores.school_id", PRESETS["retoolsql"])
+            out = execute(
+                db,
+                "SELECT count(*), sum(avg_math) FROM scores JOIN schools ON schools.id = scores.school_id",
+                PRESETS["retoolsql"],
+            )
             if not isinstance(out, QueryResult):
                 errors.append(out)
 

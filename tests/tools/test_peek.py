@@ -15,10 +15,20 @@ from tools.results import ToolError
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        (42, "digits"), (3.5, "digits"), ("1200", "digits"), ("-0.5", "digits"),
-        ("Berkeley", "letters"), ("open day", "letters"), ("A12-B", "mixed"),
-        ("1998-09-01", "date-like"), ("12/31/2020", "date-like"), ("2020-01-02 10:30:00", "date-like"),
-        ("85%", "percent-like"), ("12.5 %", "percent-like"), ("--", "other"), (b"\x00", "other"),
+        (42, "digits"),
+        (3.5, "digits"),
+        ("1200", "digits"),
+        ("-0.5", "digits"),
+        ("Berkeley", "letters"),
+        ("open day", "letters"),
+        ("A12-B", "mixed"),
+        ("1998-09-01", "date-like"),
+        ("12/31/2020", "date-like"),
+        ("2020-01-02 10:30:00", "date-like"),
+        ("85%", "percent-like"),
+        ("12.5 %", "percent-like"),
+        ("--", "other"),
+        (b"\x00", "other"),
     ],
 )
 def test_char_class(value: object, expected: str) -> None:
@@ -74,7 +84,11 @@ def test_peek_errors_and_hostile_where(school_db: Path) -> None:
     assert isinstance(err, ToolError) and err.kind == "no_such_table" and "'schools'" in (err.suggestion or "")
     err = sqlite_peek(db, "schools", ["nmae"])
     assert isinstance(err, ToolError) and err.kind == "no_such_column" and "'name'" in (err.suggestion or "")
-    for where in ("1); DELETE FROM schools; --", "id IN (SELECT load_extension('x'))", "1) UNION SELECT sql FROM sqlite_master --"):
+    for where in (
+        "1); DELETE FROM schools; --",
+        "id IN (SELECT load_extension('x'))",
+        "1) UNION SELECT sql FROM sqlite_master --",
+    ):
         out = sqlite_peek(db, "schools", ["name"], where=where)
         if isinstance(out, ToolError):
             assert out.kind in {"syntax", "forbidden", "too_many_statements"}, out

@@ -73,7 +73,9 @@ def test_declared_and_inferred_foreign_keys(school_db: Path) -> None:
     profile = get_database(school_db).profile()
     assert profile.declared_foreign_keys == (ForeignKey("scores", "school_id", "schools", "id"),)
     inferred = profile.inferred_foreign_keys
-    assert [(fk.table, fk.column, fk.ref_table, fk.ref_column) for fk in inferred] == [("events", "schools_id", "schools", "id")]
+    assert [(fk.table, fk.column, fk.ref_table, fk.ref_column) for fk in inferred] == [
+        ("events", "schools_id", "schools", "id")
+    ]
     assert inferred[0].inferred and inferred[0].overlap == 1.0
 
 
@@ -115,14 +117,19 @@ def test_decode_tolerant_and_broken_csv(tmp_path: Path) -> None:
     folder.mkdir()
     (folder / "t.csv").write_bytes(b"Original_Column_Name , Column_Description\nA,first\n,orphan\nb\n")
     (folder / "empty.csv").write_bytes(b"")
-    assert read_descriptions(folder) == {"t": {"a": {"original_column_name": "A", "column_description": "first"}, "b": {"original_column_name": "b"}}}
+    assert read_descriptions(folder) == {
+        "t": {"a": {"original_column_name": "A", "column_description": "first"}, "b": {"original_column_name": "b"}}
+    }
 
 
 def test_m_schema_layout(school_db: Path) -> None:
     text = m_schema(get_database(school_db).profile())
     lines = text.splitlines()
     assert lines[:4] == ["[DB_ID] schools", "[Schema]", "# Table: schools (6 rows, 7 columns)", "["]
-    assert "(id:INTEGER, Primary Key, Nulls: 0, Non-null: 6, Distinct: 6, Min: 1, Avg: 3.5, Max: 6, Examples: [1, 2, 3])," in lines
+    assert (
+        "(id:INTEGER, Primary Key, Nulls: 0, Non-null: 6, Distinct: 6, Min: 1, Avg: 3.5, Max: 6, Examples: [1, 2, 3]),"
+        in lines
+    )
     city = next(line for line in lines if line.startswith("(city:"))
     assert "Nulls: 1, Non-null: 5, Distinct: 5" in city
     enrollment = next(line for line in lines if line.startswith("(enrollment:"))
@@ -150,14 +157,22 @@ def test_ddl_and_compact_forms(school_db: Path) -> None:
     ddl = ddl_schema(profile)
     assert "CREATE TABLE scores (\n  score_id INTEGER PRIMARY KEY,\n  school_id INTEGER," in ddl
     assert "FOREIGN KEY (school_id) REFERENCES schools(id)\n);" in ddl
-    assert "schools_id INTEGER,\n" in ddl and "REFERENCES schools(id)\n);\n\nCREATE TABLE events" in ddl  # inferred keys stay out of DDL
+    assert (
+        "schools_id INTEGER,\n" in ddl and "REFERENCES schools(id)\n);\n\nCREATE TABLE events" in ddl
+    )  # inferred keys stay out of DDL
     # The rebuilt DDL is valid SQL.
     conn = sqlite3.connect(":memory:")
     conn.executescript(ddl)
-    assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")] == ["schools", "scores", "events"]
+    assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")] == [
+        "schools",
+        "scores",
+        "events",
+    ]
     compact = compact_schema(profile)
     assert compact.splitlines()[0] == "schools(id, name, city, enrollment, opened, rate, misc)"
-    assert compact.splitlines()[-1] == "Foreign keys: scores.school_id=schools.id, events.schools_id=schools.id (inferred)"
+    assert (
+        compact.splitlines()[-1] == "Foreign keys: scores.school_id=schools.id, events.schools_id=schools.id (inferred)"
+    )
 
 
 def test_quoted_names_in_ddl(tmp_path: Path) -> None:

@@ -11,7 +11,15 @@ import pytest
 from tools import TOOL_SCHEMAS, ToolBox, ToolResponse, get_database, toolbox
 from tools.errors import ConfigError, UnknownNameError
 
-ALL_TOOLS = ["sqlite_query", "sqlite_peek", "bm25_search_sqlite", "execute_sql_query", "execute_sql", "fts_search", "get_profile"]
+ALL_TOOLS = [
+    "sqlite_query",
+    "sqlite_peek",
+    "bm25_search_sqlite",
+    "execute_sql_query",
+    "execute_sql",
+    "fts_search",
+    "get_profile",
+]
 
 
 @pytest.fixture
@@ -57,7 +65,14 @@ def test_sql_tools_share_one_executor_with_presets(box: ToolBox) -> None:
     assert box.call("execute_sql_query", pragma).ok
     assert _error(box.call("sqlite_query", pragma))["kind"] == "forbidden"
     dual = ToolBox(box.db, ["sqlite_query"], preset="dualsql")
-    assert len(dual.call("sqlite_query", {"db_id": "schools", "sql": "SELECT * FROM events", "max_return_rows": 50}).payload["rows"]) == 31
+    assert (
+        len(
+            dual.call(
+                "sqlite_query", {"db_id": "schools", "sql": "SELECT * FROM events", "max_return_rows": 50}
+            ).payload["rows"]
+        )
+        == 31
+    )
     assert len(dual.call("sqlite_query", {"db_id": "schools", "sql": "SELECT * FROM events"}).payload["rows"]) == 31
 
 
@@ -88,11 +103,26 @@ def test_other_tools_through_the_dispatcher(box: ToolBox) -> None:
         ("sqlite_query", None, "bad_arguments", "missing required argument 'db_id'"),
         ("sqlite_query", {"db_id": "schools", "sql": 5}, "bad_arguments", "'sql' must be string"),
         ("sqlite_query", {"db_id": "schools", "sql": "SELECT 1", "max_return_rows": "ten"}, "bad_arguments", "integer"),
-        ("sqlite_query", {"db_id": "schools", "sql": "SELECT 1", "max_return_rows": 0}, "bad_arguments", "out of range"),
+        (
+            "sqlite_query",
+            {"db_id": "schools", "sql": "SELECT 1", "max_return_rows": 0},
+            "bad_arguments",
+            "out of range",
+        ),
         ("sqlite_query", {"db_id": "schools", "sql": "SELECT 1", "max_return_rows": True}, "bad_arguments", "integer"),
         ("sqlite_query", {"db_id": "schools", "query": "SELECT 1"}, "bad_arguments", "unknown argument 'query'"),
-        ("sqlite_peek", {"db_id": "schools", "table": "schools", "columns": [1, 2]}, "bad_arguments", "list of strings"),
-        ("sqlite_peek", {"db_id": "schools", "table": "schools", "columns": 7}, "bad_arguments", "'columns' must be array"),
+        (
+            "sqlite_peek",
+            {"db_id": "schools", "table": "schools", "columns": [1, 2]},
+            "bad_arguments",
+            "list of strings",
+        ),
+        (
+            "sqlite_peek",
+            {"db_id": "schools", "table": "schools", "columns": 7},
+            "bad_arguments",
+            "'columns' must be array",
+        ),
         ("bm25_search_sqlite", {"db_id": "schools", "table": "events", "column": "kind"}, "bad_arguments", "'query'"),
         ("sqlite_query", {"db_id": "california_schools", "sql": "SELECT 1"}, "unknown_database", "california_schools"),
         ("sqlite_query", {"db_id": "schools", "sql": "DELETE FROM events"}, "forbidden", "SELECT"),

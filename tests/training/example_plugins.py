@@ -75,10 +75,12 @@ class FenceSQLAgent:
     def start(self, example: Example, db: Any, previous: Sequence[EpisodeResult] = ()) -> FenceEpisode | None:
         if previous:
             return None
-        return FenceEpisode([
-            {"role": "system", "content": "Answer with one ```sql block."},
-            {"role": "user", "content": f"Database {example.db_id}. {example.question}"},
-        ])
+        return FenceEpisode(
+            [
+                {"role": "system", "content": "Answer with one ```sql block."},
+                {"role": "user", "content": f"Database {example.db_id}. {example.question}"},
+            ]
+        )
 
     def training_spec(self) -> TrainingSpec:
         masks = (ERROR_TURN_MASK,) if self.cut_bad_turns else ()

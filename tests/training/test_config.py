@@ -85,18 +85,24 @@ def test_unknown_recipe_lists_the_recipes() -> None:
         TrainConfig.from_mapping(raw)
 
 
-@pytest.mark.parametrize("override,match", [
-    ("reward.exec_metric=bleu", "exec_metric='bleu'; choose one of ex, qatch, rex, spider"),
-    ("reward.exec_metric=rexx", "exec_metric='rexx'; did you mean 'rex'\\? choose one of ex, qatch, rex, spider"),
-    ("advantage.estimator=two-track", "estimator='two-track'; did you mean 'two_track'\\? choose one of grpo, two_track"),
-    ("agent.name=trustsq", "agent.name='trustsq'; did you mean 'trustsql'\\?"),
-    ("rollout.temperature=0", "GRPO samples"),
-    ("algorithm.clip_ratio_c=1.0", "clip_ratio_c"),
-    ("optim.warmup_ratio=1.5", "warmup_ratio"),
-    ("algorithm.kl_schedule=[[5,0.1]]", "start with"),
-    ("logger=[console,tensorboard]", "tensorboard"),
-    ("agent.max_turns=0", "turn budget"),
-])
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        ("reward.exec_metric=bleu", "exec_metric='bleu'; choose one of ex, qatch, rex, spider"),
+        ("reward.exec_metric=rexx", "exec_metric='rexx'; did you mean 'rex'\\? choose one of ex, qatch, rex, spider"),
+        (
+            "advantage.estimator=two-track",
+            "estimator='two-track'; did you mean 'two_track'\\? choose one of grpo, two_track",
+        ),
+        ("agent.name=trustsq", "agent.name='trustsq'; did you mean 'trustsql'\\?"),
+        ("rollout.temperature=0", "GRPO samples"),
+        ("algorithm.clip_ratio_c=1.0", "clip_ratio_c"),
+        ("optim.warmup_ratio=1.5", "warmup_ratio"),
+        ("algorithm.kl_schedule=[[5,0.1]]", "start with"),
+        ("logger=[console,tensorboard]", "tensorboard"),
+        ("agent.max_turns=0", "turn budget"),
+    ],
+)
 def test_bad_values_name_the_key_and_the_fix(override: str, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         build("recipe=trustsql", override)
@@ -131,14 +137,18 @@ def test_laptop_profile_only_lowers_caps() -> None:
 
 def test_prepare_config_applies_the_profile_on_cpu_and_prints_it() -> None:
     lines: list[str] = []
-    cfg = prepare_config(composed("recipe=dualsql", "engine=local", "engine.device=cpu"),
-                         explicit_keys(["recipe=dualsql"]), lines.append)
+    cfg = prepare_config(
+        composed("recipe=dualsql", "engine=local", "engine.device=cpu"), explicit_keys(["recipe=dualsql"]), lines.append
+    )
     assert cfg.engine.name == "local" and cfg.algorithm.group_size == 4
     assert cfg.agent.options["linker_max_turns"] == 2 and cfg.algorithm.batch_size == 1
     text = "\n".join(lines)
     assert "laptop profile" in text and "algorithm.group_size: 16 -> 4" in text
-    off = prepare_config(composed("recipe=dualsql", "engine=local", "engine.device=cpu",
-                                  "engine.laptop_profile=off"), set(), lines.append)
+    off = prepare_config(
+        composed("recipe=dualsql", "engine=local", "engine.device=cpu", "engine.laptop_profile=off"),
+        set(),
+        lines.append,
+    )
     assert off.algorithm.group_size == 16
 
 
@@ -157,8 +167,9 @@ def test_warm_start_is_off_in_recipes_and_on_in_the_laptop_profile() -> None:
     assert small.stage.warm_start.examples == 48  # think2sql's own laptop block: short prompts
     retool, _ = apply_laptop_profile(build("recipe=retoolsql"), [])
     assert retool.stage.warm_start.enable and retool.stage.warm_start.examples == 24
-    kept, _ = apply_laptop_profile(build("recipe=think2sql", "stage.warm_start.enable=false"),
-                                   ["stage.warm_start.enable"])
+    kept, _ = apply_laptop_profile(
+        build("recipe=think2sql", "stage.warm_start.enable=false"), ["stage.warm_start.enable"]
+    )
     assert kept.stage.warm_start.enable is False
 
 
@@ -177,6 +188,7 @@ def test_verl_engine_refuses_the_warm_start_and_says_what_to_do() -> None:
 
 
 # ----------------------------------------------------------------------------- types of every field
+
 
 def _leaves(cls: type, prefix: str = "") -> list[tuple[str, Any]]:
     """(dotted path, annotation) of every field of the typed config, nested groups included."""
@@ -249,6 +261,7 @@ def test_type_errors_name_the_key_the_type_and_the_allowed_values() -> None:
 
 # ----------------------------------------------------------------------------- group overrides
 
+
 def _options(group: str) -> list[str]:
     from importlib import resources
 
@@ -256,13 +269,15 @@ def _options(group: str) -> list[str]:
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
-GROUP_CHOICES = [(recipe, group, option) for recipe in RECIPES
-                 for group in ("agent", "reward", "advantage", "data", "model", "stage")
-                 for option in _options(group)]
+GROUP_CHOICES = [
+    (recipe, group, option)
+    for recipe in RECIPES
+    for group in ("agent", "reward", "advantage", "data", "model", "stage")
+    for option in _options(group)
+]
 
 
-@pytest.mark.parametrize("recipe,group,option", GROUP_CHOICES,
-                         ids=[f"{r}-{g}={o}" for r, g, o in GROUP_CHOICES])
+@pytest.mark.parametrize("recipe,group,option", GROUP_CHOICES, ids=[f"{r}-{g}={o}" for r, g, o in GROUP_CHOICES])
 def test_choosing_a_group_gives_that_groups_own_values(recipe: str, group: str, option: str) -> None:
     """recipe=trustsql advantage=grpo is plain GRPO: a recipe sets group values only
     through the group files it selects, so a group chosen on the command line wins whole."""
@@ -281,8 +296,9 @@ def test_trustsql_with_plain_grpo_has_no_clamp() -> None:
     assert build("recipe=retoolsql", "advantage=grpo", "advantage.clamp=5").advantage.clamp == 5.0
 
 
-@pytest.mark.parametrize("module", ["training.config", "training.run", "training.model",
-                                    "training.engines.local_state", "eval.units"])
+@pytest.mark.parametrize(
+    "module", ["training.config", "training.run", "training.model", "training.engines.local_state", "eval.units"]
+)
 def test_docstring_examples_run(module: str) -> None:
     import doctest
     import importlib

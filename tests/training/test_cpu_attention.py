@@ -15,8 +15,10 @@ from training.engines.local_policy import batched_generate, left_pad
 def test_hybrid_decoding_matches_sdpa_greedy_and_logits() -> None:
     tok = tiny_tokenizer()
     model = tiny_model(seed=2).eval()
-    rows = [tok.encode("SELECT name FROM schools WHERE city = 'Fresno' ORDER BY enrollment"),
-            tok.encode("SELECT COUNT(*) FROM satscores")]
+    rows = [
+        tok.encode("SELECT name FROM schools WHERE city = 'Fresno' ORDER BY enrollment"),
+        tok.encode("SELECT COUNT(*) FROM satscores"),
+    ]
     hybrid = copy.deepcopy(model)
     assert use_hybrid_cpu_attention(hybrid) and hybrid.config._attn_implementation == NAME
     kwargs = dict(max_new_tokens=24, temperature=0.0, device="cpu")

@@ -23,16 +23,28 @@ AGENTS = {  # agent options and the reward of each recipe (its exec component mu
     "trustsql": ({"max_turns": 4}, "trustsql"),
     "dualsql": ({"linker_max_turns": 2, "generator_max_turns": 2}, "dualsql"),
 }
-LIMITS = RolloutLimits(max_response_tokens=4000, max_tokens_per_turn=400, max_prompt_tokens=8000,
-                       max_context_tokens=12000)
+LIMITS = RolloutLimits(
+    max_response_tokens=4000, max_tokens_per_turn=400, max_prompt_tokens=8000, max_context_tokens=12000
+)
 
 
 @pytest.fixture(scope="module")
 def examples(tmp_path_factory: pytest.TempPathFactory) -> list[Example]:
     db = make_db(tmp_path_factory.mktemp("db") / "schools.sqlite")
-    return [Example(id=f"q{i}", db_id="schools", db_path=str(db), question=q, evidence="(a hint)", gold_sql=sql,
-                    gold_tables=t, gold_columns=c, split="train")
-            for i, (q, sql, t, c) in enumerate(QUESTIONS)]
+    return [
+        Example(
+            id=f"q{i}",
+            db_id="schools",
+            db_path=str(db),
+            question=q,
+            evidence="(a hint)",
+            gold_sql=sql,
+            gold_tables=t,
+            gold_columns=c,
+            split="train",
+        )
+        for i, (q, sql, t, c) in enumerate(QUESTIONS)
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(AGENTS))
@@ -66,7 +78,8 @@ def test_tool_results_are_real_observations_without_loss(name: str, examples: li
     observed = tok.decode([i for i, m in zip(t.response_ids, t.response_mask, strict=True) if not m])
     assert '"row_count"' in observed or "rows" in observed  # the executor's JSON came back
     assert [turn.tool_outcome for turn in t.result.turns if turn.tool_name] == ["ok"] * sum(
-        1 for turn in t.result.turns if turn.tool_name)
+        1 for turn in t.result.turns if turn.tool_name
+    )
 
 
 def test_scripts_fit_the_turn_budget(examples: list[Example]) -> None:
@@ -75,11 +88,19 @@ def test_scripts_fit_the_turn_budget(examples: list[Example]) -> None:
     assert len(get_script("retoolsql")(ex, "agent", 8)) == 2
     four, three = get_script("trustsql")(ex, "agent", 10), get_script("trustsql")(ex, "agent", 3)
     assert [t.split("<action>")[1].split("<")[0] for t in four] == [
-        "explore_schema", "propose_schema", "generate_sql", "confirm_answer"]
+        "explore_schema",
+        "propose_schema",
+        "generate_sql",
+        "confirm_answer",
+    ]
     assert [t.split("<action>")[1].split("<")[0] for t in three] == [
-        "explore_schema", "propose_schema", "confirm_answer"]
-    demos = record_demonstrations(make_agent("trustsql", max_turns=3), examples, tiny_tokenizer(), LIMITS,
-                                  get_script("trustsql"))
+        "explore_schema",
+        "propose_schema",
+        "confirm_answer",
+    ]
+    demos = record_demonstrations(
+        make_agent("trustsql", max_turns=3), examples, tiny_tokenizer(), LIMITS, get_script("trustsql")
+    )
     assert demos.dropped == {} and all(len(t.result.turns) == 3 for t in demos.trajectories)
 
 
@@ -106,4 +127,3 @@ def test_register_script_adds_a_design(examples: list[Example]) -> None:
     assert get_script("think2sql_plain_test") is plain
     demos = record_demonstrations(make_agent("think2sql"), examples[:2], tiny_tokenizer(), LIMITS, plain)
     assert demos.kept_examples == 2
-

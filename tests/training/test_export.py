@@ -52,8 +52,9 @@ def test_any_saved_step_becomes_a_hf_model_through_verls_merger(verl_run: Path) 
     later = torch.load(verl_run / "expected_step_2.pt")
     assert any(not torch.equal(later[k], expected[k]) for k in expected)  # step 1 is not just the newest
     tokenizer = AutoTokenizer.from_pretrained(target)
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
-                                           add_generation_prompt=True)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert prompt == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert (target / "generation_config.json").is_file()
 
@@ -67,8 +68,13 @@ def test_the_newest_step_by_default_and_a_missing_step_named(verl_run: Path, tmp
     assert "step 2" in said[0] and (path / "model.safetensors").is_file()
     with pytest.raises(ConfigError, match=r"no complete checkpoint of step 7; saved steps with weights: 1, 2"):
         export_step(verl_run, step=7)
-    bad = subprocess.run([sys.executable, "-m", "training.export", str(verl_run), "step=x"], env=ENV,
-                         capture_output=True, text=True, cwd=REPO)
+    bad = subprocess.run(
+        [sys.executable, "-m", "training.export", str(verl_run), "step=x"],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert bad.returncode == 2 and "step='x': expected a step number" in bad.stderr
 
 
@@ -76,8 +82,16 @@ def test_eval_run_loads_the_exported_model(verl_run: Path, tmp_path: Path) -> No
     target = verl_run / "export" / "step_1"
     if not target.is_dir():
         run("-m", "training.export", str(verl_run), "step=1")
-    out = run("-m", "eval.run", "recipe=trustsql", f"model.path={target}", "eval.limit=2", "rollout.max_new_tokens=8",
-              "rollout.max_response_tokens=64", cwd=tmp_path).stdout
+    out = run(
+        "-m",
+        "eval.run",
+        "recipe=trustsql",
+        f"model.path={target}",
+        "eval.limit=2",
+        "rollout.max_new_tokens=8",
+        "rollout.max_response_tokens=64",
+        cwd=tmp_path,
+    ).stdout
     assert f"[model] loading {target}" in out and "on 2 questions" in out
 
 
@@ -90,8 +104,15 @@ def test_a_local_run_exports_by_hard_links(tmp_path: Path) -> None:
     optimizer = torch.optim.AdamW(model.parameters())
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _s: 1.0)
     for step in (1, 2):
-        st.save_checkpoint(tmp_path, st.CheckpointMeta(step=step, sampler={}), model, optimizer, scheduler,
-                           keep=2, tokenizer=tiny_tokenizer())
+        st.save_checkpoint(
+            tmp_path,
+            st.CheckpointMeta(step=step, sampler={}),
+            model,
+            optimizer,
+            scheduler,
+            keep=2,
+            tokenizer=tiny_tokenizer(),
+        )
     target = export_step(tmp_path, step=1, say=lambda _line: None)
     source = tmp_path / "checkpoints" / "step_000001" / "model.safetensors"
     assert os.path.samefile(target / "model.safetensors", source)  # no second copy on disk

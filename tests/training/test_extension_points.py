@@ -33,8 +33,10 @@ WRONG_SQL = "SELECT name FROM schools WHERE id = 4"
 @pytest.fixture(scope="module")
 def examples(tmp_path_factory: pytest.TempPathFactory) -> list[Example]:
     db = make_db(tmp_path_factory.mktemp("db") / "schools.sqlite")
-    return [Example(id=f"e{i}", db_id="schools", db_path=str(db), question=q, gold_sql=sql, split="train")
-            for i, (q, sql) in enumerate(QUESTIONS)]
+    return [
+        Example(id=f"e{i}", db_id="schools", db_path=str(db), question=q, gold_sql=sql, split="train")
+        for i, (q, sql) in enumerate(QUESTIONS)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -76,11 +78,24 @@ def step(plugins: ModuleType, examples: list[Example], tmp_path_factory: pytest.
     from training.advantages import ESTIMATORS
 
     ESTIMATORS.register("sign", replace=True)(recording_sign)  # the plugins' copy of the registry
-    cfg = config("think2sql", tmp_path_factory.mktemp("run"), "agent.name=fence_sql", "~agent.schema_scope",
-                 "reward=composite", "reward.exec_metric=row_overlap", "advantage.estimator=sign",
-                 "algorithm.dynamic_sampling.enable=false", "trainer.samples_per_step=0")
-    inputs = TrainerInputs(model=tiny_model(seed=1), tokenizer=tiny_tokenizer(), train_examples=examples,
-                           eval_examples=examples, generate=FencePolicy(examples))
+    cfg = config(
+        "think2sql",
+        tmp_path_factory.mktemp("run"),
+        "agent.name=fence_sql",
+        "~agent.schema_scope",
+        "reward=composite",
+        "reward.exec_metric=row_overlap",
+        "advantage.estimator=sign",
+        "algorithm.dynamic_sampling.enable=false",
+        "trainer.samples_per_step=0",
+    )
+    inputs = TrainerInputs(
+        model=tiny_model(seed=1),
+        tokenizer=tiny_tokenizer(),
+        train_examples=examples,
+        eval_examples=examples,
+        generate=FencePolicy(examples),
+    )
     trainer = LocalTrainer(cfg, inputs, say=lambda _: None)
     before = weights(trainer.model)
     metrics = trainer.train_step()

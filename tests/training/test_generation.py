@@ -26,8 +26,20 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 @pytest.fixture(scope="module")
 def examples(tmp_path_factory: pytest.TempPathFactory) -> list[Example]:
     db = make_db(tmp_path_factory.mktemp("db") / "schools.sqlite")
-    return [Example(id=f"q{i}", db_id="schools", db_path=str(db), question=q, gold_sql=sql, difficulty="simple",
-                    gold_tables=t, gold_columns=c, split="train") for i, (q, sql, t, c) in enumerate(QUESTIONS)]
+    return [
+        Example(
+            id=f"q{i}",
+            db_id="schools",
+            db_path=str(db),
+            question=q,
+            gold_sql=sql,
+            difficulty="simple",
+            gold_tables=t,
+            gold_columns=c,
+            split="train",
+        )
+        for i, (q, sql, t, c) in enumerate(QUESTIONS)
+    ]
 
 
 def client(server: FakeOpenAI, **kw: Any) -> EndpointSource:
@@ -37,7 +49,10 @@ def client(server: FakeOpenAI, **kw: Any) -> EndpointSource:
 
 def test_restore_stop_and_reasoning() -> None:
     stops = ("</tool_call>", "</answer>")
-    assert restore_stop('<think>x</think><tool_call>{"a": 1}', stops, "stop") == '<think>x</think><tool_call>{"a": 1}</tool_call>'
+    assert (
+        restore_stop('<think>x</think><tool_call>{"a": 1}', stops, "stop")
+        == '<think>x</think><tool_call>{"a": 1}</tool_call>'
+    )
     assert restore_stop("<answer>SELECT 1", stops, "stop", stop_reason="</answer>") == "<answer>SELECT 1</answer>"
     assert restore_stop("<answer>SELECT 1</answer> done", stops, "stop") == "<answer>SELECT 1</answer> done"  # EOS
     assert restore_stop("<answer>SELECT 1", stops, "length") == "<answer>SELECT 1"  # cut by length: left alone
@@ -49,8 +64,11 @@ def test_n_samples_in_one_request_with_stop_and_reasoning_restored(monkeypatch: 
     monkeypatch.setenv("TEST_KEY", "sk-test")
 
     def reply(body: dict) -> Reply:
-        return Reply(body=completion(*[choice("<answer>SELECT 1", i, reasoning_content=f"step {i}")
-                                       for i in range(body.get("n", 1))]))
+        return Reply(
+            body=completion(
+                *[choice("<answer>SELECT 1", i, reasoning_content=f"step {i}") for i in range(body.get("n", 1))]
+            )
+        )
 
     with FakeOpenAI(reply) as server:
         texts = client(server, api_key_env="TEST_KEY").complete(MESSAGES, PARAMS, 3)
@@ -70,8 +88,10 @@ def test_a_server_that_ignores_n_is_asked_one_by_one() -> None:
 
 
 def test_errors_are_retried_then_counted_as_failed() -> None:
-    script = itertools.chain([Reply(503, {"error": "busy"}), Reply(200, "{not json"), Reply(body={"choices": []})],
-                             [Reply(body=completion(choice("<answer>ok</answer>")))])
+    script = itertools.chain(
+        [Reply(503, {"error": "busy"}), Reply(200, "{not json"), Reply(body={"choices": []})],
+        [Reply(body=completion(choice("<answer>ok</answer>")))],
+    )
     with FakeOpenAI(lambda body: next(script)) as server:
         source = client(server, retries=3)
         assert source.complete(MESSAGES, PARAMS, 1) == ["<answer>ok</answer>"]

@@ -26,12 +26,15 @@ def test_a_later_positive_beta_keeps_the_reference() -> None:
     assert s.needs_reference(0) and s.beta(4) == 0.0 and s.beta(5) == 0.01
 
 
-@pytest.mark.parametrize("pairs,match", [
-    ([[1, 0.1]], "start with \\[0, beta\\]"),
-    ([[0, 0.1], [0, 0.2]], "strictly increasing"),
-    ([[0, -1.0]], ">= 0"),
-    ([[0, 0.1, 3]], "from_step, beta"),
-])
+@pytest.mark.parametrize(
+    "pairs,match",
+    [
+        ([[1, 0.1]], "start with \\[0, beta\\]"),
+        ([[0, 0.1], [0, 0.2]], "strictly increasing"),
+        ([[0, -1.0]], ">= 0"),
+        ([[0, 0.1, 3]], "from_step, beta"),
+    ],
+)
 def test_bad_schedules_say_how_to_fix(pairs: list, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         KLSchedule.from_pairs(pairs)
@@ -41,8 +44,9 @@ def _loss_with_kl(logp: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor, bet
     """The local engine's loss on one sequence with zero advantage: only the KL term is left."""
     masks, advantages = {"full": mask}, {"full": torch.zeros(logp.shape[0])}
     settings = lp.LossSettings(kl_type="low_var_kl", loss_agg_mode="token-mean")
-    return lp.grpo_loss(logp, logp.detach(), masks, advantages, lp.track_totals(masks), settings,
-                        beta=beta, ref_log_probs=ref)
+    return lp.grpo_loss(
+        logp, logp.detach(), masks, advantages, lp.track_totals(masks), settings, beta=beta, ref_log_probs=ref
+    )
 
 
 def test_the_loss_adds_beta_times_low_var_kl_over_policy_tokens_only() -> None:

@@ -29,6 +29,7 @@ RECIPES = ["retoolsql", "think2sql", "trustsql", "dualsql"]
 
 # ----------------------------------------------------------------------------- data
 
+
 def make_db(path: Path) -> Path:
     """Two tables, a foreign key, NULLs, a text-stored number and mixed-type cells."""
     conn = sqlite3.connect(path)
@@ -40,25 +41,48 @@ def make_db(path: Path) -> Path:
                                 avg_math REAL);
         """
     )
-    conn.executemany("INSERT INTO schools VALUES (?,?,?,?,?)", [
-        (1, "Fresno High", "Fresno", 2100, 7), (2, "Roosevelt Arts", "Fresno", 850, "seven"),
-        (3, "Clovis West", "Clovis", 1900, 7.5), (4, "Oakland Tech", None, None, None)])
-    conn.executemany("INSERT INTO satscores VALUES (?,?,?)", [
-        (1, 2019, 512.5), (2, 2019, None), (2, 2020, "530"), (3, 2020, 541.0)])
+    conn.executemany(
+        "INSERT INTO schools VALUES (?,?,?,?,?)",
+        [
+            (1, "Fresno High", "Fresno", 2100, 7),
+            (2, "Roosevelt Arts", "Fresno", 850, "seven"),
+            (3, "Clovis West", "Clovis", 1900, 7.5),
+            (4, "Oakland Tech", None, None, None),
+        ],
+    )
+    conn.executemany(
+        "INSERT INTO satscores VALUES (?,?,?)", [(1, 2019, 512.5), (2, 2019, None), (2, 2020, "530"), (3, 2020, 541.0)]
+    )
     conn.commit()
     conn.close()
     return path
 
 
 QUESTIONS = [
-    ("How many schools are in Fresno?", "SELECT COUNT(*) FROM schools WHERE city = 'Fresno'",
-     ("schools",), ("schools.city",)),
-    ("Which school has the largest enrollment?", "SELECT name FROM schools ORDER BY enrollment DESC LIMIT 1",
-     ("schools",), ("schools.enrollment", "schools.name")),
-    ("List the years with SAT scores for Fresno High.",
-     "SELECT year FROM satscores WHERE school_id = 1", ("satscores",), ("satscores.school_id", "satscores.year")),
-    ("What is the name of school 3?", "SELECT name FROM schools WHERE id = 3",
-     ("schools",), ("schools.id", "schools.name")),
+    (
+        "How many schools are in Fresno?",
+        "SELECT COUNT(*) FROM schools WHERE city = 'Fresno'",
+        ("schools",),
+        ("schools.city",),
+    ),
+    (
+        "Which school has the largest enrollment?",
+        "SELECT name FROM schools ORDER BY enrollment DESC LIMIT 1",
+        ("schools",),
+        ("schools.enrollment", "schools.name"),
+    ),
+    (
+        "List the years with SAT scores for Fresno High.",
+        "SELECT year FROM satscores WHERE school_id = 1",
+        ("satscores",),
+        ("satscores.school_id", "satscores.year"),
+    ),
+    (
+        "What is the name of school 3?",
+        "SELECT name FROM schools WHERE id = 3",
+        ("schools",),
+        ("schools.id", "schools.name"),
+    ),
 ]
 WRONG_SQL = "SELECT name FROM schools WHERE id = 4"
 
@@ -66,12 +90,24 @@ WRONG_SQL = "SELECT name FROM schools WHERE id = 4"
 @pytest.fixture(scope="module")
 def examples(tmp_path_factory: pytest.TempPathFactory) -> list[Example]:
     db = make_db(tmp_path_factory.mktemp("db") / "schools.sqlite")
-    return [Example(id=f"q{i}", db_id="schools", db_path=str(db), question=q, gold_sql=sql,
-                    difficulty="simple", gold_tables=t, gold_columns=c, split="train")
-            for i, (q, sql, t, c) in enumerate(QUESTIONS)]
+    return [
+        Example(
+            id=f"q{i}",
+            db_id="schools",
+            db_path=str(db),
+            question=q,
+            gold_sql=sql,
+            difficulty="simple",
+            gold_tables=t,
+            gold_columns=c,
+            split="train",
+        )
+        for i, (q, sql, t, c) in enumerate(QUESTIONS)
+    ]
 
 
 # ----------------------------------------------------------------------------- scripted policy
+
 
 def call(name: str, **arguments: Any) -> str:
     return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
@@ -96,13 +132,16 @@ def turn_text(recipe: str, role: str, turn: int, ex: Example, good: bool) -> str
     if recipe == "retoolsql":
         if turn == 0:
             return f"<scratch_pad>{plan}: check</scratch_pad>" + call("sqlite_query", db_id="schools", sql=sql)
-        return (f"<scratch_pad>{plan}: verified</scratch_pad><relevant_tables>{', '.join(ex.gold_tables)}"
-                f"</relevant_tables><relevant_columns>{', '.join(ex.gold_columns)}</relevant_columns>"
-                f"<final_answer>```sql\n{sql}\n```</final_answer>")
+        return (
+            f"<scratch_pad>{plan}: verified</scratch_pad><relevant_tables>{', '.join(ex.gold_tables)}"
+            f"</relevant_tables><relevant_columns>{', '.join(ex.gold_columns)}</relevant_columns>"
+            f"<final_answer>```sql\n{sql}\n```</final_answer>"
+        )
     if recipe == "trustsql":
         if turn == 0:
-            return (f"<think>{plan}</think><action>explore_schema</action>"
-                    + call("execute_sql_query", db_id="schools", sql="SELECT name FROM sqlite_master"))
+            return f"<think>{plan}</think><action>explore_schema</action>" + call(
+                "execute_sql_query", db_id="schools", sql="SELECT name FROM sqlite_master"
+            )
         if turn == 1:
             return f"<think>{plan}</think><action>propose_schema</action><schema>{schema_json(ex, good)}</schema>"
         return f"<think>{plan}</think><action>confirm_answer</action><answer>```sql\n{sql}\n```</answer>"
@@ -116,8 +155,9 @@ class ScriptedPolicy:
     good/bad from torch's RNG (so resume must restore it) unless ``always_good``; later
     turns read the choice back from the conversation."""
 
-    def __init__(self, recipe: str, examples: list[Example],
-                 always_good: bool | Callable[[Example, int], bool] = False):
+    def __init__(
+        self, recipe: str, examples: list[Example], always_good: bool | Callable[[Example, int], bool] = False
+    ):
         self.recipe, self.tok = recipe, tiny_tokenizer()
         self.by_question = {ex.question: ex for ex in examples}
         self.always_good = always_good
@@ -148,13 +188,30 @@ class ScriptedPolicy:
 
 # ----------------------------------------------------------------------------- config
 
+
 def config(recipe: str, run_dir: Path, *extra: str) -> TrainConfig:
-    overrides = [f"recipe={recipe}", "engine=local", "engine.device=cpu", "algorithm.group_size=4",
-                 "algorithm.batch_size=2", "algorithm.dynamic_sampling.oversample=2", "trainer.total_steps=1",
-                 "trainer.eval_before_after=false", "optim.weight_decay=0.0", "optim.warmup_ratio=0.0",
-                 "optim.lr=1e-3", "optim.micro_batch_size=3", "logger=[]", f"run_dir={run_dir}",
-                 "trainer.save_every=1", "rollout.max_new_tokens=200", "rollout.max_response_tokens=3000",
-                 "rollout.max_prompt_tokens=6000", "data.eval_limit=2", *extra]
+    overrides = [
+        f"recipe={recipe}",
+        "engine=local",
+        "engine.device=cpu",
+        "algorithm.group_size=4",
+        "algorithm.batch_size=2",
+        "algorithm.dynamic_sampling.oversample=2",
+        "trainer.total_steps=1",
+        "trainer.eval_before_after=false",
+        "optim.weight_decay=0.0",
+        "optim.warmup_ratio=0.0",
+        "optim.lr=1e-3",
+        "optim.micro_batch_size=3",
+        "logger=[]",
+        f"run_dir={run_dir}",
+        "trainer.save_every=1",
+        "rollout.max_new_tokens=200",
+        "rollout.max_response_tokens=3000",
+        "rollout.max_prompt_tokens=6000",
+        "data.eval_limit=2",
+        *extra,
+    ]
     with initialize_config_module("recipes", version_base=None):
         raw = OmegaConf.to_container(compose("config", overrides=overrides), resolve=True)
     raw.pop("hydra", None)
@@ -162,11 +219,17 @@ def config(recipe: str, run_dir: Path, *extra: str) -> TrainConfig:
     return TrainConfig.from_mapping(raw)
 
 
-def trainer(recipe: str, run_dir: Path, examples: list[Example], *extra: str, seed: int = 0,
-            always_good: Any = False) -> LocalTrainer:
+def trainer(
+    recipe: str, run_dir: Path, examples: list[Example], *extra: str, seed: int = 0, always_good: Any = False
+) -> LocalTrainer:
     cfg = config(recipe, run_dir, f"seed={seed}", *extra)
-    inputs = TrainerInputs(model=tiny_model(seed=1), tokenizer=tiny_tokenizer(), train_examples=examples,
-                           eval_examples=examples[:2], generate=ScriptedPolicy(recipe, examples, always_good))
+    inputs = TrainerInputs(
+        model=tiny_model(seed=1),
+        tokenizer=tiny_tokenizer(),
+        train_examples=examples,
+        eval_examples=examples[:2],
+        generate=ScriptedPolicy(recipe, examples, always_good),
+    )
     return LocalTrainer(cfg, inputs, say=lambda _: None)
 
 
@@ -179,6 +242,7 @@ def changed(before: dict[str, torch.Tensor], model: Any) -> float:
 
 
 # ----------------------------------------------------------------------------- tests
+
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_one_step_of_each_recipe_changes_the_weights(recipe: str, tmp_path: Path, examples: list[Example]) -> None:
@@ -222,7 +286,7 @@ def test_loss_ignores_observation_tokens(tmp_path: Path, examples: list[Example]
     assert float((logp.grad.abs() * observation).sum()) == 0.0
     assert float(logp.grad.abs().sum()) > 0.0
     # changing an observation token's log-prob (its logit contribution) changes nothing
-    moved = (logp.detach() + 5.0 * observation)
+    moved = logp.detach() + 5.0 * observation
     again, _ = lp.grpo_loss(moved, logp.detach(), batch.masks, batch.advantages, totals, t.loss_settings)
     assert again.item() == pytest.approx(loss.item(), abs=1e-7)
 
@@ -249,9 +313,15 @@ def test_trustsql_buffer_two_track_advantages_and_prefix_mask(tmp_path: Path, ex
 
 def test_dynamic_sampling_drops_flat_groups_in_the_engine(tmp_path: Path, examples: list[Example]) -> None:
     flat = {"q0", "q2", "q3"}
-    t = trainer("retoolsql", tmp_path, examples, "algorithm.dynamic_sampling.enable=true",
-                "algorithm.batch_size=2", "algorithm.dynamic_sampling.oversample=2",
-                always_good=lambda ex, k: ex.id in flat or k % 2 == 0)
+    t = trainer(
+        "retoolsql",
+        tmp_path,
+        examples,
+        "algorithm.dynamic_sampling.enable=true",
+        "algorithm.batch_size=2",
+        "algorithm.dynamic_sampling.oversample=2",
+        always_good=lambda ex, k: ex.id in flat or k % 2 == 0,
+    )
     before = weights(t.model)
     metrics = t.train_step()  # B*K = 4 questions drawn: all four examples
     assert {tr.example_id for tr in t.last_buffer.trajectories} == {"q1"}
@@ -339,8 +409,14 @@ def test_checkpoint_round_trip_restores_rng_and_sampler(tmp_path: Path) -> None:
 def test_several_mini_batches_use_old_log_probs_and_clip(tmp_path: Path, examples: list[Example]) -> None:
     """With two optimizer steps per buffer the second one sees a moved policy: the ratio
     leaves 1 and clipping can act (old log-probs come from a forward pass before step one)."""
-    t = trainer("think2sql", tmp_path, examples, "algorithm.dynamic_sampling.enable=false",
-                "algorithm.mini_batches=2", "optim.lr=5e-2")
+    t = trainer(
+        "think2sql",
+        tmp_path,
+        examples,
+        "algorithm.dynamic_sampling.enable=false",
+        "algorithm.mini_batches=2",
+        "optim.lr=5e-2",
+    )
     before = weights(t.model)
     metrics = t.train_step()
     assert metrics["time/logprob"] > 0.0
@@ -349,8 +425,15 @@ def test_several_mini_batches_use_old_log_probs_and_clip(tmp_path: Path, example
 
 
 def test_validation_and_summary_report_ex_before_and_after(tmp_path: Path, examples: list[Example]) -> None:
-    t = trainer("think2sql", tmp_path, examples, "trainer.eval_before_after=true", "trainer.val_every=1",
-                "trainer.total_steps=2", always_good=True)
+    t = trainer(
+        "think2sql",
+        tmp_path,
+        examples,
+        "trainer.eval_before_after=true",
+        "trainer.val_every=1",
+        "trainer.total_steps=2",
+        always_good=True,
+    )
     summary = t.fit()
     assert summary["ex_before"] == 1.0 and summary["ex_after"] == 1.0 and summary["eval_questions"] == 2
     kinds = [json.loads(line)["kind"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -360,9 +443,13 @@ def test_validation_and_summary_report_ex_before_and_after(tmp_path: Path, examp
 
 # ----------------------------------------------------------------------------- finished runs, disk, records
 
+
 def files_of(run_dir: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*"))
-            if p.is_file() and "wandb" not in p.parts}
+    return {
+        str(p.relative_to(run_dir)): p.read_bytes()
+        for p in sorted(run_dir.rglob("*"))
+        if p.is_file() and "wandb" not in p.parts
+    }
 
 
 def records(run_dir: Path) -> list[dict[str, Any]]:
@@ -384,16 +471,23 @@ def test_resuming_a_finished_run_changes_nothing(tmp_path: Path, examples: list[
     assert any("is finished" in line and "nothing changed" in line for line in said), said
 
 
-def test_a_finished_run_continues_with_more_steps_and_keeps_its_records(tmp_path: Path,
-                                                                         examples: list[Example]) -> None:
+def test_a_finished_run_continues_with_more_steps_and_keeps_its_records(
+    tmp_path: Path, examples: list[Example]
+) -> None:
     extra = ("trainer.eval_before_after=true", "algorithm.dynamic_sampling.enable=false")
     first = trainer("think2sql", tmp_path, examples, *extra, always_good=True).fit()
     old = records(tmp_path)
-    summary = trainer("think2sql", tmp_path, examples, *extra, "resume=true", "trainer.total_steps=2",
-                      always_good=True).fit()
+    summary = trainer(
+        "think2sql", tmp_path, examples, *extra, "resume=true", "trainer.total_steps=2", always_good=True
+    ).fit()
     rows = records(tmp_path)
     assert [(r["kind"], r["step"]) for r in rows] == [
-        ("eval_before", 0), ("train", 1), ("eval_val", 1), ("train", 2), ("eval_after", 2)]
+        ("eval_before", 0),
+        ("train", 1),
+        ("eval_val", 1),
+        ("train", 2),
+        ("eval_after", 2),
+    ]
     assert [r["wall_time"] for r in rows[:3]] == [r["wall_time"] for r in old]  # earlier rows kept as written
     assert summary["steps"] == 2 and summary["ex_before"] == first["ex_before"] == 1.0
     assert summary["ex_after"] == 1.0 and summary["eval_questions"] == 2
@@ -428,8 +522,14 @@ def test_metrics_records_name_times_by_what_they_mean(tmp_path: Path, examples: 
 def test_checkpoints_store_weights_once(tmp_path: Path, examples: list[Example]) -> None:
     from safetensors.torch import load_file
 
-    t = trainer("think2sql", tmp_path, examples, "trainer.total_steps=3", "trainer.keep_checkpoints=2",
-                "algorithm.dynamic_sampling.enable=false")
+    t = trainer(
+        "think2sql",
+        tmp_path,
+        examples,
+        "trainer.total_steps=3",
+        "trainer.keep_checkpoints=2",
+        "algorithm.dynamic_sampling.enable=false",
+    )
     summary = t.fit()
     steps = sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*"))
     assert steps == ["step_000002", "step_000003"]
@@ -452,12 +552,25 @@ def test_checkpoints_store_weights_once(tmp_path: Path, examples: list[Example])
 def test_the_summary_line_shows_ex_in_percent_and_the_disk_used() -> None:
     from training.engines.local_run import summary_text
 
-    summary = {"recipe": "trustsql", "steps": 2, "ex_before": 0.0, "ex_warm_start": 0.125, "ex_after": 0.375,
-               "eval_questions": 8, "checkpoint": "c", "final_model": "f", "metrics": "m", "wandb_dir": None,
-               "run_dir": "runs/trustsql", "disk_bytes": 3 * 1024**3}
+    summary = {
+        "recipe": "trustsql",
+        "steps": 2,
+        "ex_before": 0.0,
+        "ex_warm_start": 0.125,
+        "ex_after": 0.375,
+        "eval_questions": 8,
+        "checkpoint": "c",
+        "final_model": "f",
+        "metrics": "m",
+        "wandb_dir": None,
+        "run_dir": "runs/trustsql",
+        "disk_bytes": 3 * 1024**3,
+    }
     text = summary_text(summary, {"checkpoints": 2 * 1024**3, "warm_start": 1024**3, "run.log": 10})
     assert "EX before 0.0% -> after warm start 12.5% -> after 37.5% on 8 held-out questions" in text
     assert "run directory runs/trustsql: 3.0 GB on disk (checkpoints 2.0 GB, warm_start 1.0 GB)" in text
+
+
 def fit_keeping_buffers(t: Any) -> list[Any]:
     """Run ``t.fit()`` and return the update buffer of each step (the masks the loss used)."""
     buffers: list[Any] = []
@@ -485,7 +598,12 @@ def test_samples_records_match_the_update_and_the_metrics_step(tmp_path: Path, e
     by_id = {ex.id: ex for ex in examples}
     for s in samples:
         ex = by_id[s["example_id"]]
-        assert (s["question"], s["gold_sql"], s["db_id"], s["difficulty"]) == (ex.question, ex.gold_sql, "schools", "simple")
+        assert (s["question"], s["gold_sql"], s["db_id"], s["difficulty"]) == (
+            ex.question,
+            ex.gold_sql,
+            "schools",
+            "simple",
+        )
         assert s["design"] == "trustsql" and s["engine"] == "local"
         assert s["tables"]["gold"]["columns"] and s["outcome"] in ("match", "mismatch", "pred_error")
     for step, buffer in zip((1, 2), buffers, strict=True):

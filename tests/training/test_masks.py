@@ -13,7 +13,9 @@ def turn(index: int, phase: str, ok: bool = True) -> TurnRecord:
     return TurnRecord(index=index, phase=phase, text_chars=10, format_ok=ok)
 
 
-def traj(turn_index: list[int], response_mask: list[int], turns: list[TurnRecord], prompt=(1, 2, 3), logprobs=None) -> Trajectory:
+def traj(
+    turn_index: list[int], response_mask: list[int], turns: list[TurnRecord], prompt=(1, 2, 3), logprobs=None
+) -> Trajectory:
     result = EpisodeResult(role="agent", final_sql=None, schema=None, turns=turns, end_reason="answer")
     return Trajectory(
         example_id="q",

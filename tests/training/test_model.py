@@ -78,10 +78,15 @@ def test_embedded_default_converts_once_and_generates() -> None:
     tok = loaded.tokenizer
     assert tok.eos_token == "<|im_end|>" and tok.pad_token_id == tok.eos_token_id
     assert sum(p.numel() for p in loaded.model.parameters()) == pytest.approx(134.5e6, rel=0.01)
-    ids = tok.apply_chat_template([{"role": "user", "content": "Count rows of table t in SQL."}],
-                                  add_generation_prompt=True, return_dict=False)
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "Count rows of table t in SQL."}], add_generation_prompt=True, return_dict=False
+    )
     with torch.no_grad():
-        out = loaded.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                    max_new_tokens=8, do_sample=False)
-    text = tok.decode(out[0, len(ids):], skip_special_tokens=True)
+        out = loaded.model.generate(
+            torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            max_new_tokens=8,
+            do_sample=False,
+        )
+    text = tok.decode(out[0, len(ids) :], skip_special_tokens=True)
     assert out.shape[1] > len(ids) and text.strip()

@@ -28,6 +28,7 @@ def raw_recipe(name: str, *overrides: str) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- 1. observation caps
 
+
 @pytest.mark.parametrize("name,cap", [("trustsql", 1024), ("dualsql", None), ("retoolsql", None), ("think2sql", None)])
 def test_observation_cap_is_per_design(name: str, cap: int | None) -> None:
     """SPEC "Turn formats": TRUST-SQL 1,024 tokens; DualSQL none (its executor's own
@@ -54,6 +55,7 @@ def test_no_cap_reaches_the_rollout_limits_of_training_and_evaluation() -> None:
 
 
 # ----------------------------------------------------------------------------- 2. evaluation decoding
+
 
 def test_think2sql_evaluates_one_sample_at_t07_top_p095_30k_tokens() -> None:
     ev = recipe("think2sql").evaluation
@@ -82,6 +84,7 @@ def test_max_tokens_never_exceed_the_model_context_minus_the_prompt() -> None:
 
 # ----------------------------------------------------------------------------- 3. ReToolSQL batch
 
+
 def test_retoolsql_batch_is_12_groups_from_12x_candidates_and_reaches_step_80() -> None:
     cfg = recipe("retoolsql")
     assert cfg.algorithm.batch_size == 12 and cfg.algorithm.group_size == 16
@@ -100,6 +103,7 @@ def test_return_unkept_refuses_an_unknown_mode() -> None:
 
 # ----------------------------------------------------------------------------- 4. TRUST-SQL variants
 
+
 def test_trustsql_w_schema_and_prefill_are_one_command_line_each() -> None:
     plain = recipe("trustsql", "reward.schema_in_total=0.25", "advantage=grpo")
     assert plain.advantage.estimator == "grpo" and plain.advantage.clamp is None  # plain GRPO
@@ -116,6 +120,7 @@ def test_laptop_profile_gives_trustsql_the_four_turns_r_format_needs() -> None:
 
 
 # ----------------------------------------------------------------------------- 5. Think2SQL loss
+
 
 def test_think2sql_normalises_per_sequence_on_both_engines() -> None:
     from training.engines.verl_config import verl_config_for
@@ -148,20 +153,29 @@ def test_seq_mean_token_mean_weights_each_sequence_equally() -> None:
 
 # ----------------------------------------------------------------------------- 6. DualSQL IS
 
+
 def test_dualsql_asks_for_sequence_masked_is_on_both_engines() -> None:
     cfg = recipe("dualsql")
     corr = cfg.algorithm.rollout_correction
     assert (corr.rollout_is, corr.rollout_is_threshold, corr.rollout_rs, corr.rollout_rs_threshold) == (
-        "sequence", 2.0, "seq_sum_k1", "0.5_2.0")
+        "sequence",
+        2.0,
+        "seq_sum_k1",
+        "0.5_2.0",
+    )
     from training.engines.verl_config import verl_config_for
 
     verl_corr = verl_config_for(cfg).algorithm.rollout_correction
     assert (verl_corr.rollout_is, verl_corr.rollout_rs, verl_corr.rollout_rs_threshold) == (
-        "sequence", "seq_sum_k1", "0.5_2.0")
+        "sequence",
+        "seq_sum_k1",
+        "0.5_2.0",
+    )
     assert recipe("think2sql").algorithm.rollout_correction.enabled is False  # veRL's default: off
 
 
 # ----------------------------------------------------------------------------- 7. Spider EX
+
 
 def test_data_spider_scores_with_spiders_execution_match() -> None:
     cfg = recipe("trustsql", "data=spider")

@@ -16,20 +16,38 @@ from training.preflight import Context, gather_facts, run_checks, template_famil
 
 H100 = 85_520_809_984  # torch.cuda.get_device_properties(i).total_memory of an H100 80GB HBM3
 QWEN3_CONFIG = {  # the fields of Qwen/Qwen3-8B's config.json the table cites
-    "architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "intermediate_size": 12288,
-    "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
-    "vocab_size": 151936, "max_position_embeddings": 40960, "tie_word_embeddings": False,
+    "architectures": ["Qwen3ForCausalLM"],
+    "hidden_size": 4096,
+    "intermediate_size": 12288,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "max_position_embeddings": 40960,
+    "tie_word_embeddings": False,
 }
-CTX = Context(model="Qwen/Qwen3-8B", hardware="h100x8", gpus_per_node=8, gpu_memory_gib=79.6, nnodes=2,
-              attention="flash_attention_2", run_dir="/shared/runs/dualsql")
+CTX = Context(
+    model="Qwen/Qwen3-8B",
+    hardware="h100x8",
+    gpus_per_node=8,
+    gpu_memory_gib=79.6,
+    nnodes=2,
+    attention="flash_attention_2",
+    run_dir="/shared/runs/dualsql",
+)
 
 
 def gpu_node() -> dict:
     """What gather_facts returns on a healthy 8x H100 node (the real gatherer's keys)."""
     family = "chatml (qwen3, <think>)"
     return {
-        "torch": {"version": "2.11.0+cu130", "cuda": "13.0", "cuda_available": True,
-                  "devices": [{"name": "NVIDIA H100 80GB HBM3", "total_memory": H100, "major": 9, "minor": 0}] * 8},
+        "torch": {
+            "version": "2.11.0+cu130",
+            "cuda": "13.0",
+            "cuda_available": True,
+            "devices": [{"name": "NVIDIA H100 80GB HBM3", "total_memory": H100, "major": 9, "minor": 0}] * 8,
+        },
         "driver": "580.82.07",
         "packages": {"torch": "2.11.0", "verl": "0.9.1", "vllm": "0.24.0", "flash_attn": "2.8.3"},
         "pins": {"verl": "0.9.1", "vllm": "0.24.0", "flash_attn": "2.8.3"},
@@ -45,25 +63,44 @@ def verdicts(facts: dict, ctx: Context = CTX) -> dict[str, tuple[str, str]]:
 
 def test_a_healthy_gpu_node_passes_every_check() -> None:
     assert {name: status for name, (status, _) in verdicts(gpu_node()).items()} == {
-        "cuda runtime": "OK", "driver": "OK", "gpus": "OK", "gpu memory": "OK", "flash-attn": "OK", "veRL": "OK",
-        "vLLM": "OK", "backbone config": "OK", "chat template": "OK", "shared storage": "OK"}
+        "cuda runtime": "OK",
+        "driver": "OK",
+        "gpus": "OK",
+        "gpu memory": "OK",
+        "flash-attn": "OK",
+        "veRL": "OK",
+        "vLLM": "OK",
+        "backbone config": "OK",
+        "chat template": "OK",
+        "shared storage": "OK",
+    }
 
 
-@pytest.mark.parametrize(("path", "value", "check", "says"), [
-    (("torch", "cuda"), None, "cuda runtime", "is a CPU build"),
-    (("driver",), "535.104.05", "driver", "driver 535.104.05 is older than CUDA 13.0 needs (>= 580.65.06)"),
-    (("driver",), None, "driver", "no NVIDIA driver found"),
-    (("torch", "devices"), [{"name": "NVIDIA H100 80GB HBM3", "total_memory": H100, "major": 9, "minor": 0}] * 4,
-     "gpus", "4 GPU(s) visible, hardware=h100x8 wants 8 per node"),
-    (("torch", "devices"), [{"name": "NVIDIA A100-SXM4-40GB", "total_memory": 42_505_273_344, "major": 8,
-                             "minor": 0}] * 8, "gpu memory", "has 39.6 GiB, hardware=h100x8 is sized for 79.6 GiB"),
-    (("packages", "flash_attn"), None, "flash-attn", "flash-attn is not installed"),
-    (("packages", "vllm"), "0.23.1", "vLLM", "0.23.1 installed, the project pins 0.24.0"),
-    (("packages", "verl"), None, "veRL", "not installed"),
-    (("model_config", "config", "num_key_value_heads"), 4, "backbone config",
-     "num_key_value_heads 8 (table) vs 4"),
-    (("run_dir_fs", "fstype"), "ext4", "shared storage", "local ext4 filesystem (/shared) and 2 nodes"),
-])
+@pytest.mark.parametrize(
+    ("path", "value", "check", "says"),
+    [
+        (("torch", "cuda"), None, "cuda runtime", "is a CPU build"),
+        (("driver",), "535.104.05", "driver", "driver 535.104.05 is older than CUDA 13.0 needs (>= 580.65.06)"),
+        (("driver",), None, "driver", "no NVIDIA driver found"),
+        (
+            ("torch", "devices"),
+            [{"name": "NVIDIA H100 80GB HBM3", "total_memory": H100, "major": 9, "minor": 0}] * 4,
+            "gpus",
+            "4 GPU(s) visible, hardware=h100x8 wants 8 per node",
+        ),
+        (
+            ("torch", "devices"),
+            [{"name": "NVIDIA A100-SXM4-40GB", "total_memory": 42_505_273_344, "major": 8, "minor": 0}] * 8,
+            "gpu memory",
+            "has 39.6 GiB, hardware=h100x8 is sized for 79.6 GiB",
+        ),
+        (("packages", "flash_attn"), None, "flash-attn", "flash-attn is not installed"),
+        (("packages", "vllm"), "0.23.1", "vLLM", "0.23.1 installed, the project pins 0.24.0"),
+        (("packages", "verl"), None, "veRL", "not installed"),
+        (("model_config", "config", "num_key_value_heads"), 4, "backbone config", "num_key_value_heads 8 (table) vs 4"),
+        (("run_dir_fs", "fstype"), "ext4", "shared storage", "local ext4 filesystem (/shared) and 2 nodes"),
+    ],
+)
 def test_each_failure_says_what_to_fix(path: tuple, value: object, check: str, says: str) -> None:
     facts = copy.deepcopy(gpu_node())
     node = facts
@@ -145,8 +182,20 @@ def test_the_embedded_models_template_matches_its_golden_prompt() -> None:
 
 
 def test_the_command_prints_one_line_per_check_and_exits_1_on_a_failure(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "training.preflight", "recipe=trustsql", "hardware=h100x8",
-                           f"run_dir={tmp_path / 'run'}"], capture_output=True, text=True, check=False, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training.preflight",
+            "recipe=trustsql",
+            "hardware=h100x8",
+            f"run_dir={tmp_path / 'run'}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
     lines = [line for line in done.stdout.splitlines() if line[:4] in ("OK  ", "FAIL", "SKIP")]
     assert len(lines) == 10, done.stdout + done.stderr
     if not torch.cuda.is_available():

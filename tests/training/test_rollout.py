@@ -55,7 +55,9 @@ class ScriptedEpisode(BaseEpisode):
             return TurnOutcome("answer", True, done=True)
         if text.endswith("</tool_call>"):
             n = sum(1 for t in self.turns if t.phase == "tool_call")
-            return TurnOutcome("tool_call", True, observations=(tool_message("q", f"{self.observation} {n}"),), tool_outcome="ok")
+            return TurnOutcome(
+                "tool_call", True, observations=(tool_message("q", f"{self.observation} {n}"),), tool_outcome="ok"
+            )
         return invalid("unreadable", tool_message("format_error", "format error"))
 
 
@@ -123,10 +125,18 @@ def check_generated(traj, gen: ScriptedGenerate) -> None:
     """Every mask-1 token of turn t is a prefix of what generate returned for turn t."""
     outputs = {turn: ids for role, turn, ids in gen.calls if role == traj.role}
     for turn in sorted(set(traj.turn_index)):
-        policy = [tok for tok, m, t in zip(traj.response_ids, traj.response_mask, traj.turn_index, strict=True) if t == turn and m]
+        policy = [
+            tok
+            for tok, m, t in zip(traj.response_ids, traj.response_mask, traj.turn_index, strict=True)
+            if t == turn and m
+        ]
         assert policy == outputs[turn][: len(policy)], f"turn {turn}: mask-1 tokens not from generate"
-        positions = [i for i, (m, t) in enumerate(zip(traj.response_mask, traj.turn_index, strict=True)) if t == turn and m]
-        assert positions == list(range(positions[0], positions[0] + len(positions))), "policy tokens of a turn are contiguous"
+        positions = [
+            i for i, (m, t) in enumerate(zip(traj.response_mask, traj.turn_index, strict=True)) if t == turn and m
+        ]
+        assert positions == list(range(positions[0], positions[0] + len(positions))), (
+            "policy tokens of a turn are contiguous"
+        )
         assert [traj.logprobs[i] for i in positions] == [logprob_of(k, tok) for k, tok in enumerate(policy)]
     assert all(lp == 0.0 for lp, m in zip(traj.logprobs, traj.response_mask, strict=True) if not m)
 
@@ -191,7 +201,9 @@ def test_stop_string_ending_inside_a_token_keeps_the_covering_token() -> None:
 
 def test_agent_cut_keeps_only_covering_tokens_and_closes_the_turn() -> None:
     gen = ScriptedGenerate()
-    trajs = run_episodes(ScriptedAgent(roles=("linker", "generator")), [(example(), None, 0)], TOK, gen, SamplingParams())
+    trajs = run_episodes(
+        ScriptedAgent(roles=("linker", "generator")), [(example(), None, 0)], TOK, gen, SamplingParams()
+    )
     assert [t.role for t in trajs] == ["linker", "generator"]
     assert [t.group_id for t in trajs] == ["q0:linker", "q0:generator"]
     gen_traj = trajs[1]
@@ -367,7 +379,10 @@ def test_batched_run_with_the_tiny_model() -> None:
         assert 0 < traj.num_policy_tokens < len(traj.response_ids)
         assert all(lp <= 0.0 for lp in traj.logprobs)
         assert all(lp == 0.0 for lp, m in zip(traj.logprobs, traj.response_mask, strict=True) if not m)
-        per_turn = {t: sum(m for m, i in zip(traj.response_mask, traj.turn_index, strict=True) if i == t) for t in set(traj.turn_index)}
+        per_turn = {
+            t: sum(m for m, i in zip(traj.response_mask, traj.turn_index, strict=True) if i == t)
+            for t in set(traj.turn_index)
+        }
         assert all(0 < n <= 12 for n in per_turn.values())
         if traj.result.end_reason == "turn_budget":
             assert TOK.decode(traj.prompt_ids + traj.response_ids) == rendered(traj)
@@ -400,7 +415,9 @@ class AgentScriptGenerate:
         outputs = []
         for ids in prompts:
             text = self.tok.decode(ids)
-            role = "generator" if "You are the SQL generator" in text else "linker" if "schema linker" in text else "agent"
+            role = (
+                "generator" if "You are the SQL generator" in text else "linker" if "schema linker" in text else "agent"
+            )
             turn = text.count("<|im_start|>assistant") - 1
             body = self.script[role][turn]
             ends_with_call = body.rstrip().endswith("</tool_call>") or body.endswith("</schema>")
@@ -458,12 +475,25 @@ def test_every_agent_through_the_driver_token_by_token(name: str, agent_db) -> N
     from tests.agents.conftest import COUNT_SQL, JOIN_SQL, make_example
     from tests.agents.scripts import SCRIPTS
 
-    example = make_example(agent_db.path) if name != "dualsql" else make_example(
-        agent_db.path, JOIN_SQL, "What is the highest average math score of a school in Fresno?", ("satscores", "schools")
+    example = (
+        make_example(agent_db.path)
+        if name != "dualsql"
+        else make_example(
+            agent_db.path,
+            JOIN_SQL,
+            "What is the highest average math score of a school in Fresno?",
+            ("satscores", "schools"),
+        )
     )
     gen = AgentScriptGenerate(SCRIPTS[name])
-    trajs = run_episodes(make_agent(name), [(example, agent_db, 0)], TOK, gen, SamplingParams(max_new_tokens=4096),
-                         RolloutLimits(max_tokens_per_turn=None, max_response_tokens=None, max_context_tokens=None))
+    trajs = run_episodes(
+        make_agent(name),
+        [(example, agent_db, 0)],
+        TOK,
+        gen,
+        SamplingParams(max_new_tokens=4096),
+        RolloutLimits(max_tokens_per_turn=None, max_response_tokens=None, max_context_tokens=None),
+    )
     assert [t.role for t in trajs] == (["linker", "generator"] if name == "dualsql" else ["agent"])
     for traj in trajs:
         ids, mask = expected_response(traj, gen)
@@ -497,7 +527,9 @@ def test_real_agents_with_the_tiny_model(name: str, agent_db) -> None:
         outputs.extend(o.token_ids for o in out)
         return out
 
-    options = {"dualsql": {"linker_max_turns": 2, "generator_max_turns": 2}, "think2sql": {}}.get(name, {"max_turns": 2})
+    options = {"dualsql": {"linker_max_turns": 2, "generator_max_turns": 2}, "think2sql": {}}.get(
+        name, {"max_turns": 2}
+    )
     requests = [(make_example(agent_db.path), agent_db, 3)]
     limits = RolloutLimits(max_tokens_per_turn=8, max_context_tokens=4096)  # the tiny model's positions
     trajs = run_episodes(make_agent(name, **options), requests, TOK, recording, SamplingParams(), limits)
@@ -528,8 +560,13 @@ def test_engine_bugs_fail_loudly() -> None:
     with pytest.raises(ValueError, match="2 log-probs for 3 tokens"):
         runner.feed(GenerationOutput([5, 6, 7], [-0.1, -0.2]))
     with pytest.raises(ValueError, match="1 outputs for 2 prompts"):
-        run_episodes(ScriptedAgent(), [(example(0), None, 0), (example(1), None, 0)], TOK,
-                     lambda prompts, params: [GenerationOutput([EOS])], SamplingParams())
+        run_episodes(
+            ScriptedAgent(),
+            [(example(0), None, 0), (example(1), None, 0)],
+            TOK,
+            lambda prompts, params: [GenerationOutput([EOS])],
+            SamplingParams(),
+        )
     tok = copy.deepcopy(TOK)
     tok.chat_template = None
     with pytest.raises(ConfigError, match="no chat_template"):
@@ -573,6 +610,8 @@ def test_templates_that_rewrite_past_turns_never_shift_generated_tokens() -> Non
     (traj,) = run_episodes(ScriptedAgent(), [(example(), None, 0)], tok, gen, SamplingParams())
     check_generated(traj, gen)
     text = tok.decode(traj.response_ids)
-    assert text.startswith("<think>look</think>" + TOOL + "<|im_end|>\n<|im_start|>user\n<tool_response>\nrows for call 0")
+    assert text.startswith(
+        "<think>look</think>" + TOOL + "<|im_end|>\n<|im_start|>user\n<tool_response>\nrows for call 0"
+    )
     rerendered = tok.apply_chat_template(traj.messages, tokenize=False)
     assert "<think>look</think>" not in rerendered  # a re-render would have rewritten the tokens already trained on

@@ -30,14 +30,17 @@ def test_generation_log_probs_are_the_models_raw_log_probs() -> None:
     rows = lp.batched_generate(model, tok, prompts, max_new_tokens=12, temperature=0.7, top_k=5, logprobs=True)
     for prompt, row in zip(prompts, rows, strict=True):
         assert row.logprobs is not None and len(row.logprobs) == len(row.token_ids) > 0
-        batch = lp.build_policy_batch([prompt], [row.token_ids], {"full": [[1.0] * len(row.token_ids)]},
-                                      {"full": [0.0]}, tok.pad_token_id)
+        batch = lp.build_policy_batch(
+            [prompt], [row.token_ids], {"full": [[1.0] * len(row.token_ids)]}, {"full": [0.0]}, tok.pad_token_id
+        )
         with torch.no_grad():
             forced, _ = lp.response_log_probs(model, batch)  # [1, resp_len]
         assert torch.allclose(forced[0], torch.tensor(row.logprobs), atol=1e-4)
 
 
-def _buffer_with_injected_mismatch(tmp_path: Path, examples: list[Example], shift: list[float]) -> tuple[Any, Any, dict]:
+def _buffer_with_injected_mismatch(
+    tmp_path: Path, examples: list[Example], shift: list[float]
+) -> tuple[Any, Any, dict]:
     """A real trustsql buffer whose rollout log-probs are the training log-probs minus
     ``shift[i]`` per token of row i (so the token IS ratio of row i is exp(shift[i]))."""
     t = trainer("trustsql", tmp_path, examples, "algorithm.dynamic_sampling.enable=false")
@@ -76,8 +79,9 @@ def test_sequence_level_masked_is_rejects_and_weights_whole_rows(tmp_path: Path,
     shift = [tiny, -tiny, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     t, buffer, old = _buffer_with_injected_mismatch(tmp_path, examples, shift)
     policy_before = [list(m) for m in buffer.masks["full"]]
-    corr = RolloutCorrectionConfig(rollout_is="sequence", rollout_is_threshold=2.0, rollout_rs="seq_sum_k1",
-                                   rollout_rs_threshold="0.5_2.0")
+    corr = RolloutCorrectionConfig(
+        rollout_is="sequence", rollout_is_threshold=2.0, rollout_rs="seq_sum_k1", rollout_rs_threshold="0.5_2.0"
+    )
     weights, metrics = apply_rollout_correction(buffer, old, corr)
     assert weights is not None
     for i in range(len(buffer.trajectories)):
@@ -103,23 +107,32 @@ def test_is_weights_scale_the_policy_gradient(tmp_path: Path, examples: list[Exa
     width = logp.shape[1]
     isw = torch.stack([torch.cat([weights[i], weights[i].new_zeros(width - len(weights[i]))]) for i in rows])
     plain, _ = lp.grpo_loss(logp, logp.detach(), batch.masks, batch.advantages, totals, t.loss_settings)
-    weighted, _ = lp.grpo_loss(logp, logp.detach(), batch.masks, batch.advantages, totals, t.loss_settings,
-                               rollout_is_weights=isw)
+    weighted, _ = lp.grpo_loss(
+        logp, logp.detach(), batch.masks, batch.advantages, totals, t.loss_settings, rollout_is_weights=isw
+    )
     assert plain.abs().item() > 0
     assert weighted.item() == pytest.approx(1.5 * plain.item(), rel=1e-3)
 
 
 def _model_generate_trainer(tmp_path: Path, examples: list[Example], *extra: str) -> LocalTrainer:
     """A trainer that generates with the tiny model itself (log-probs recorded)."""
-    cfg = config("dualsql", tmp_path, "algorithm.dynamic_sampling.enable=false", "rollout.max_new_tokens=8",
-                 "rollout.max_response_tokens=64", *extra)
-    inputs = TrainerInputs(model=tiny_model(seed=1), tokenizer=tiny_tokenizer(), train_examples=examples,
-                           eval_examples=examples[:2])
+    cfg = config(
+        "dualsql",
+        tmp_path,
+        "algorithm.dynamic_sampling.enable=false",
+        "rollout.max_new_tokens=8",
+        "rollout.max_response_tokens=64",
+        *extra,
+    )
+    inputs = TrainerInputs(
+        model=tiny_model(seed=1), tokenizer=tiny_tokenizer(), train_examples=examples, eval_examples=examples[:2]
+    )
     return LocalTrainer(cfg, inputs, say=lambda _: None)
 
 
-def test_mismatch_metric_is_zero_when_generation_and_training_share_weights(tmp_path: Path,
-                                                                           examples: list[Example]) -> None:
+def test_mismatch_metric_is_zero_when_generation_and_training_share_weights(
+    tmp_path: Path, examples: list[Example]
+) -> None:
     t = _model_generate_trainer(tmp_path, examples, "model.generation_dtype=fp32", "model.autocast=off")
     assert t.gen_model is t.model
     metrics = t.train_step()
@@ -127,8 +140,9 @@ def test_mismatch_metric_is_zero_when_generation_and_training_share_weights(tmp_
     assert metrics["rollout_corr/k3_kl"] == pytest.approx(0.0, abs=1e-4)
 
 
-def test_dualsql_recipe_runs_sequence_masked_is_with_a_bf16_generation_copy(tmp_path: Path,
-                                                                            examples: list[Example]) -> None:
+def test_dualsql_recipe_runs_sequence_masked_is_with_a_bf16_generation_copy(
+    tmp_path: Path, examples: list[Example]
+) -> None:
     t = _model_generate_trainer(tmp_path, examples, "model.generation_dtype=bf16", "model.autocast=off")
     assert t.cfg.algorithm.rollout_correction.rollout_is == "sequence"
     assert t.cfg.algorithm.rollout_correction.rollout_rs == "seq_sum_k1"
@@ -139,22 +153,30 @@ def test_dualsql_recipe_runs_sequence_masked_is_with_a_bf16_generation_copy(tmp_
 
 
 def test_over_long_prompts_leave_the_group(tmp_path: Path, examples: list[Example]) -> None:
-    t = trainer("think2sql", tmp_path, examples, "algorithm.dynamic_sampling.enable=false",
-                "rollout.max_prompt_tokens=50")
+    t = trainer(
+        "think2sql", tmp_path, examples, "algorithm.dynamic_sampling.enable=false", "rollout.max_prompt_tokens=50"
+    )
     metrics = t.train_step()
     assert metrics["sampling/prompts_too_long"] == 2.0  # both questions' prompts exceed 50 tokens
     assert metrics["sampling/trajectories_updated"] == 0 and metrics.get("update/skipped") == 1.0
 
 
 @pytest.mark.parametrize("mode,returned", [("varying", 2), ("none", 0)])
-def test_dynamic_sampling_hands_unkept_candidates_back_to_the_pool(tmp_path: Path, examples: list[Example],
-                                                                   mode: str, returned: int) -> None:
+def test_dynamic_sampling_hands_unkept_candidates_back_to_the_pool(
+    tmp_path: Path, examples: list[Example], mode: str, returned: int
+) -> None:
     """B=2 groups kept out of B*K=4 candidates that all vary: the other two go back to the
     "backup pool" (``return_unkept=varying``) and are drawn first at the next step."""
     alternate = lambda ex, k: k % 2 == 0  # noqa: E731 - every group mixes right and wrong answers
-    t = trainer("think2sql", tmp_path, examples, "algorithm.dynamic_sampling.enable=true",
-                "algorithm.dynamic_sampling.metric=total", f"algorithm.dynamic_sampling.return_unkept={mode}",
-                always_good=alternate)
+    t = trainer(
+        "think2sql",
+        tmp_path,
+        examples,
+        "algorithm.dynamic_sampling.enable=true",
+        "algorithm.dynamic_sampling.metric=total",
+        f"algorithm.dynamic_sampling.return_unkept={mode}",
+        always_good=alternate,
+    )
     metrics = t.train_step()
     assert metrics["sampling/groups_kept"] == 2
     kept = {tr.example_id for tr in t.last_buffer.trajectories}

@@ -13,10 +13,56 @@ from training.rollout_setup import fixed_subset, rollout_limits
 # The README's CPU numbers: minibird dev, data.eval_limit=8 (the laptop profile), seed 0;
 # the warm start's 48 training questions (stage.warm_start.examples), seed 0.
 DEV_8_SEED_0 = ["40", "72", "86", "111", "119", "158", "177", "193"]
-TRAIN_48_SEED_0 = ["22", "32", "36", "46", "54", "69", "70", "72", "78", "88", "92", "102", "114", "145", "148",
-                   "156", "170", "196", "214", "227", "245", "247", "253", "283", "301", "342", "357", "369", "404",
-                   "419", "451", "465", "468", "508", "512", "518", "522", "525", "540", "546", "555", "590", "605",
-                   "622", "626", "627", "631", "657"]
+TRAIN_48_SEED_0 = [
+    "22",
+    "32",
+    "36",
+    "46",
+    "54",
+    "69",
+    "70",
+    "72",
+    "78",
+    "88",
+    "92",
+    "102",
+    "114",
+    "145",
+    "148",
+    "156",
+    "170",
+    "196",
+    "214",
+    "227",
+    "245",
+    "247",
+    "253",
+    "283",
+    "301",
+    "342",
+    "357",
+    "369",
+    "404",
+    "419",
+    "451",
+    "465",
+    "468",
+    "508",
+    "512",
+    "518",
+    "522",
+    "525",
+    "540",
+    "546",
+    "555",
+    "590",
+    "605",
+    "622",
+    "626",
+    "627",
+    "631",
+    "657",
+]
 
 
 def test_the_seeded_subset_is_pinned() -> None:
@@ -46,7 +92,10 @@ def test_eval_run_limits_keep_the_context_it_prints(name: str, model_context: in
     sampling, limits = sampling_and_limits(decoding)
     assert limits.max_context_tokens == decoding.max_context_tokens
     assert (limits.max_prompt_tokens, limits.max_response_tokens, limits.max_tokens_per_turn) == (
-        decoding.max_prompt_tokens, decoding.max_response_tokens, decoding.max_new_tokens)
+        decoding.max_prompt_tokens,
+        decoding.max_response_tokens,
+        decoding.max_new_tokens,
+    )
     assert sampling.top_k == (decoding.top_k if decoding.top_k > 0 else -1)
 
 

@@ -13,14 +13,17 @@ import yaml
 def run(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "training.run", *overrides],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
 def effective(proc: subprocess.CompletedProcess) -> dict:
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = proc.stdout
-    return yaml.safe_load(text[text.index("# effective configuration"):])
+    return yaml.safe_load(text[text.index("# effective configuration") :])
 
 
 @pytest.mark.parametrize("recipe", ["retoolsql", "think2sql", "trustsql", "dualsql"])
@@ -34,8 +37,16 @@ def test_dry_run_prints_each_recipe(tmp_path: Path, recipe: str) -> None:
 
 
 def test_command_line_beats_recipe_and_profile(tmp_path: Path) -> None:
-    proc = run(tmp_path, "recipe=trustsql", "advantage=grpo", "reward.exec_metric=rex",
-               "algorithm.group_size=6", "dry_run=true", "engine=local", "engine.device=cpu")
+    proc = run(
+        tmp_path,
+        "recipe=trustsql",
+        "advantage=grpo",
+        "reward.exec_metric=rex",
+        "algorithm.group_size=6",
+        "dry_run=true",
+        "engine=local",
+        "engine.device=cpu",
+    )
     cfg = effective(proc)
     assert cfg["advantage"]["estimator"] == "grpo"
     assert cfg["reward"]["exec_metric"] == "rex"
@@ -43,8 +54,17 @@ def test_command_line_beats_recipe_and_profile(tmp_path: Path) -> None:
 
 
 def test_paper_sizes_without_the_profile(tmp_path: Path) -> None:
-    cfg = effective(run(tmp_path, "recipe=dualsql", "agent.guardrails=false", "dry_run=true",
-                        "engine=local", "engine.device=cpu", "engine.laptop_profile=off"))
+    cfg = effective(
+        run(
+            tmp_path,
+            "recipe=dualsql",
+            "agent.guardrails=false",
+            "dry_run=true",
+            "engine=local",
+            "engine.device=cpu",
+            "engine.laptop_profile=off",
+        )
+    )
     assert cfg["agent"]["guardrails"] is False
     assert cfg["algorithm"]["group_size"] == 16 and cfg["agent"]["generator_max_turns"] == 10
 
@@ -58,14 +78,18 @@ def test_bad_values_exit_with_the_fix(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []  # no runs/None/
 
 
-@pytest.mark.parametrize("override,message", [
-    ("fresh=maybe", "fresh='maybe': expected a boolean (true or false)"),
-    ("resume=maybe", "resume='maybe': choose one of auto, never, must (true = auto, false = never)"),
-    ("trainer.total_steps=abc", "trainer.total_steps='abc': expected an integer or null"),
-    ("engine.laptop_profile=[on]", "expected text; allowed values: auto, on, off"),
-])
-def test_values_of_the_wrong_type_exit_with_key_type_and_allowed_values(tmp_path: Path, override: str,
-                                                                        message: str) -> None:
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("fresh=maybe", "fresh='maybe': expected a boolean (true or false)"),
+        ("resume=maybe", "resume='maybe': choose one of auto, never, must (true = auto, false = never)"),
+        ("trainer.total_steps=abc", "trainer.total_steps='abc': expected an integer or null"),
+        ("engine.laptop_profile=[on]", "expected text; allowed values: auto, on, off"),
+    ],
+)
+def test_values_of_the_wrong_type_exit_with_key_type_and_allowed_values(
+    tmp_path: Path, override: str, message: str
+) -> None:
     proc = run(tmp_path, "recipe=trustsql", override, "dry_run=true")
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
@@ -80,8 +104,14 @@ def test_cfg_job_says_it_is_not_the_configuration_that_runs(tmp_path: Path) -> N
 
 
 def test_a_model_path_that_is_not_a_directory_says_so(tmp_path: Path) -> None:
-    proc = run(tmp_path, "recipe=think2sql", "model.path=runs/nothing/final", "engine=local", "engine.device=cpu",
-               "logger=[console]")
+    proc = run(
+        tmp_path,
+        "recipe=think2sql",
+        "model.path=runs/nothing/final",
+        "engine=local",
+        "engine.device=cpu",
+        "logger=[console]",
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"the directory {tmp_path.resolve() / 'runs/nothing/final'} does not exist" in proc.stderr
     assert "Repo id" not in proc.stderr

@@ -29,8 +29,13 @@ REPO = Path(__file__).resolve().parents[2]
 def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("fsdp") / "run"
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-m", "tests.helpers.fsdp_checkpoint", str(run), "--steps", "2"],
-                          env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.helpers.fsdp_checkpoint", str(run), "--steps", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run
 
@@ -53,9 +58,10 @@ def test_two_complete_steps(run: Path) -> None:
     assert [(c.step, c.complete) for c in steps] == [(1, True), (2, True)]
     decision = R.resume_decision(run, "auto")
     assert (decision.action, decision.step, decision.discard) == ("resume", 2, ())
-    assert R.verl_resume_values(decision) == {"trainer.resume_mode": "resume_path",
-                                              "trainer.resume_from_path": str((run / "checkpoints/global_step_2")
-                                                                              .resolve())}
+    assert R.verl_resume_values(decision) == {
+        "trainer.resume_mode": "resume_path",
+        "trainer.resume_from_path": str((run / "checkpoints/global_step_2").resolve()),
+    }
     assert R.resume_decision(run, "must").step == 2
     with pytest.raises(ConfigError, match=r"already holds checkpoint .*global_step_2; pass resume=auto"):
         R.resume_decision(run, "never")
@@ -112,8 +118,10 @@ def test_keep_checkpoints_across_processes(run: Path) -> None:
     assert R.prune_verl_checkpoints(run / "checkpoints", keep=None) == []
 
 
-@pytest.mark.parametrize("value,mode", [(True, "auto"), (False, "never"), ("auto", "auto"), ("MUST", "must"),
-                                        ("true", "auto"), ("never", "never")])
+@pytest.mark.parametrize(
+    "value,mode",
+    [(True, "auto"), (False, "never"), ("auto", "auto"), ("MUST", "must"), ("true", "auto"), ("never", "never")],
+)
 def test_resume_modes(value: object, mode: str) -> None:
     assert R.resume_mode(value) == mode
 

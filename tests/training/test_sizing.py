@@ -35,10 +35,23 @@ def test_qwen3_8b_estimate_matches_the_hand_computation() -> None:
     embeddings = 2 * 151_936 * 4096  # embed_tokens + lm_head = 1,244,659,712
     params = 36 * layer + embeddings  # 8,190,427,136 (the card: 8.2B)
     assert parameter_count(arch) == params == 8_190_427_136
-    k = Knobs(gpus=8, tp=1, sp=2, ppo_tokens=20_480, log_prob_tokens=20_480, max_model_len=40_960,
-              gradient_checkpointing=True, entropy_chunk=2048, entropy_in_update=False, param_offload=False,
-              optimizer_offload=False, gpu_memory_utilization=0.7, max_num_seqs=256, max_num_batched_tokens=8192,
-              attention="flash_attention_2")
+    k = Knobs(
+        gpus=8,
+        tp=1,
+        sp=2,
+        ppo_tokens=20_480,
+        log_prob_tokens=20_480,
+        max_model_len=40_960,
+        gradient_checkpointing=True,
+        entropy_chunk=2048,
+        entropy_in_update=False,
+        param_offload=False,
+        optimizer_offload=False,
+        gpu_memory_utilization=0.7,
+        max_num_seqs=256,
+        max_num_batched_tokens=8192,
+        attention="flash_attention_2",
+    )
     e = estimate(arch, k, int(79.6 * GIB))
     shard = -(-params // 8)  # 1,023,803,392 parameters per GPU
     assert (e.weights, e.grads, e.optimizer) == (4 * shard, 4 * shard, 8 * shard)
@@ -62,8 +75,15 @@ def test_a_config_that_cannot_fit_is_refused_with_what_to_change() -> None:
     text = L.describe(project_config("retoolsql", "hardware=h100x8", "hardware.nnodes=2"))
     assert "# sizing: update, per GPU of 79.6 GiB" in text and "16 GPU(s)" in text
     with pytest.raises(ConfigError, match=r"vLLM refuses to start\. Set hardware\.param_offload=true"):
-        L.describe(project_config("retoolsql", "hardware=h200x8", "hardware.param_offload=false",
-                                  "hardware.optimizer_offload=false", "hardware.gpu_memory_utilization=0.8"))
+        L.describe(
+            project_config(
+                "retoolsql",
+                "hardware=h200x8",
+                "hardware.param_offload=false",
+                "hardware.optimizer_offload=false",
+                "hardware.gpu_memory_utilization=0.8",
+            )
+        )
     with pytest.raises(ConfigError, match=r"cannot hold one 40960-token sequence"):
         L.describe(project_config("dualsql", "hardware=h100x8", "hardware.gpu_memory_utilization=0.25"))
 
@@ -78,13 +98,17 @@ def test_the_hardware_row_reaches_verl() -> None:
     assert arr.rollout.gpu_memory_utilization == pytest.approx(0.7) and arr.rollout.max_num_seqs == 256
     assert arr.actor.entropy_from_logits_with_chunking and arr.model.enable_gradient_checkpointing
     assert verl.trainer.n_gpus_per_node == 8
-    override = C.verl_config_for(project_config("dualsql", "hardware=h200x8", "hardware.tokens_per_gpu=50000"),
-                                 num_train_examples=660)
+    override = C.verl_config_for(
+        project_config("dualsql", "hardware=h200x8", "hardware.tokens_per_gpu=50000"), num_train_examples=660
+    )
     assert override.actor_rollout_ref.actor.ppo_max_token_len_per_gpu == 50_000
     plain = C.verl_config_for(project_config("dualsql"), num_train_examples=660)  # hardware=cpu: generic sizes
     with pytest.raises(ConfigError, match=r"hardware=cpu sizes nothing, so \['ulysses_sp'\] would be ignored"):
         project_config("dualsql", "hardware.ulysses_sp=2")
-    assert plain.actor_rollout_ref.rollout.max_num_seqs == 256 and plain.actor_rollout_ref.rollout.gpu_memory_utilization == 0.6
+    assert (
+        plain.actor_rollout_ref.rollout.max_num_seqs == 256
+        and plain.actor_rollout_ref.rollout.gpu_memory_utilization == 0.6
+    )
 
 
 def test_episodes_in_flight_are_capped_to_vllm_slots_or_refused() -> None:
@@ -94,10 +118,17 @@ def test_episodes_in_flight_are_capped_to_vllm_slots_or_refused() -> None:
     assert (flight.episodes, flight.slots, flight.workers) == (12 * 12 * 16, 4 * 256, 8)
     assert verl.sqlagent.max_concurrent_episodes == 1024 // 8 and flight.live == 1024
     assert in_flight_failures(flight) == []
-    assert C.verl_config_for(project_config("trustsql", "hardware=h200x8"),
-                             num_train_examples=660).sqlagent.max_concurrent_episodes is None  # 128 fit 2,048 slots
-    with pytest.raises(ConfigError, match=r"8 agent-loop workers x sqlagent.max_concurrent_episodes 200 = 1600 live "
-                                          r"episodes exceed .*1024 slots: set \+verl.sqlagent.max_concurrent_episodes=128"):
+    assert (
+        C.verl_config_for(
+            project_config("trustsql", "hardware=h200x8"), num_train_examples=660
+        ).sqlagent.max_concurrent_episodes
+        is None
+    )  # 128 fit 2,048 slots
+    with pytest.raises(
+        ConfigError,
+        match=r"8 agent-loop workers x sqlagent.max_concurrent_episodes 200 = 1600 live "
+        r"episodes exceed .*1024 slots: set \+verl.sqlagent.max_concurrent_episodes=128",
+    ):
         L.describe(project_config("retoolsql", "hardware=h200x8", "+verl.sqlagent.max_concurrent_episodes=200"))
     uncapped = InFlight(questions=144, group_size=16, workers=8, per_worker_cap=None, replicas=2, max_num_seqs=256)
     (message,) = in_flight_failures(uncapped)

@@ -32,26 +32,65 @@ GOLD = "SELECT name FROM schools ORDER BY enrollment DESC LIMIT 1"
 @pytest.fixture(scope="module")
 def examples(tmp_path_factory: pytest.TempPathFactory) -> list[Example]:
     db = make_db(tmp_path_factory.mktemp("db") / "schools.sqlite")
-    return [Example(id=f"q{i}", db_id="schools", db_path=str(db), question=q, gold_sql=sql, difficulty="simple",
-                    gold_tables=t, gold_columns=c, split="train") for i, (q, sql, t, c) in enumerate(QUESTIONS)]
+    return [
+        Example(
+            id=f"q{i}",
+            db_id="schools",
+            db_path=str(db),
+            question=q,
+            gold_sql=sql,
+            difficulty="simple",
+            gold_tables=t,
+            gold_columns=c,
+            split="train",
+        )
+        for i, (q, sql, t, c) in enumerate(QUESTIONS)
+    ]
 
 
 # ----------------------------------------------------------------------------- filters and store
 
-@pytest.mark.parametrize("turns, reason", [
-    (["<think>The answer is select name from schools order by enrollment desc limit 1</think>"
-      "<answer>```sql\n" + GOLD + "\n```</answer>"], "gold_sql"),
-    (["<think>Try SELECT s.name FROM schools AS s ORDER BY s.enrollment DESC LIMIT 1 here.</think>"
-      "<answer>```sql\n" + GOLD + "\n```</answer>"], "close_variant"),
-    (["<think>Use   SELECT name\nFROM schools ORDER BY enrollment DESC LIMIT 2</think><answer>x</answer>"],
-     "close_variant"),
-    (["<scratch_pad>As the reference SQL says, sort by enrollment.</scratch_pad><tool_call>{}</tool_call>",
-      "<final_answer>```sql\nSELECT 1\n```</final_answer>"], "guidance"),
-    (["<scratch_pad>Sort schools by enrollment, keep the first.</scratch_pad><tool_call>{\"sql\": \"" + GOLD +
-      "\"}</tool_call>", "<scratch_pad>It works.</scratch_pad><final_answer>```sql\n" + GOLD + "\n```</final_answer>"],
-     None),
-    (["<think>largest enrollment first</think>\n```sql\n" + GOLD + "\n```"], None),
-])
+
+@pytest.mark.parametrize(
+    "turns, reason",
+    [
+        (
+            [
+                "<think>The answer is select name from schools order by enrollment desc limit 1</think>"
+                "<answer>```sql\n" + GOLD + "\n```</answer>"
+            ],
+            "gold_sql",
+        ),
+        (
+            [
+                "<think>Try SELECT s.name FROM schools AS s ORDER BY s.enrollment DESC LIMIT 1 here.</think>"
+                "<answer>```sql\n" + GOLD + "\n```</answer>"
+            ],
+            "close_variant",
+        ),
+        (
+            ["<think>Use   SELECT name\nFROM schools ORDER BY enrollment DESC LIMIT 2</think><answer>x</answer>"],
+            "close_variant",
+        ),
+        (
+            [
+                "<scratch_pad>As the reference SQL says, sort by enrollment.</scratch_pad><tool_call>{}</tool_call>",
+                "<final_answer>```sql\nSELECT 1\n```</final_answer>",
+            ],
+            "guidance",
+        ),
+        (
+            [
+                '<scratch_pad>Sort schools by enrollment, keep the first.</scratch_pad><tool_call>{"sql": "'
+                + GOLD
+                + '"}</tool_call>',
+                "<scratch_pad>It works.</scratch_pad><final_answer>```sql\n" + GOLD + "\n```</final_answer>",
+            ],
+            None,
+        ),
+        (["<think>largest enrollment first</think>\n```sql\n" + GOLD + "\n```"], None),
+    ],
+)
 def test_leak_filter_on_planted_leaks(turns: list[str], reason: str | None) -> None:
     assert flt.leak_reason(turns, GOLD) == reason
 
@@ -70,14 +109,29 @@ def test_keyed_jsonl_survives_a_torn_line_and_never_duplicates(tmp_path: Path) -
 
 # ----------------------------------------------------------------------------- the chains
 
+
 def chain_config(recipe: str, run_dir: Path, base_url: str, *extra: str) -> Any:
     teacher = f"supervised.teachers=[{{base_url:'{base_url}',model:fake,backoff_s:0}}]"
-    return config(recipe, run_dir, "stage=sft_rl", teacher,
-                  "supervised.samples=2", "supervised.questions=2", "supervised.teacher_samples=1",
-                  "supervised.epochs=1", "supervised.batch_size=2", "supervised.lr=1e-3",
-                  "supervised.rl_filter_samples=2", "supervised.rl_filter_pass=2",
-                  "trainer.eval_before_after=true", "rollout.max_new_tokens=200", "algorithm.group_size=2",
-                  "algorithm.batch_size=1", "algorithm.dynamic_sampling.enable=false", *extra)
+    return config(
+        recipe,
+        run_dir,
+        "stage=sft_rl",
+        teacher,
+        "supervised.samples=2",
+        "supervised.questions=2",
+        "supervised.teacher_samples=1",
+        "supervised.epochs=1",
+        "supervised.batch_size=2",
+        "supervised.lr=1e-3",
+        "supervised.rl_filter_samples=2",
+        "supervised.rl_filter_pass=2",
+        "trainer.eval_before_after=true",
+        "rollout.max_new_tokens=200",
+        "algorithm.group_size=2",
+        "algorithm.batch_size=1",
+        "algorithm.dynamic_sampling.enable=false",
+        *extra,
+    )
 
 
 def wrong_policy(recipe: str, examples: list[Example]) -> ScriptedPolicy:
@@ -113,8 +167,13 @@ def test_each_design_chain_on_the_tiny_model(recipe: str, tmp_path: Path, exampl
 
     def run(*extra: str) -> tuple[dict, list[str]]:
         cfg = chain_config(recipe, tmp_path, server.base_url, *extra)
-        inputs = TrainerInputs(model=tiny_model(seed=1), tokenizer=tiny_tokenizer(), train_examples=two,
-                               eval_examples=two, generate=wrong_policy(recipe, two))
+        inputs = TrainerInputs(
+            model=tiny_model(seed=1),
+            tokenizer=tiny_tokenizer(),
+            train_examples=two,
+            eval_examples=two,
+            generate=wrong_policy(recipe, two),
+        )
         log: list[str] = []
         return run_stage(cfg, inputs, log.append), log
 
@@ -150,10 +209,21 @@ def test_each_design_chain_on_the_tiny_model(recipe: str, tmp_path: Path, exampl
 def test_zero_surviving_traces_are_reported_as_zero(tmp_path: Path, examples: list[Example]) -> None:
     two = examples[:2]
     with FakeOpenAI(lambda body: Reply(503, "down")) as server:
-        cfg = chain_config("think2sql", tmp_path, server.base_url, "stage=sft", "supervised.passk_after=true",
-                           f"supervised.teachers=[{{base_url:'{server.base_url}',model:fake,retries:0}}]")
-        inputs = TrainerInputs(model=tiny_model(seed=1), tokenizer=tiny_tokenizer(), train_examples=two,
-                               eval_examples=two, generate=wrong_policy("think2sql", two))
+        cfg = chain_config(
+            "think2sql",
+            tmp_path,
+            server.base_url,
+            "stage=sft",
+            "supervised.passk_after=true",
+            f"supervised.teachers=[{{base_url:'{server.base_url}',model:fake,retries:0}}]",
+        )
+        inputs = TrainerInputs(
+            model=tiny_model(seed=1),
+            tokenizer=tiny_tokenizer(),
+            train_examples=two,
+            eval_examples=two,
+            generate=wrong_policy("think2sql", two),
+        )
         log: list[str] = []
         summary = run_stage(cfg, inputs, log.append)
     assert summary["rows"] == 0 and summary["dropped"] == {"request_failed": 2}
@@ -188,8 +258,15 @@ run_stage(mining_config({run_dir!r}), inputs, say=lambda line: print(line, flush
 
 
 def mining_config(run_dir: str) -> Any:
-    return config("think2sql", Path(run_dir), "stage=data", "supervised.chain=mine", "supervised.samples=3",
-                  "algorithm.batch_size=1", "trainer.eval_before_after=false")
+    return config(
+        "think2sql",
+        Path(run_dir),
+        "stage=data",
+        "supervised.chain=mine",
+        "supervised.samples=3",
+        "algorithm.batch_size=1",
+        "trainer.eval_before_after=false",
+    )
 
 
 def test_a_kill_during_mining_resumes_without_redoing_or_duplicating(tmp_path: Path, examples: list[Example]) -> None:
@@ -197,8 +274,15 @@ def test_a_kill_during_mining_resumes_without_redoing_or_duplicating(tmp_path: P
     questions = run_dir / "supervised" / "mine" / "questions.jsonl"
     code = CHILD.format(repo=str(REPO), db=examples[0].db_path, delay=1.0, run_dir=str(run_dir))
     env = dict(os.environ, WANDB_MODE="offline")
-    child = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + 240
         while time.time() < deadline and child.poll() is None:
@@ -212,12 +296,13 @@ def test_a_kill_during_mining_resumes_without_redoing_or_duplicating(tmp_path: P
     before = questions.read_text().splitlines()
     assert 1 <= len(before) < len(examples)
     resume = CHILD.format(repo=str(REPO), db=examples[0].db_path, delay=0.0, run_dir=str(run_dir))
-    proc = subprocess.run([sys.executable, "-c", resume], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", resume], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert f"{len(before)} of {len(examples)} questions already done" in proc.stdout
     after = questions.read_text().splitlines()
-    assert after[:len(before)] == before  # nothing finished was redone
+    assert after[: len(before)] == before  # nothing finished was redone
     ids = [json.loads(line)["question_id"] for line in after]
     assert sorted(ids) == [ex.id for ex in examples]
     traces = [json.loads(line) for line in (questions.parent / "traces.jsonl").read_text().splitlines()]
@@ -230,15 +315,30 @@ def test_a_kill_during_mining_resumes_without_redoing_or_duplicating(tmp_path: P
 
 def test_users_bring_their_own_dataset(tmp_path: Path, examples: list[Example]) -> None:
     """Rows with question_id + messages: the assistant turns are replayed, bad ones counted."""
-    rows = [{"question_id": ex.id, "messages": [
-        {"role": "user", "content": ex.question},
-        {"role": "assistant", "content": f"<think>look it up</think>\n<answer>```sql\n{ex.gold_sql}\n```</answer>"}]}
-        for ex in examples[:2]]
+    rows = [
+        {
+            "question_id": ex.id,
+            "messages": [
+                {"role": "user", "content": ex.question},
+                {
+                    "role": "assistant",
+                    "content": f"<think>look it up</think>\n<answer>```sql\n{ex.gold_sql}\n```</answer>",
+                },
+            ],
+        }
+        for ex in examples[:2]
+    ]
     rows.append({"question_id": "q2", "messages": [{"role": "assistant", "content": "no tags at all"}]})
     path = tmp_path / "mine.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = config("think2sql", tmp_path / "run", "stage=sft", f"supervised.dataset={path}",
-                 "supervised.epochs=1", "trainer.eval_before_after=false")
+    cfg = config(
+        "think2sql",
+        tmp_path / "run",
+        "stage=sft",
+        f"supervised.dataset={path}",
+        "supervised.epochs=1",
+        "trainer.eval_before_after=false",
+    )
     inputs = TrainerInputs(model=tiny_model(seed=1), tokenizer=tiny_tokenizer(), train_examples=examples)
     summary = run_stage(cfg, inputs, lambda _: None)
     assert summary["rows"] == 3 and summary["sft"]["episodes"] == 2.0

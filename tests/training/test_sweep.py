@@ -42,16 +42,21 @@ def test_two_by_two_sweep_writes_four_runs_naming_their_ablation(tiny_sweep: Pat
 
 def test_swept_keys_come_from_the_sweep_overrides() -> None:
     assert swept_keys(["recipe=trustsql", "advantage=grpo,two_track", "seed=range(0,3)", "+x.y=1"]) == [
-        "advantage", "seed"]
+        "advantage",
+        "seed",
+    ]
     assert job_values(["recipe=trustsql", "advantage=two_track", "seed=2"], ["advantage", "seed"]) == {
-        "advantage": "two_track", "seed": 2}
+        "advantage": "two_track",
+        "seed": 2,
+    }
 
 
 def test_apply_sweep_sets_run_dir_and_exports_wandb_group_and_tags(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("WANDB_RUN_GROUP", raising=False)
     monkeypatch.delenv("WANDB_TAGS", raising=False)
-    job = SweepJob(sweep="trustsql/2026", run_dir="runs/sweeps/trustsql/2026/3",
-                   ablation={"advantage": "grpo", "seed": 1})
+    job = SweepJob(
+        sweep="trustsql/2026", run_dir="runs/sweeps/trustsql/2026/3", ablation={"advantage": "grpo", "seed": 1}
+    )
     raw = apply_sweep({"run_dir": "runs/trustsql", "seed": 1}, {"advantage", "seed"}, job)
     assert raw["run_dir"] == job.run_dir and raw["sweep"] == "trustsql/2026"
     assert raw["ablation"] == {"advantage": "grpo", "seed": 1}
@@ -89,9 +94,25 @@ def test_verl_runtime_env_carries_group_tags_and_a_unique_name() -> None:
 def test_a_sweep_refuses_one_run_dir_for_every_job(tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
-        [sys.executable, "-m", "training.run", "-m", "recipe=think2sql", "seed=0,1", "run_dir=one", "dry_run=true",
-         "engine=local", "engine.device=cpu", f"hydra.sweep.dir={tmp_path / 's'}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(repo)))
+        [
+            sys.executable,
+            "-m",
+            "training.run",
+            "-m",
+            "recipe=think2sql",
+            "seed=0,1",
+            "run_dir=one",
+            "dry_run=true",
+            "engine=local",
+            "engine.device=cpu",
+            f"hydra.sweep.dir={tmp_path / 's'}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(repo)),
+    )
     assert proc.returncode == 2 and "hydra.sweep.dir" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -100,17 +121,33 @@ def _printed_configs(stdout: str) -> list[dict]:
     import yaml
 
     chunks = stdout.split("# engine=verl")[1:]
-    return [yaml.safe_load("\n".join(line for line in chunk.splitlines()[1:] if not line.startswith("[")))
-            for chunk in chunks]
+    return [
+        yaml.safe_load("\n".join(line for line in chunk.splitlines()[1:] if not line.startswith("[")))
+        for chunk in chunks
+    ]
 
 
 def test_verl_sweep_dry_run_names_each_job_and_carries_group_and_tags(tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parents[2]
     sweep_dir = tmp_path / "trustsql" / "s1"
     proc = subprocess.run(
-        [sys.executable, "-m", "training.run", "-m", "recipe=trustsql", "engine=verl", "dry_run=true", "seed=0,1",
-         f"hydra.sweep.dir={sweep_dir}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(repo)))
+        [
+            sys.executable,
+            "-m",
+            "training.run",
+            "-m",
+            "recipe=trustsql",
+            "engine=verl",
+            "dry_run=true",
+            "seed=0,1",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(repo)),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     configs = _printed_configs(proc.stdout)
     assert len(configs) == 2
@@ -138,8 +175,9 @@ def test_a_verl_sweep_job_launches_in_a_process_of_its_own(tmp_path: Path, monke
 
     run = tmp_path / "trustsql" / "s" / "3"
     with initialize_config_module(config_module="recipes", version_base=None):
-        raw = OmegaConf.to_container(compose(config_name="config", overrides=[
-            "recipe=trustsql", "engine=verl", f"run_dir={run}"]), resolve=True)
+        raw = OmegaConf.to_container(
+            compose(config_name="config", overrides=["recipe=trustsql", "engine=verl", f"run_dir={run}"]), resolve=True
+        )
     cfg = replace(TrainConfig.from_mapping(raw), sweep="trustsql/s", ablation={"advantage": "grpo", "seed": 1})
     job = SweepJob(sweep=cfg.sweep, run_dir=str(run), ablation=dict(cfg.ablation))
     for key, value in job.wandb_env().items():  # apply_sweep exports them in the job's process

@@ -30,8 +30,19 @@ from training.rollout import GenerationOutput
 def schools(tmp_path_factory: pytest.TempPathFactory) -> list[Example]:
     """The local-engine tests' questions (gold tables and columns, for the linker)."""
     db = make_db(tmp_path_factory.mktemp("db") / "schools.sqlite")
-    return [Example(id=f"q{i}", db_id="schools", db_path=str(db), question=q, gold_sql=sql, gold_tables=t,
-                    gold_columns=c, split="train") for i, (q, sql, t, c) in enumerate(QUESTIONS)]
+    return [
+        Example(
+            id=f"q{i}",
+            db_id="schools",
+            db_path=str(db),
+            question=q,
+            gold_sql=sql,
+            gold_tables=t,
+            gold_columns=c,
+            split="train",
+        )
+        for i, (q, sql, t, c) in enumerate(QUESTIONS)
+    ]
 
 
 class GuardrailPolicy:
@@ -55,8 +66,11 @@ class GuardrailPolicy:
         else:
             k, self.starts[ex.id] = self.starts[ex.id], self.starts[ex.id] + 1
             call = json.dumps({"name": "execute_sql", "arguments": {"db_id": "schools", "sql": ex.gold_sql}})
-            text = (f"<think>answer</think>\n```sql\n{ex.gold_sql}\n```" if k % 2 == 0
-                    else f"<think>try it</think>\n<tool_call>{call}</tool_call>")
+            text = (
+                f"<think>answer</think>\n```sql\n{ex.gold_sql}\n```"
+                if k % 2 == 0
+                else f"<think>try it</think>\n<tool_call>{call}</tool_call>"
+            )
         ids = self.tok.encode(text, add_special_tokens=False) + [self.tok.eos_token_id]
         return GenerationOutput(token_ids=ids, logprobs=None, finish_reason="stop")
 
@@ -66,8 +80,13 @@ def test_dualsql_without_a_guardrails_key_trains_with_the_error_turn_mask(
 ) -> None:
     cfg = config("dualsql", tmp_path, "~agent.guardrails", "algorithm.dynamic_sampling.enable=false")
     assert "guardrails" not in cfg.agent.options  # the agent's default (on) decides
-    inputs = TrainerInputs(model=tiny_model(seed=1), tokenizer=tiny_tokenizer(), train_examples=schools[:2],
-                           eval_examples=schools[:2], generate=GuardrailPolicy(schools))
+    inputs = TrainerInputs(
+        model=tiny_model(seed=1),
+        tokenizer=tiny_tokenizer(),
+        train_examples=schools[:2],
+        eval_examples=schools[:2],
+        generate=GuardrailPolicy(schools),
+    )
     trainer = LocalTrainer(cfg, inputs, say=lambda _: None)
     before = weights(trainer.model)
     metrics = trainer.train_step()
@@ -126,8 +145,14 @@ def test_the_agent_loop_mask_call_matches_the_local_engine(schools: list[Example
 
     policy = GuardrailPolicy(schools)
     requests = [(schools[0], get_database(schools[0].db_path), g) for g in range(2)]
-    trajs = run_episodes(make_agent("dualsql"), requests, tiny_tokenizer(), policy, SamplingParams(),
-                         RolloutLimits(max_response_tokens=3000, max_context_tokens=9000, max_prompt_tokens=6000))
+    trajs = run_episodes(
+        make_agent("dualsql"),
+        requests,
+        tiny_tokenizer(),
+        policy,
+        SamplingParams(),
+        RolloutLimits(max_response_tokens=3000, max_context_tokens=9000, max_prompt_tokens=6000),
+    )
     (cut,) = [i for i, t in enumerate(trajs) if t.result.end_reason == "format_cutoff"]
     settings = C.WorkerSettings(agent="dualsql")
     worker, _ = track_masks(trajs, ["full", "schema"], "schema", settings.error_turn_mask)

@@ -30,8 +30,10 @@ def data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A JSONL dataset (train + dev) beside its SQLite file, as users bring their own."""
     root = tmp_path_factory.mktemp("jsonl")
     make_db(root / "schools.sqlite")
-    rows = [{"id": f"q{i}", "db_id": "schools", "question": q, "sql": sql, "difficulty": "simple"}
-            for i, (q, sql, _, _) in enumerate(QUESTIONS)]
+    rows = [
+        {"id": f"q{i}", "db_id": "schools", "question": q, "sql": sql, "difficulty": "simple"}
+        for i, (q, sql, _, _) in enumerate(QUESTIONS)
+    ]
     (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (root / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
     return root
@@ -45,13 +47,23 @@ def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def data_config(recipe: str, run_dir: Path, root: Path, *extra: str) -> Any:
-    return config(recipe, run_dir, "data=jsonl", f"data.root={root}", "stage=data", "supervised.chain=mine",
-                  "supervised.samples=1", "trainer.eval_before_after=false", *extra)
+    return config(
+        recipe,
+        run_dir,
+        "data=jsonl",
+        f"data.root={root}",
+        "stage=data",
+        "supervised.chain=mine",
+        "supervised.samples=1",
+        "trainer.eval_before_after=false",
+        *extra,
+    )
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_verl_sft_dataset_emits_the_rollout_drivers_ids_and_masks(recipe: str, tmp_path: Path, data_root: Path,
-                                                                  tokenizer_dir: Path) -> None:
+def test_verl_sft_dataset_emits_the_rollout_drivers_ids_and_masks(
+    recipe: str, tmp_path: Path, data_root: Path, tokenizer_dir: Path
+) -> None:
     from verl.trainer.sft_trainer import create_sft_dataset
 
     from tools import get_database
@@ -68,16 +80,24 @@ def test_verl_sft_dataset_emits_the_rollout_drivers_ids_and_masks(recipe: str, t
     # what the rollout driver produced for the same (deterministic) policy: the reference
     trainer_agent = _agent(cfg, examples)
     requests = [(ex, get_database(ex.db_path), 0) for ex in examples]
-    expected = run_episodes(trainer_agent, requests, tiny_tokenizer(), ScriptedPolicy(recipe, examples, True),
-                            SamplingParams(temperature=1.0, max_new_tokens=cfg.rollout.max_new_tokens),
-                            _limits(cfg))
+    expected = run_episodes(
+        trainer_agent,
+        requests,
+        tiny_tokenizer(),
+        ScriptedPolicy(recipe, examples, True),
+        SamplingParams(temperature=1.0, max_new_tokens=cfg.rollout.max_new_tokens),
+        _limits(cfg),
+    )
     verl_cfg = verl_sft.compose_sft_config(cfg, str(tokenizer_dir))
     assert verl_cfg.data.custom_cls.name == "RolloutDriverSFTDataset"
     assert Path(verl_cfg.data.train_files) == tmp_path / "supervised" / "dataset" / "train.jsonl"
     dataset = create_sft_dataset(verl_cfg.data.train_files, verl_cfg.data, tiny_tokenizer(), None)
     assert len(dataset) == len(expected) == len(examples) * (2 if recipe == "dualsql" else 1)
-    for item, t in zip(sorted((dataset[i] for i in range(len(dataset))), key=lambda x: x["input_ids"].tolist()),
-                       sorted(expected, key=lambda t: t.prompt_ids + t.response_ids), strict=True):
+    for item, t in zip(
+        sorted((dataset[i] for i in range(len(dataset))), key=lambda x: x["input_ids"].tolist()),
+        sorted(expected, key=lambda t: t.prompt_ids + t.response_ids),
+        strict=True,
+    ):
         assert item["input_ids"].tolist() == t.prompt_ids + t.response_ids
         assert item["loss_mask"].tolist() == [0] * len(t.prompt_ids) + list(t.response_mask)
         assert item["position_ids"].tolist() == list(range(len(item["input_ids"])))
@@ -116,8 +136,13 @@ def test_dry_run_composes_verl_sft_for_every_design(recipe: str, tmp_path: Path)
     from training.run import run
 
     with initialize_config_module("recipes", version_base=None):
-        raw = OmegaConf.to_container(compose("config", overrides=[
-            f"recipe={recipe}", "engine=verl", "stage=sft", "dry_run=true", f"run_dir={tmp_path}"]), resolve=True)
+        raw = OmegaConf.to_container(
+            compose(
+                "config",
+                overrides=[f"recipe={recipe}", "engine=verl", "stage=sft", "dry_run=true", f"run_dir={tmp_path}"],
+            ),
+            resolve=True,
+        )
     out: list[str] = []
     assert run(raw, {"recipe", "engine", "stage", "dry_run"}, out.append) is None
     text = "\n".join(out)
@@ -178,14 +203,26 @@ def test_verl_data_stage_mines_through_a_served_policy(data_root: Path, tmp_path
     tiny_model(seed=1).save_pretrained(model_dir)
     examples = load_examples("jsonl", data_root, "train")
     run_dir = tmp_path / "run"
-    with FakeOpenAI(served_policy("retoolsql", examples, {"q0"})) as policy, \
-            FakeOpenAI(teacher_reply("retoolsql", examples)) as teacher:
+    with (
+        FakeOpenAI(served_policy("retoolsql", examples, {"q0"})) as policy,
+        FakeOpenAI(teacher_reply("retoolsql", examples)) as teacher,
+    ):
         overrides = [
-            "recipe=retoolsql", "engine=verl", "stage=data", f"run_dir={run_dir}", f"model.path={model_dir}",
-            "data=jsonl", f"data.root={data_root}", "logger=[]", "trainer.eval_before_after=false",
-            "rollout.max_new_tokens=200", "supervised.samples=2", "supervised.teacher_samples=1",
+            "recipe=retoolsql",
+            "engine=verl",
+            "stage=data",
+            f"run_dir={run_dir}",
+            f"model.path={model_dir}",
+            "data=jsonl",
+            f"data.root={data_root}",
+            "logger=[]",
+            "trainer.eval_before_after=false",
+            "rollout.max_new_tokens=200",
+            "supervised.samples=2",
+            "supervised.teacher_samples=1",
             f"supervised.policy_endpoint={{base_url:'{policy.base_url}',model:served-policy,backoff_s:0}}",
-            f"supervised.teachers=[{{base_url:'{teacher.base_url}',model:teacher}}]"]
+            f"supervised.teachers=[{{base_url:'{teacher.base_url}',model:teacher}}]",
+        ]
         with initialize_config_module("recipes", version_base=None):
             raw = OmegaConf.to_container(compose("config", overrides=[*overrides, "dry_run=true"]), resolve=True)
         out: list[str] = []
@@ -225,10 +262,23 @@ def test_eval_run_scores_an_endpoint(data_root: Path, tokenizer_dir: Path, tmp_p
     examples = load_examples("jsonl", data_root, "dev")
     with FakeOpenAI(teacher_reply("think2sql", examples)) as server:
         with initialize_config_module("recipes", version_base=None):
-            raw = OmegaConf.to_container(compose("eval", overrides=[
-                "recipe=think2sql", f"model.path={tokenizer_dir}", f"model.base_url={server.base_url}",
-                "model.name=served-model", "data=jsonl", f"data.root={data_root}", "engine.device=cpu",
-                "rollout.max_new_tokens=200", f"eval.out_dir={tmp_path / 'out'}"]), resolve=True)
+            raw = OmegaConf.to_container(
+                compose(
+                    "eval",
+                    overrides=[
+                        "recipe=think2sql",
+                        f"model.path={tokenizer_dir}",
+                        f"model.base_url={server.base_url}",
+                        "model.name=served-model",
+                        "data=jsonl",
+                        f"data.root={data_root}",
+                        "engine.device=cpu",
+                        "rollout.max_new_tokens=200",
+                        f"eval.out_dir={tmp_path / 'out'}",
+                    ],
+                ),
+                resolve=True,
+            )
         summary = run(raw, {"recipe", "model.path", "model.base_url", "model.name"}, lambda _: None)
     assert summary["n"] == 2 and summary["ex"] == 1.0
     assert summary["endpoint"]["failed_samples"] == 0 and server.requests[0]["model"] == "served-model"

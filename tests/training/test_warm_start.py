@@ -23,8 +23,9 @@ from training.warm_start import WarmStartSettings, nll_sum, supervised_fine_tune
 
 def demos(name: str, examples: list[Example]) -> list:
     options, _ = AGENTS[name]
-    return record_demonstrations(make_agent(name, **options), examples, tiny_tokenizer(), LIMITS,
-                                 get_script(name)).trajectories
+    return record_demonstrations(
+        make_agent(name, **options), examples, tiny_tokenizer(), LIMITS, get_script(name)
+    ).trajectories
 
 
 def test_nll_is_the_policy_tokens_negative_log_likelihood(examples: list[Example]) -> None:
@@ -56,8 +57,13 @@ def test_fine_tuning_lowers_the_demonstrations_nll(name: str, examples: list[Exa
     with torch.no_grad():
         start, _ = nll_sum(model, trajectories, pad, "cpu", None)
     steps: list[dict] = []
-    result = supervised_fine_tune(model, trajectories, WarmStartSettings(epochs=12, lr=1e-2, batch_size=4),
-                                  pad, on_step=lambda i, m: steps.append(m))
+    result = supervised_fine_tune(
+        model,
+        trajectories,
+        WarmStartSettings(epochs=12, lr=1e-2, batch_size=4),
+        pad,
+        on_step=lambda i, m: steps.append(m),
+    )
     with torch.no_grad():
         end, _ = nll_sum(model, trajectories, pad, "cpu", None)
     assert result["steps"] == len(steps) == 12 * -(-len(trajectories) // 4)
@@ -66,8 +72,14 @@ def test_fine_tuning_lowers_the_demonstrations_nll(name: str, examples: list[Exa
 
 
 def test_engine_warm_start_is_saved_reused_and_reported(tmp_path: Path, examples: list[Example]) -> None:
-    on = ("stage.warm_start.enable=true", "stage.warm_start.examples=4", "stage.warm_start.epochs=2",
-          "stage.warm_start.lr=1e-3", "trainer.eval_before_after=true", "trainer.total_steps=1")
+    on = (
+        "stage.warm_start.enable=true",
+        "stage.warm_start.examples=4",
+        "stage.warm_start.epochs=2",
+        "stage.warm_start.lr=1e-3",
+        "trainer.eval_before_after=true",
+        "trainer.total_steps=1",
+    )
     t = trainer("think2sql", tmp_path, examples, *on)
     initial = weights(t.model)
     summary = t.fit()
@@ -77,7 +89,9 @@ def test_engine_warm_start_is_saved_reused_and_reported(tmp_path: Path, examples
     assert summary["warm_start"]["steps"] == 2 and summary["ex_warm_start"] is not None
     assert changed(initial, t.model) > 1e-6
     kinds = [json.loads(line)["kind"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert kinds.index("eval_before") < kinds.index("warm_start") < kinds.index("eval_warm_start") < kinds.index("train")
+    assert (
+        kinds.index("eval_before") < kinds.index("warm_start") < kinds.index("eval_warm_start") < kinds.index("train")
+    )
     assert t._reference_path() == str(warm_start_dir(tmp_path))
 
     # a run killed after the warm start (no RL checkpoint yet) reuses it instead of redoing it
@@ -89,8 +103,9 @@ def test_engine_warm_start_is_saved_reused_and_reported(tmp_path: Path, examples
     assert any("reusing the finished warm start" in line for line in lines)
 
     # other settings make the saved warm start stale: it is redone
-    other = trainer("think2sql", tmp_path, examples, *on[:-1], "trainer.total_steps=1", "stage.warm_start.epochs=1",
-                    "fresh=true")
+    other = trainer(
+        "think2sql", tmp_path, examples, *on[:-1], "trainer.total_steps=1", "stage.warm_start.epochs=1", "fresh=true"
+    )
     other_lines: list[str] = []
     other.say = other_lines.append
     other.fit()
@@ -98,8 +113,9 @@ def test_engine_warm_start_is_saved_reused_and_reported(tmp_path: Path, examples
     assert json.loads((warm_start_dir(tmp_path) / DONE).read_text())["result"]["steps"] == 1
 
 
-def test_a_design_without_a_script_is_refused_before_any_work(tmp_path: Path, examples: list[Example],
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_design_without_a_script_is_refused_before_any_work(
+    tmp_path: Path, examples: list[Example], monkeypatch: pytest.MonkeyPatch
+) -> None:
     import training.demonstrations as demonstrations
     from tools.errors import ConfigError
     from tools.registry import Registry

@@ -76,6 +76,7 @@ def quiet_libraries() -> None:
 
 # ----------------------------------------------------------------------------- trainer
 
+
 @dataclass
 class TrainerInputs:
     """What a trainer can be given instead of loading it (tests, benchmarks)."""
@@ -112,9 +113,16 @@ class LocalTrainer:
         st.seed_everything(cfg.seed)
         self.kl = KLSchedule.from_pairs(cfg.algorithm.kl_schedule)
         given = self.inputs
-        self.models = PolicyModels.load(cfg.model, self.device, cfg.stage.init_from or cfg.model.path, given.model,
-                                        given.tokenizer, given.model_source, keep_initial=self.kl.needs_reference(0),
-                                        say=self._say)
+        self.models = PolicyModels.load(
+            cfg.model,
+            self.device,
+            cfg.stage.init_from or cfg.model.path,
+            given.model,
+            given.tokenizer,
+            given.model_source,
+            keep_initial=self.kl.needs_reference(0),
+            say=self._say,
+        )
         self._load_data()
         self._build_components()
         self.step = 0
@@ -146,20 +154,24 @@ class LocalTrainer:
         if self.inputs.train_examples is not None:
             self.train_examples = list(self.inputs.train_examples)
         else:
-            self.train_examples = load_examples(kind=d.kind, root=d.root, split=d.split,
-                                                drop_failing_gold=d.drop_failing_gold, limit=d.limit)
+            self.train_examples = load_examples(
+                kind=d.kind, root=d.root, split=d.split, drop_failing_gold=d.drop_failing_gold, limit=d.limit
+            )
         if self.inputs.eval_examples is not None:
             self.eval_examples = list(self.inputs.eval_examples)
         else:
-            self.eval_examples = load_examples(kind=d.kind, root=d.root, split=d.eval_split,
-                                               drop_failing_gold=d.drop_failing_gold, limit=None)
+            self.eval_examples = load_examples(
+                kind=d.kind, root=d.root, split=d.eval_split, drop_failing_gold=d.drop_failing_gold, limit=None
+            )
         from training.rollout_setup import fixed_subset
 
         self.eval_examples = fixed_subset(self.eval_examples, d.eval_limit, self.cfg.seed)
         if not self.train_examples:
             raise ConfigError(f"data split {d.split!r} of {d.kind!r} has no examples; check data.root / data.limit")
-        self.say(f"[data] {len(self.train_examples)} training examples ({d.kind}/{d.split}), "
-                 f"{len(self.eval_examples)} held-out ({d.kind}/{d.eval_split})")
+        self.say(
+            f"[data] {len(self.train_examples)} training examples ({d.kind}/{d.split}), "
+            f"{len(self.eval_examples)} held-out ({d.kind}/{d.eval_split})"
+        )
 
     def _build_components(self) -> None:
         from agents import agent_options, make_agent
@@ -178,22 +190,37 @@ class LocalTrainer:
         r = cfg.rollout
         self.sampling = sampling_params(r.temperature, r.top_p, r.top_k, r.max_new_tokens)
         self.eval_sampling = sampling_params(r.eval_temperature, 1.0, 0, r.max_new_tokens)
-        self.limits = rollout_limits(r.max_prompt_tokens, r.max_response_tokens, r.max_new_tokens,
-                                     r.observation_max_tokens, model_context(self.model.config))
+        self.limits = rollout_limits(
+            r.max_prompt_tokens,
+            r.max_response_tokens,
+            r.max_new_tokens,
+            r.observation_max_tokens,
+            model_context(self.model.config),
+        )
         self.total_steps = self._total_steps()
         a = cfg.algorithm
         # a track's loss runs only when the estimator produced it (its mask exists)
         weights = (("full", 1.0), (cfg.advantage.schema_track, cfg.advantage.schema_weight))
         loss = lp.LossSettings(
-            clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high, clip_ratio_c=a.clip_ratio_c,
-            loss_agg_mode=a.loss_agg_mode, track_weights=weights, kl_type=a.kl_type,
-            entropy_coeff=a.entropy_coeff)
+            clip_ratio_low=a.clip_ratio_low,
+            clip_ratio_high=a.clip_ratio_high,
+            clip_ratio_c=a.clip_ratio_c,
+            loss_agg_mode=a.loss_agg_mode,
+            track_weights=weights,
+            kl_type=a.kl_type,
+            entropy_coeff=a.entropy_coeff,
+        )
         self.watch = Stopwatch()
         self.updater = Updater(self.models, cfg.optim, a, loss, self.total_steps, self.watch)
         self.sampler = CandidatePool(st.DataSampler(len(self.train_examples), seed=cfg.seed))
         self.generate = self.inputs.generate or hf_generate(
-            self.gen_model, self.tokenizer, self.device, autocast=None, chunk=max(1, cfg.optim.micro_batch_size * 4),
-            logprobs=True)  # the generation copy is bf16 itself: no autocast
+            self.gen_model,
+            self.tokenizer,
+            self.device,
+            autocast=None,
+            chunk=max(1, cfg.optim.micro_batch_size * 4),
+            logprobs=True,
+        )  # the generation copy is bf16 itself: no autocast
         if cfg.stage.warm_start.enable:  # fail now, not after the "before" evaluation
             from training.demonstrations import get_script
 
@@ -213,15 +240,17 @@ class LocalTrainer:
         with self.watch.measure("generation"):
             return self.generate(prompts, params)
 
-    def rollout(self, examples: Sequence[Any], group_size: int, agent: Any, sampling: Any,
-                progress: bool = False) -> list[Any]:
+    def rollout(
+        self, examples: Sequence[Any], group_size: int, agent: Any, sampling: Any, progress: bool = False
+    ) -> list[Any]:
         """Trajectories for every (example, sample) pair, through the rollout driver."""
         from tools import get_database
         from training.rollout import run_episodes
 
         requests = [(ex, get_database(ex.db_path), g) for ex in examples for g in range(group_size)]
-        return run_episodes(agent, requests, self.tokenizer, self._timed_generate, sampling, self.limits,
-                            progress=progress)
+        return run_episodes(
+            agent, requests, self.tokenizer, self._timed_generate, sampling, self.limits, progress=progress
+        )
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, Any]:
@@ -270,16 +299,30 @@ class LocalTrainer:
             return
         picked = list(zip(trajectories, rewards, strict=True))[:count]
         row = {id(t): j for j, t in enumerate(buffer.trajectories)}  # rows of the update
-        loss = {i: ({k: v[row[id(t)]] for k, v in buffer.masks.items()},
-                    {k: v[row[id(t)]] for k, v in buffer.advantages.items()})
-                for i, (t, _) in enumerate(picked) if id(t) in row}
+        loss = {
+            i: (
+                {k: v[row[id(t)]] for k, v in buffer.masks.items()},
+                {k: v[row[id(t)]] for k, v in buffer.advantages.items()},
+            )
+            for i, (t, _) in enumerate(picked)
+            if id(t) in row
+        }
         scorer = ExecScorer()
         examples = {ex.id: ex for ex in self._step_examples}
-        tables = {i: result_tables(examples[t.example_id], t.result.final_sql, scorer)
-                  for i, (t, _) in enumerate(picked)}
+        tables = {
+            i: result_tables(examples[t.example_id], t.result.final_sql, scorer) for i, (t, _) in enumerate(picked)
+        }
         records, prompts = trajectory_records(
-            step=self.step + 1, engine="local", design=self.cfg.agent.name, trajectories=[t for t, _ in picked],
-            rewards=[r for _, r in picked], examples=examples, tokenizer=self.tokenizer, loss=loss, tables=tables)
+            step=self.step + 1,
+            engine="local",
+            design=self.cfg.agent.name,
+            trajectories=[t for t, _ in picked],
+            rewards=[r for _, r in picked],
+            examples=examples,
+            tokenizer=self.tokenizer,
+            loss=loss,
+            tables=tables,
+        )
         if self._samples is None:
             self._samples = SampleWriter(self.cfg.run_dir)
         self._samples.write(records, prompts)
@@ -321,23 +364,34 @@ class LocalTrainer:
             return {}
         start = time.perf_counter()
         self.say(f"[eval {tag}] greedy rollouts on {len(self.eval_examples)} held-out questions")
-        trajectories = self.rollout(self.eval_examples, 1, self.eval_agent, self.eval_sampling,
-                                    progress="console" in self.cfg.logger)
+        trajectories = self.rollout(
+            self.eval_examples, 1, self.eval_agent, self.eval_sampling, progress="console" in self.cfg.logger
+        )
         result = execution_accuracy(self.eval_examples, trajectories)
         scores = write_heldout(self.cfg.run_dir, tag, self.eval_examples, trajectories)  # per question
         result.update({k: v for k, v in scores.items() if k != "ex"})  # EX per difficulty, official EX, REX, QATCH
         result["duration_s"] = time.perf_counter() - start
-        self.say(f"[eval {tag}] EX {pct(result['ex'])} on {result['n']} held-out questions "
-                 f"({pct(result['executable'], 0)} executable, {result['duration_s']:.0f}s)")
+        self.say(
+            f"[eval {tag}] EX {pct(result['ex'])} on {result['n']} held-out questions "
+            f"({pct(result['executable'], 0)} executable, {result['duration_s']:.0f}s)"
+        )
         return result
 
     # ------------------------------------------------------------------ checkpoints
     def save(self) -> Path:
-        meta = st.CheckpointMeta(step=self.step, sampler=self.sampler.state_dict(), wandb_id=self.wandb_id,
-                                 model_source=self.model_source)
-        return st.save_checkpoint(self.cfg.run_dir, meta, self.model, self.optimizer, self.scheduler,
-                                  keep=self.cfg.trainer.keep_checkpoints, save_weights=self.cfg.trainer.save_weights,
-                                  tokenizer=self.tokenizer)
+        meta = st.CheckpointMeta(
+            step=self.step, sampler=self.sampler.state_dict(), wandb_id=self.wandb_id, model_source=self.model_source
+        )
+        return st.save_checkpoint(
+            self.cfg.run_dir,
+            meta,
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            keep=self.cfg.trainer.keep_checkpoints,
+            save_weights=self.cfg.trainer.save_weights,
+            tokenizer=self.tokenizer,
+        )
 
     def restore(self) -> bool:
         """Continue from the latest checkpoint; False when there is none."""
@@ -364,12 +418,15 @@ class LocalTrainer:
         mode = resume_mode(cfg.resume)
         finished = rd.finished_summary(cfg.run_dir, self.total_steps) if mode != "never" else None
         if finished is not None:
-            self.say(f"[resume] {cfg.run_dir} is finished ({finished.get('steps')} steps; trainer.total_steps="
-                     f"{self.total_steps}): nothing to do, nothing changed. Pass a larger trainer.total_steps to "
-                     "continue it, or fresh=true to start over.")
+            self.say(
+                f"[resume] {cfg.run_dir} is finished ({finished.get('steps')} steps; trainer.total_steps="
+                f"{self.total_steps}): nothing to do, nothing changed. Pass a larger trainer.total_steps to "
+                "continue it, or fresh=true to start over."
+            )
             return finished
-        decision = resume_decision(cfg.run_dir, mode, latest=_latest_local_checkpoint,
-                                   any_checkpoint=st.latest_checkpoint)
+        decision = resume_decision(
+            cfg.run_dir, mode, latest=_latest_local_checkpoint, any_checkpoint=st.latest_checkpoint
+        )
         if decision.action != "resume":
             if mode != "never":
                 self.say(decision.message)
@@ -392,9 +449,17 @@ class LocalTrainer:
         Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
         (Path(cfg.run_dir) / rd.CONFIG).write_text(describe(cfg))  # the configuration that runs
         write_config_record(cfg.run_dir, self.step, to_yaml_tree(cfg))
-        self.logger = RunLogger(cfg.run_dir, cfg.logger, self.total_steps, project=cfg.trainer.project,
-                                run_name=f"{cfg.recipe_name}-{Path(cfg.run_dir).name}", config=to_yaml_tree(cfg),
-                                wandb_id=self.wandb_id, start_step=self.step, say=self.say)
+        self.logger = RunLogger(
+            cfg.run_dir,
+            cfg.logger,
+            self.total_steps,
+            project=cfg.trainer.project,
+            run_name=f"{cfg.recipe_name}-{Path(cfg.run_dir).name}",
+            config=to_yaml_tree(cfg),
+            wandb_id=self.wandb_id,
+            start_step=self.step,
+            say=self.say,
+        )
         self.wandb_id = self.logger.wandb_id
         before = self._eval_once("before") if cfg.trainer.eval_before_after and self.step == 0 else {}
         warm = self._warm_start() if cfg.stage.warm_start.enable and self.step == 0 else {}
@@ -422,10 +487,22 @@ class LocalTrainer:
 
         cfg, ws = self.cfg, self.cfg.stage.warm_start
         result = run_warm_start(
-            self.model, self.tokenizer, self.agent, fixed_subset(self.train_examples, ws.examples, cfg.seed),
-            self.limits, ws, run_dir=cfg.run_dir, agent_name=cfg.agent.name,
-            expected=fingerprint(cfg, self.model_source, self.limits), seed=cfg.seed, grad_clip=cfg.optim.grad_clip,
-            device=self.device, autocast=self.autocast, progress="console" in cfg.logger, say=self._say)
+            self.model,
+            self.tokenizer,
+            self.agent,
+            fixed_subset(self.train_examples, ws.examples, cfg.seed),
+            self.limits,
+            ws,
+            run_dir=cfg.run_dir,
+            agent_name=cfg.agent.name,
+            expected=fingerprint(cfg, self.model_source, self.limits),
+            seed=cfg.seed,
+            grad_clip=cfg.optim.grad_clip,
+            device=self.device,
+            autocast=self.autocast,
+            progress="console" in cfg.logger,
+            say=self._say,
+        )
         self._sync_generation_copy()
         return result
 
@@ -457,11 +534,16 @@ class LocalTrainer:
     def _save_final(self) -> Path:
         return rd.save_final(self.cfg.run_dir, self.step, self.model, self.tokenizer)
 
-    def _summary(self, before: dict[str, Any], after: dict[str, Any], final_dir: Path,
-                 warm: dict[str, Any]) -> dict[str, Any]:
+    def _summary(
+        self, before: dict[str, Any], after: dict[str, Any], final_dir: Path, warm: dict[str, Any]
+    ) -> dict[str, Any]:
         """summary.json and the closing lines."""
-        head = {"recipe": self.cfg.recipe_name, "steps": self.step, "sweep": self.cfg.sweep,
-                "ablation": dict(self.cfg.ablation)}
+        head = {
+            "recipe": self.cfg.recipe_name,
+            "steps": self.step,
+            "sweep": self.cfg.sweep,
+            "ablation": dict(self.cfg.ablation),
+        }
         summary, parts = rd.write_summary(self.cfg.run_dir, head, before, after, warm, final_dir, self.logger.wandb_dir)
         self.say(rd.summary_text(summary, parts))
         return summary
@@ -469,8 +551,10 @@ class LocalTrainer:
 
 # ----------------------------------------------------------------------------- helpers
 
-def step_metrics(trajectories: Sequence[Any], rewards: Sequence[Any], buffer: StepBuffer,
-                 beta: float) -> dict[str, Any]:
+
+def step_metrics(
+    trajectories: Sequence[Any], rewards: Sequence[Any], buffer: StepBuffer, beta: float
+) -> dict[str, Any]:
     """Reward and every component, EX, lengths, turns, tool calls, format failures."""
     from training.engines.local_eval import rollout_metrics
 
@@ -491,5 +575,3 @@ def drop_over_long(trajectories: Sequence[Any]) -> tuple[list[Any], int]:
     kept = [t for t in trajectories if "prompt_too_long" not in t.result.flags]
     dropped = {t.example_id for t in trajectories} - {t.example_id for t in kept}
     return kept, len(dropped)
-
-

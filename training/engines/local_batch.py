@@ -93,16 +93,22 @@ def build_buffer(
     varying_ids = {t.example_id for t, g in zip(trajectories, groups, strict=True) if g not in flat_groups}
     unkept = list(dict.fromkeys(t.example_id for t in trajectories if t.example_id not in kept_ids))
     buffer = StepBuffer(
-        trajectories=[trajectories[i] for i in kept], masks={}, advantages={}, fill_rate=fill,
-        groups_kept=len(set(groups[i] for i in kept)), zero_variance_groups=len(result.zero_variance_groups),
-        unkept_varying=[e for e in unkept if e in varying_ids], unkept_flat=[e for e in unkept if e not in varying_ids],
+        trajectories=[trajectories[i] for i in kept],
+        masks={},
+        advantages={},
+        fill_rate=fill,
+        groups_kept=len(set(groups[i] for i in kept)),
+        zero_variance_groups=len(result.zero_variance_groups),
+        unkept_varying=[e for e in unkept if e in varying_ids],
+        unkept_flat=[e for e in unkept if e not in varying_ids],
     )
     if not kept:
         return buffer
     kept_groups = [groups[i] for i in kept]
     tracks = _track_scores([rewards[i] for i in kept])
-    opts = AdvantageOptions(epsilon=adv_cfg.epsilon, norm_by_std=adv_cfg.norm_by_std, clamp=adv_cfg.clamp,
-                            schema_track=adv_cfg.schema_track)
+    opts = AdvantageOptions(
+        epsilon=adv_cfg.epsilon, norm_by_std=adv_cfg.norm_by_std, clamp=adv_cfg.clamp, schema_track=adv_cfg.schema_track
+    )
     advantages = get_estimator(adv_cfg.estimator)(tracks, kept_groups, opts)
     if spec is None:  # the agent's own answer, from its effective options (its defaults included)
         spec = training_spec(cfg.agent.name, cfg.agent.options)

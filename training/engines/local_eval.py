@@ -24,8 +24,12 @@ def rollout_metrics(trajectories: Sequence[Any], rewards: Sequence[Any]) -> dict
     roles = sorted({t.role for t in trajectories})
     if len(roles) > 1:
         for role in roles:
-            out[f"reward/{role}/total"] = _mean(r.total for t, r in zip(trajectories, rewards, strict=True) if t.role == role)
-    finals = [r for t, r in zip(trajectories, rewards, strict=True) if t.result.final_sql is not None or len(roles) == 1]
+            out[f"reward/{role}/total"] = _mean(
+                r.total for t, r in zip(trajectories, rewards, strict=True) if t.role == role
+            )
+    finals = [
+        r for t, r in zip(trajectories, rewards, strict=True) if t.result.final_sql is not None or len(roles) == 1
+    ]
     out["ex/batch"] = _mean(float(r.components.get("exec", 0.0) >= 1.0 - 1e-9) for r in finals) if finals else 0.0
     out["length/response"] = _mean(len(t.response_ids) for t in trajectories)
     out["length/policy_tokens"] = _mean(t.num_policy_tokens for t in trajectories)
@@ -37,8 +41,7 @@ def rollout_metrics(trajectories: Sequence[Any], rewards: Sequence[Any]) -> dict
     for name, count in sorted(tools.items()):
         out[f"tools/{name}"] = float(count)
     out["tools/calls_per_episode"] = sum(tools.values()) / len(trajectories)
-    out["tools/error_rate"] = (
-        _mean(turn.tool_outcome != "ok" for turn in turns if turn.tool_name) if tools else 0.0)
+    out["tools/error_rate"] = _mean(turn.tool_outcome != "ok" for turn in turns if turn.tool_name) if tools else 0.0
     for reason, count in Counter(t.result.end_reason for t in trajectories).items():
         out[f"episode/end_{reason}"] = count / len(trajectories)
     return out

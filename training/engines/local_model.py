@@ -37,9 +37,17 @@ class PolicyModels:
     ref_model: Any = None
 
     @classmethod
-    def load(cls, settings: ModelConfig, device: str, path: str | None, given_model: Any = None,
-             given_tokenizer: Any = None, given_source: str = "", keep_initial: bool = False,
-             say: Say = print) -> PolicyModels:
+    def load(
+        cls,
+        settings: ModelConfig,
+        device: str,
+        path: str | None,
+        given_model: Any = None,
+        given_tokenizer: Any = None,
+        given_source: str = "",
+        keep_initial: bool = False,
+        say: Say = print,
+    ) -> PolicyModels:
         """Load the policy from ``path`` (or take ``given_model``), in train mode, with the
         generation copy ``settings.generation_dtype`` asks for. ``keep_initial``: keep a
         frozen copy of a given model as its KL reference."""
@@ -56,12 +64,22 @@ class PolicyModels:
             model.gradient_checkpointing_enable()
         autocast = autocast_for(settings.autocast, device)
         gen_model = generation_copy(model, device, settings.generation_dtype, settings.decode_attention)
-        say(f"[model] {source}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
-            f"parameters, fp32 weights, autocast={autocast}")
+        say(
+            f"[model] {source}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
+            f"parameters, fp32 weights, autocast={autocast}"
+        )
         given = given_model is not None
         initial = frozen_copy(model) if given and keep_initial else None
-        return cls(model=model, tokenizer=tokenizer, source=source, device=device, autocast=autocast,
-                   gen_model=gen_model, given=given, initial=initial)
+        return cls(
+            model=model,
+            tokenizer=tokenizer,
+            source=source,
+            device=device,
+            autocast=autocast,
+            gen_model=gen_model,
+            given=given,
+            initial=initial,
+        )
 
     def sync_generation_copy(self) -> None:
         """Copy the policy's weights into the generation copy (after each weight change)."""

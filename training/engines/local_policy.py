@@ -36,6 +36,7 @@ def autocast_context(device: str, dtype: AutocastDtype) -> contextlib.AbstractCo
 
 # ----------------------------------------------------------------------------- generation
 
+
 @dataclass(frozen=True)
 class RawGeneration:
     """One row of a batched generate: new token ids, why the row stopped, and the
@@ -70,7 +71,7 @@ def _logprob_recorder() -> Any:
         def result(self, new_tokens: torch.Tensor) -> torch.Tensor:
             """[batch, new_len] log-probs of ``new_tokens`` ([batch, new_len])."""
             if self.prev is not None and len(self.picked) < new_tokens.shape[1]:
-                last = new_tokens[:, len(self.picked):len(self.picked) + 1].to(self.prev.device)
+                last = new_tokens[:, len(self.picked) : len(self.picked) + 1].to(self.prev.device)
                 self.picked.append(self.prev.gather(-1, last).squeeze(-1))
             if not self.picked:
                 return torch.zeros(new_tokens.shape, dtype=torch.float32)
@@ -86,8 +87,8 @@ def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, 
     mask = torch.zeros((len(rows), width), dtype=torch.long)  # [batch, max_len]
     for i, row in enumerate(rows):
         if row:
-            ids[i, width - len(row):] = torch.tensor(list(row), dtype=torch.long)
-            mask[i, width - len(row):] = 1
+            ids[i, width - len(row) :] = torch.tensor(list(row), dtype=torch.long)
+            mask[i, width - len(row) :] = 1
     return ids, mask
 
 
@@ -134,12 +135,14 @@ def batched_generate(
             out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
     finally:
         model.train(was_training)
-    new_t = out[:, ids.shape[1]:]  # [batch, new_len]
+    new_t = out[:, ids.shape[1] :]  # [batch, new_len]
     rows = [_trim_row(row, eos_ids, pad_id, tokenizer, stop) for row in new_t.tolist()]
     if recorder is None:
         return rows
     lps = recorder.result(new_t).tolist()  # [batch, new_len]
-    return [RawGeneration(r.token_ids, r.finish_reason, lp[: len(r.token_ids)]) for r, lp in zip(rows, lps, strict=True)]
+    return [
+        RawGeneration(r.token_ids, r.finish_reason, lp[: len(r.token_ids)]) for r, lp in zip(rows, lps, strict=True)
+    ]
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
@@ -175,6 +178,7 @@ def _trim_row(
 
 
 # ----------------------------------------------------------------------------- log-probs
+
 
 @dataclass
 class PolicyBatch:
@@ -218,9 +222,7 @@ def build_policy_batch(
     resp = torch.full((len(responses), resp_len), pad_id, dtype=torch.long)  # [batch, resp_len]
     for i, r in enumerate(responses):
         resp[i, : len(r)] = torch.tensor(list(r), dtype=torch.long)
-    packed = {
-        track: _pad_float(rows_, resp_len) for track, rows_ in masks.items()
-    }  # track -> [batch, resp_len]
+    packed = {track: _pad_float(rows_, resp_len) for track, rows_ in masks.items()}  # track -> [batch, resp_len]
     adv = {track: torch.tensor(list(v), dtype=torch.float32) for track, v in advantages.items()}
     return PolicyBatch(
         input_ids=input_ids,
@@ -231,9 +233,11 @@ def build_policy_batch(
         masks=packed,
         advantages=adv,
         rows=list(rows),
-        rollout_log_probs=(_pad_float(rollout_log_probs, resp_len)  # type: ignore[arg-type]
-                           if rollout_log_probs is not None and all(r is not None for r in rollout_log_probs)
-                           else None),
+        rollout_log_probs=(
+            _pad_float(rollout_log_probs, resp_len)  # type: ignore[arg-type]
+            if rollout_log_probs is not None and all(r is not None for r in rollout_log_probs)
+            else None
+        ),
     )
 
 
@@ -302,6 +306,7 @@ def _length_mask(resp_lens: torch.Tensor, resp_len: int) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- loss
+
 
 @dataclass(frozen=True)
 class LossSettings:
@@ -398,12 +403,22 @@ def grpo_loss(
         full = full.to(device)  # [batch, resp_len]
         if beta > 0 and ref_log_probs is not None:
             kld = kl_penalty(log_probs, ref_log_probs.to(device), settings.kl_type)  # type: ignore[arg-type]  # veRL types it FloatTensor; [batch, resp_len]
-            kl = agg_loss(kld, full, settings.loss_agg_mode, batch_num_tokens=int(n_full),
-                          global_batch_size=int(max(totals.sequences["full"], 1.0)))
+            kl = agg_loss(
+                kld,
+                full,
+                settings.loss_agg_mode,
+                batch_num_tokens=int(n_full),
+                global_batch_size=int(max(totals.sequences["full"], 1.0)),
+            )
             total = total + beta * kl
             metrics["kl"] = float(kl.detach())
         if settings.entropy_coeff and entropy is not None:
-            ent = agg_loss(entropy, full, settings.loss_agg_mode, batch_num_tokens=int(n_full),
-                           global_batch_size=int(max(totals.sequences["full"], 1.0)))
+            ent = agg_loss(
+                entropy,
+                full,
+                settings.loss_agg_mode,
+                batch_num_tokens=int(n_full),
+                global_batch_size=int(max(totals.sequences["full"], 1.0)),
+            )
             total = total - settings.entropy_coeff * ent
     return total, metrics

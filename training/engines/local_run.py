@@ -104,8 +104,15 @@ def save_final(run_dir: str | Path, step: int, model: Any, tokenizer: Any) -> Pa
     return final
 
 
-def write_summary(run_dir: str | Path, head: dict[str, Any], before: dict[str, Any], after: dict[str, Any],
-                  warm: dict[str, Any], final_dir: Path, wandb_dir: Any) -> tuple[dict[str, Any], dict[str, int]]:
+def write_summary(
+    run_dir: str | Path,
+    head: dict[str, Any],
+    before: dict[str, Any],
+    after: dict[str, Any],
+    warm: dict[str, Any],
+    final_dir: Path,
+    wandb_dir: Any,
+) -> tuple[dict[str, Any], dict[str, int]]:
     """summary.json (``head``: recipe, steps, sweep, ablation) and the disk use per part;
     evaluations of earlier processes of a resumed run are read back from metrics.jsonl (so
     a resumed run keeps its EX before)."""
@@ -116,12 +123,20 @@ def write_summary(run_dir: str | Path, head: dict[str, Any], before: dict[str, A
         warm = {k: v for k, v in last_record(records, "warm_start").items() if k not in ("step", "kind", "wall_time")}
         warm["ex"] = last_record(records, "eval_warm_start").get("ex")
     summary = {
-        "recipe": head["recipe"], "steps": head["steps"], "run_dir": str(run_dir),
-        "final_model": str(final_dir), "metrics": str(run_dir / METRICS),
-        "checkpoint": str(st.latest_checkpoint(run_dir)), "wandb_dir": wandb_dir,
-        "ex_before": before.get("ex"), "ex_warm_start": warm.get("ex"), "ex_after": after.get("ex"),
-        "eval_questions": before.get("n", after.get("n")), "warm_start": warm or None,
-        "sweep": head["sweep"], "ablation": head["ablation"],
+        "recipe": head["recipe"],
+        "steps": head["steps"],
+        "run_dir": str(run_dir),
+        "final_model": str(final_dir),
+        "metrics": str(run_dir / METRICS),
+        "checkpoint": str(st.latest_checkpoint(run_dir)),
+        "wandb_dir": wandb_dir,
+        "ex_before": before.get("ex"),
+        "ex_warm_start": warm.get("ex"),
+        "ex_after": after.get("ex"),
+        "eval_questions": before.get("n", after.get("n")),
+        "warm_start": warm or None,
+        "sweep": head["sweep"],
+        "ablation": head["ablation"],
     }
     (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2))
     total, parts = st.disk_usage(run_dir)
@@ -135,16 +150,23 @@ def summary_text(summary: dict[str, Any], parts: dict[str, int]) -> str:
     delta = ""
     if summary["ex_before"] is not None and summary["ex_after"] is not None:
         middle = f" -> after warm start {pct(summary['ex_warm_start'])}" if summary["ex_warm_start"] is not None else ""
-        delta = (f"EX before {pct(summary['ex_before'])}{middle} -> after {pct(summary['ex_after'])} on "
-                 f"{summary['eval_questions']} held-out questions (greedy)")
+        delta = (
+            f"EX before {pct(summary['ex_before'])}{middle} -> after {pct(summary['ex_after'])} on "
+            f"{summary['eval_questions']} held-out questions (greedy)"
+        )
     run_dir = summary["run_dir"]
-    shares = ", ".join(f"{name} {st.human_size(size)}" for name, size in sorted(parts.items(), key=lambda kv: -kv[1])
-                       if size >= 1 << 20)
+    shares = ", ".join(
+        f"{name} {st.human_size(size)}"
+        for name, size in sorted(parts.items(), key=lambda kv: -kv[1])
+        if size >= 1 << 20
+    )
     weights = Path(summary["final_model"]) / "model.safetensors"
     if weights.is_file() and weights.stat().st_nlink > 1:
         shares += "; final/ shares the last checkpoint's weights"
-    return (f"[summary] {summary['recipe']}: {summary['steps']} steps. {delta}\n"
-            f"    checkpoint {summary['checkpoint']}\n    final model {summary['final_model']}\n"
-            f"    metrics {summary['metrics']}\n    wandb {summary['wandb_dir']}\n"
-            f"    run directory {run_dir}: {st.human_size(summary['disk_bytes'])} on disk"
-            + (f" ({shares})" if shares else ""))
+    return (
+        f"[summary] {summary['recipe']}: {summary['steps']} steps. {delta}\n"
+        f"    checkpoint {summary['checkpoint']}\n    final model {summary['final_model']}\n"
+        f"    metrics {summary['metrics']}\n    wandb {summary['wandb_dir']}\n"
+        f"    run directory {run_dir}: {st.human_size(summary['disk_bytes'])} on disk"
+        + (f" ({shares})" if shares else "")
+    )

@@ -61,7 +61,7 @@ class DataSampler:
         out: list[int] = []
         while len(out) < count:
             order = self._order(self.epoch)
-            chunk = order[self.cursor: self.cursor + (count - len(out))]
+            chunk = order[self.cursor : self.cursor + (count - len(out))]
             out.extend(chunk)
             self.cursor += len(chunk)
             if self.cursor >= self.size:
@@ -151,8 +151,10 @@ def save_checkpoint(
         model.save_pretrained(tmp)  # safetensors; tied weights stored once
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_state()},
-               tmp / TRAINER_STATE)
+    torch.save(
+        {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_state()},
+        tmp / TRAINER_STATE,
+    )
     (tmp / META).write_text(json.dumps(asdict(meta), indent=2))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
@@ -161,9 +163,7 @@ def save_checkpoint(
     return final
 
 
-def load_checkpoint(
-    path: Path, model: Any, optimizer: torch.optim.Optimizer, scheduler: Any
-) -> CheckpointMeta:
+def load_checkpoint(path: Path, model: Any, optimizer: torch.optim.Optimizer, scheduler: Any) -> CheckpointMeta:
     """Restore weights, optimizer, scheduler and RNG from ``path``; return its meta."""
     if has_weights(path):
         load_weights(model, path)
@@ -173,8 +173,10 @@ def load_checkpoint(
     if not state.is_file() and (path / "trainer.pt").is_file():
         state = path / "trainer.pt"
     if not state.is_file():
-        raise ConfigError(f"{path} holds no {TRAINER_STATE} (only the latest checkpoint keeps the optimizer "
-                          "state); resume from the latest one or start with fresh=true")
+        raise ConfigError(
+            f"{path} holds no {TRAINER_STATE} (only the latest checkpoint keeps the optimizer "
+            "state); resume from the latest one or start with fresh=true"
+        )
     trainer = torch.load(state, map_location="cpu", weights_only=False)
     optimizer.load_state_dict(trainer["optimizer"])
     scheduler.load_state_dict(trainer["scheduler"])

@@ -59,15 +59,27 @@ class Updater:
     """AdamW with linear warmup over ``total_steps * mini_batches`` optimizer steps, and the
     loss passes of one buffer (timed into ``watch`` as ``logprob`` and ``update``)."""
 
-    def __init__(self, models: PolicyModels, optim: OptimConfig, algorithm: AlgorithmConfig,
-                 loss_settings: lp.LossSettings, total_steps: int, watch: Stopwatch) -> None:
+    def __init__(
+        self,
+        models: PolicyModels,
+        optim: OptimConfig,
+        algorithm: AlgorithmConfig,
+        loss_settings: lp.LossSettings,
+        total_steps: int,
+        watch: Stopwatch,
+    ) -> None:
         self.models, self.optim, self.algorithm = models, optim, algorithm
         self.loss_settings, self.watch = loss_settings, watch
-        self.optimizer = torch.optim.AdamW(models.model.parameters(), lr=optim.lr,
-                                           betas=(optim.betas[0], optim.betas[1]), weight_decay=optim.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            models.model.parameters(),
+            lr=optim.lr,
+            betas=(optim.betas[0], optim.betas[1]),
+            weight_decay=optim.weight_decay,
+        )
         warm = warmup_steps(total_steps * algorithm.mini_batches, optim.warmup_ratio)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0)
+            self.optimizer, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0
+        )
 
     def update(self, buffer: StepBuffer, beta: float) -> dict[str, float]:
         """One optimizer pass over the buffer (``mini_batches`` optimizer steps).
@@ -89,9 +101,14 @@ class Updater:
             sums.update(self._optimizer_step(buffer, rows, beta, old, is_weights))
         return {k: v / len(chunks) for k, v in sums.items()}
 
-    def _optimizer_step(self, buffer: StepBuffer, rows: list[int], beta: float,
-                        old: dict[int, torch.Tensor] | None,
-                        is_weights: dict[int, torch.Tensor] | None = None) -> dict[str, float]:
+    def _optimizer_step(
+        self,
+        buffer: StepBuffer,
+        rows: list[int],
+        beta: float,
+        old: dict[int, torch.Tensor] | None,
+        is_weights: dict[int, torch.Tensor] | None = None,
+    ) -> dict[str, float]:
         """Accumulate gradients over micro-batches, then clip and step once."""
         m = self.models
         totals = lp.track_totals(buffer.mask_tensors(rows))
@@ -104,15 +121,33 @@ class Updater:
             ref = self._ref_log_probs(batch) if beta > 0 else None
             with self.watch.measure("update"):
                 logp, entropy = lp.response_log_probs(
-                    m.model, batch, m.device, m.autocast, with_entropy=True,
-                    entropy_grad=self.loss_settings.entropy_coeff > 0)  # [micro, resp_len] x2
-                old_lp = (torch.stack([_pad_to(old[i], logp.shape[1]) for i in micro]).to(logp.device)
-                          if old else logp.detach())  # [micro, resp_len]
-                isw = (torch.stack([_pad_to(is_weights[i], logp.shape[1]) for i in micro])
-                       if is_weights else None)  # [micro, resp_len]
-                loss, metrics = lp.grpo_loss(logp, old_lp, batch.masks, batch.advantages, totals,
-                                             self.loss_settings, beta=beta, ref_log_probs=ref, entropy=entropy,
-                                             rollout_is_weights=isw)
+                    m.model,
+                    batch,
+                    m.device,
+                    m.autocast,
+                    with_entropy=True,
+                    entropy_grad=self.loss_settings.entropy_coeff > 0,
+                )  # [micro, resp_len] x2
+                old_lp = (
+                    torch.stack([_pad_to(old[i], logp.shape[1]) for i in micro]).to(logp.device)
+                    if old
+                    else logp.detach()
+                )  # [micro, resp_len]
+                isw = (
+                    torch.stack([_pad_to(is_weights[i], logp.shape[1]) for i in micro]) if is_weights else None
+                )  # [micro, resp_len]
+                loss, metrics = lp.grpo_loss(
+                    logp,
+                    old_lp,
+                    batch.masks,
+                    batch.advantages,
+                    totals,
+                    self.loss_settings,
+                    beta=beta,
+                    ref_log_probs=ref,
+                    entropy=entropy,
+                    rollout_is_weights=isw,
+                )
                 loss.backward()
             full = batch.masks["full"].to(logp.device)  # [micro, resp_len]
             share = float(full.sum()) / n_full
@@ -161,13 +196,15 @@ def mismatch_metrics(train_lp: torch.Tensor, rollout_lp: torch.Tensor, mask: tor
     mask = mask.to(train_lp.device)
     if float(mask.sum()) == 0:
         return {}
-    out = compute_offpolicy_metrics(old_log_prob=train_lp.detach(), rollout_log_prob=rollout_lp.to(train_lp.device),
-                                    response_mask=mask)
+    out = compute_offpolicy_metrics(
+        old_log_prob=train_lp.detach(), rollout_log_prob=rollout_lp.to(train_lp.device), response_mask=mask
+    )
     return {f"rollout_corr/{k}": float(v) for k, v in out.items()}
 
 
-def apply_rollout_correction(buffer: StepBuffer, old: dict[int, torch.Tensor],
-                             corr: Any) -> tuple[dict[int, torch.Tensor] | None, dict[str, float]]:
+def apply_rollout_correction(
+    buffer: StepBuffer, old: dict[int, torch.Tensor], corr: Any
+) -> tuple[dict[int, torch.Tensor] | None, dict[str, float]]:
     """veRL's IS weights and rejection mask for the whole buffer, from the training model's
     log-probs ``old`` and the generating model's (``trajectory.logprobs``).
 
@@ -183,12 +220,19 @@ def apply_rollout_correction(buffer: StepBuffer, old: dict[int, torch.Tensor],
         return None, {}
     width = mask.shape[1]
     old_t = torch.stack([_pad_to(old[i], width) for i in rows])  # [n, W]
-    roll_t = torch.stack([_pad_to(torch.tensor(buffer.trajectories[i].logprobs, dtype=torch.float32), width)
-                          for i in rows])  # [n, W]
+    roll_t = torch.stack(
+        [_pad_to(torch.tensor(buffer.trajectories[i].logprobs, dtype=torch.float32), width) for i in rows]
+    )  # [n, W]
     weights, kept, metrics = compute_rollout_correction_and_rejection_mask(
-        old_t, roll_t, mask, rollout_is=corr.rollout_is, rollout_is_threshold=corr.rollout_is_threshold,
-        rollout_is_batch_normalize=corr.rollout_is_batch_normalize, rollout_rs=corr.rollout_rs,
-        rollout_rs_threshold=corr.rollout_rs_threshold)
+        old_t,
+        roll_t,
+        mask,
+        rollout_is=corr.rollout_is,
+        rollout_is_threshold=corr.rollout_is_threshold,
+        rollout_is_batch_normalize=corr.rollout_is_batch_normalize,
+        rollout_rs=corr.rollout_rs,
+        rollout_rs_threshold=corr.rollout_rs_threshold,
+    )
     kept = kept.float()  # [n, W]
     for _track, per_row in buffer.masks.items():
         for i in rows:
@@ -204,13 +248,13 @@ def apply_rollout_correction(buffer: StepBuffer, old: dict[int, torch.Tensor],
 def _split(rows: list[int], parts: int) -> list[list[int]]:
     parts = max(1, min(parts, len(rows)))
     size = math.ceil(len(rows) / parts)
-    return [rows[i:i + size] for i in range(0, len(rows), size)]
+    return [rows[i : i + size] for i in range(0, len(rows), size)]
 
 
 def micro_batches(rows: list[int], buffer: StepBuffer, size: int) -> list[list[int]]:
     """Rows grouped by total length (less padding), ``size`` per micro-batch."""
     ordered = sorted(rows, key=buffer.length)
-    return [ordered[i:i + size] for i in range(0, len(ordered), size)]
+    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
 
 
 def _pad_to(t: torch.Tensor, width: int) -> torch.Tensor:

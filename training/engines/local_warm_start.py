@@ -30,9 +30,15 @@ def warm_start_dir(run_dir: str | Path) -> Path:
 def fingerprint(cfg: Any, model_source: str, limits: Any) -> dict[str, Any]:
     """Everything that shapes the warm-started weights (a saved warm start is reused only
     for the same fingerprint)."""
-    return {"model": model_source, "agent": cfg.agent.name, "agent_options": dict(cfg.agent.options),
-            "data": [cfg.data.kind, cfg.data.root, cfg.data.split], "seed": cfg.seed,
-            "settings": asdict(cfg.stage.warm_start), "limits": asdict(limits)}
+    return {
+        "model": model_source,
+        "agent": cfg.agent.name,
+        "agent_options": dict(cfg.agent.options),
+        "data": [cfg.data.kind, cfg.data.root, cfg.data.split],
+        "seed": cfg.seed,
+        "settings": asdict(cfg.stage.warm_start),
+        "limits": asdict(limits),
+    }
 
 
 def finished_warm_start(run_dir: str | Path, expected: dict[str, Any]) -> dict[str, Any] | None:
@@ -44,10 +50,24 @@ def finished_warm_start(run_dir: str | Path, expected: dict[str, Any]) -> dict[s
     return record if record.get("fingerprint") == json.loads(json.dumps(expected)) else None
 
 
-def run_warm_start(model: Any, tokenizer: Any, agent: Any, examples: Sequence[Any], limits: Any,
-                   ws: WarmStartConfig, *, run_dir: str | Path, agent_name: str, expected: dict[str, Any],
-                   seed: int, grad_clip: float, device: str = "cpu", autocast: Any = None, progress: bool = False,
-                   say: Callable[[str], None] = print) -> dict[str, Any]:
+def run_warm_start(
+    model: Any,
+    tokenizer: Any,
+    agent: Any,
+    examples: Sequence[Any],
+    limits: Any,
+    ws: WarmStartConfig,
+    *,
+    run_dir: str | Path,
+    agent_name: str,
+    expected: dict[str, Any],
+    seed: int,
+    grad_clip: float,
+    device: str = "cpu",
+    autocast: Any = None,
+    progress: bool = False,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Fine-tune ``model`` on demonstrations of ``agent`` on ``examples`` (or reload the
     finished warm start in ``run_dir`` when its fingerprint is ``expected``)."""
     from training.demonstrations import get_script, record_demonstrations
@@ -62,23 +82,39 @@ def run_warm_start(model: Any, tokenizer: Any, agent: Any, examples: Sequence[An
     script = get_script(agent_name)
     demos = record_demonstrations(agent, examples, tokenizer, limits, script)
     dropped = ", ".join(f"{n} × {why}" for why, n in sorted(demos.dropped.items())) or "none"
-    say(f"[warm start] {demos.kept_examples}/{len(examples)} training questions demonstrated in the "
-        f"{agent_name} protocol ({len(demos.trajectories)} episodes); dropped: {dropped}")
+    say(
+        f"[warm start] {demos.kept_examples}/{len(examples)} training questions demonstrated in the "
+        f"{agent_name} protocol ({len(demos.trajectories)} episodes); dropped: {dropped}"
+    )
     if not demos.trajectories:
         from tools.errors import ConfigError
 
         raise ConfigError(
             "no demonstration fits the rollout limits (every one was dropped: " + dropped + "); raise "
-            "rollout.max_new_tokens / rollout.max_response_tokens or set stage.warm_start.enable=false")
-    settings = WarmStartSettings(epochs=ws.epochs, lr=ws.lr, batch_size=ws.batch_size,
-                                 micro_batch_size=ws.micro_batch_size, warmup_ratio=ws.warmup_ratio,
-                                 grad_clip=grad_clip)
-    result = supervised_fine_tune(model, demos.trajectories, settings, tokenizer.pad_token_id, device, autocast,
-                                  seed=seed, progress=progress)
-    result.update({"demonstrations": float(len(demos.trajectories)), "questions": float(demos.kept_examples),
-                   "dropped": float(sum(demos.dropped.values()))})
-    say(f"[warm start] SFT: {int(result['steps'])} steps, NLL {result['nll_first']:.3f} -> "
-        f"{result['nll_last']:.3f} on {int(result['policy_tokens'])} policy tokens ({result['duration_s']:.0f}s)")
+            "rollout.max_new_tokens / rollout.max_response_tokens or set stage.warm_start.enable=false"
+        )
+    settings = WarmStartSettings(
+        epochs=ws.epochs,
+        lr=ws.lr,
+        batch_size=ws.batch_size,
+        micro_batch_size=ws.micro_batch_size,
+        warmup_ratio=ws.warmup_ratio,
+        grad_clip=grad_clip,
+    )
+    result = supervised_fine_tune(
+        model, demos.trajectories, settings, tokenizer.pad_token_id, device, autocast, seed=seed, progress=progress
+    )
+    result.update(
+        {
+            "demonstrations": float(len(demos.trajectories)),
+            "questions": float(demos.kept_examples),
+            "dropped": float(sum(demos.dropped.values())),
+        }
+    )
+    say(
+        f"[warm start] SFT: {int(result['steps'])} steps, NLL {result['nll_first']:.3f} -> "
+        f"{result['nll_last']:.3f} on {int(result['policy_tokens'])} policy tokens ({result['duration_s']:.0f}s)"
+    )
     save_warm_start(model, tokenizer, out, expected, result)
     return result
 

@@ -72,7 +72,9 @@ def phase_aware_advantages(
         uids = [str(data.non_tensor_batch["uid"][i]) for i in real]
         groups = group_keys(uids, [r["role"] for r in records], settings.group_by)
         options = AdvantageOptions(
-            epsilon=settings.epsilon, norm_by_std=settings.norm_by_std, clamp=settings.clamp,
+            epsilon=settings.epsilon,
+            norm_by_std=settings.norm_by_std,
+            clamp=settings.clamp,
             schema_track=settings.schema_track,
         )
         seq_adv = get_estimator(settings.estimator)(_track_scores(rewards), groups, options)
@@ -91,8 +93,11 @@ UPDATE_KEY = "sqlagent_update"
 
 
 def update_rows(
-    real: Sequence[int], seq_adv: Mapping[str, torch.Tensor], mask: torch.Tensor,
-    schema_masks: Sequence[Sequence[int]], settings: AdvantageSettings,
+    real: Sequence[int],
+    seq_adv: Mapping[str, torch.Tensor],
+    mask: torch.Tensor,
+    schema_masks: Sequence[Sequence[int]],
+    settings: AdvantageSettings,
 ) -> dict[int, tuple[dict[str, list[float]], dict[str, float]]]:
     """Row -> (per-track token masks, per-track sequence advantages) of the rows in the
     update, as :func:`_token_level` uses them: ``full`` is the loss mask, the schema track
@@ -100,8 +105,10 @@ def update_rows(
     tracks = {"full": mask}  # [n_real, resp_len]
     if settings.schema_track in seq_adv:
         tracks[settings.schema_track] = _padded(schema_masks, mask.shape[1]) * mask  # [n_real, resp_len]
-    return {row: ({k: v[j].tolist() for k, v in tracks.items()}, {k: float(v[j]) for k, v in seq_adv.items()})
-            for j, row in enumerate(real)}
+    return {
+        row: ({k: v[j].tolist() for k, v in tracks.items()}, {k: float(v[j]) for k, v in seq_adv.items()})
+        for j, row in enumerate(real)
+    }
 
 
 def _track_scores(rewards: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
@@ -187,7 +194,9 @@ def step_record(records: Sequence[Mapping[str, Any]], rewards: Sequence[Mapping[
     out["reward/errors"] = float(sum(1 for r in rewards if r.get("error")))
     roles = {rec["role"] for rec in records}
     finals = [r for rec, r in zip(records, rewards, strict=True) if rec.get("final_sql") is not None or len(roles) == 1]
-    out["ex/batch"] = float(np.mean([r["components"].get("exec", 0.0) >= 1.0 - 1e-9 for r in finals])) if finals else 0.0
+    out["ex/batch"] = (
+        float(np.mean([r["components"].get("exec", 0.0) >= 1.0 - 1e-9 for r in finals])) if finals else 0.0
+    )
     out["episode/turns"] = float(np.mean([rec["num_turns"] for rec in records]))
     return out
 
@@ -221,9 +230,18 @@ def row_key(key: str) -> tuple[str, int, int]:
 
 
 def sample_rows(
-    *, step: int, design: str, extra: Sequence[Any], keys: Sequence[str], prompts: Sequence[Sequence[int]],
-    responses: Sequence[Sequence[int]], update: Mapping[int, tuple[dict[str, list[float]], dict[str, float]]],
-    examples: Mapping[str, Any], tokenizer: Any, count: int, tables: Any = None,
+    *,
+    step: int,
+    design: str,
+    extra: Sequence[Any],
+    keys: Sequence[str],
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    update: Mapping[int, tuple[dict[str, list[float]], dict[str, float]]],
+    examples: Mapping[str, Any],
+    tokenizer: Any,
+    count: int,
+    tables: Any = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """samples.jsonl records (``training.records.sample_record``, as the local engine writes
     them) of the step's first ``count`` rows, whole groups in order (veRL's row keys
@@ -250,14 +268,34 @@ def sample_rows(
         masks, adv = update.get(i, (None, None))
         example = examples[ep["example_id"]]
         found = dict(tables(example, ep["final_sql"]) if tables is not None else {})
-        turns = [{"index": t, "phase": phase, "format_ok": ok}
-                 for t, (phase, ok) in enumerate(zip(ep["phases"], ep["format_ok"], strict=True))]
-        records.append(sample_record(
-            step=step, engine="verl", design=design, example=example, role=ep["role"], group=ep["group"],
-            sample=row_key(keys[i])[1], prompt=key, tokens=_decoded(tokenizer, responses[i][:n]),
-            turn_index=ep["turn_index"][:n], response_mask=ep["policy_mask"][:n],
-            loss_masks={k: v[:n] for k, v in masks.items()} if masks is not None else None, advantages=adv,
-            reward=reward["total"], components=reward.get("components") or {}, tracks=reward.get("tracks") or {},
-            reward_error=reward.get("error"), outcome=found.pop("outcome", None), final_sql=ep["final_sql"],
-            end_reason=ep["end_reason"], turns=turns, tables=found))
+        turns = [
+            {"index": t, "phase": phase, "format_ok": ok}
+            for t, (phase, ok) in enumerate(zip(ep["phases"], ep["format_ok"], strict=True))
+        ]
+        records.append(
+            sample_record(
+                step=step,
+                engine="verl",
+                design=design,
+                example=example,
+                role=ep["role"],
+                group=ep["group"],
+                sample=row_key(keys[i])[1],
+                prompt=key,
+                tokens=_decoded(tokenizer, responses[i][:n]),
+                turn_index=ep["turn_index"][:n],
+                response_mask=ep["policy_mask"][:n],
+                loss_masks={k: v[:n] for k, v in masks.items()} if masks is not None else None,
+                advantages=adv,
+                reward=reward["total"],
+                components=reward.get("components") or {},
+                tracks=reward.get("tracks") or {},
+                reward_error=reward.get("error"),
+                outcome=found.pop("outcome", None),
+                final_sql=ep["final_sql"],
+                end_reason=ep["end_reason"],
+                turns=turns,
+                tables=found,
+            )
+        )
     return records, prompt_texts

@@ -150,15 +150,20 @@ def make_agenerate(server_manager: Any, request_id: str, versions: WeightVersion
 
     async def agenerate(prompt_ids: list[int], sampling: Any) -> GenerationOutput:
         params = vllm_sampling_params(sampling)
-        output = await server_manager.generate(request_id=request_id, prompt_ids=list(prompt_ids), sampling_params=params)
+        output = await server_manager.generate(
+            request_id=request_id, prompt_ids=list(prompt_ids), sampling_params=params
+        )
         if versions is not None:
             versions.add(output.extra_fields or {})
         token_ids = list(output.token_ids)
         max_tokens = params.get("max_tokens")
         finish = "length" if max_tokens is not None and len(token_ids) >= max_tokens else "stop"
         if output.stop_reason == "aborted":  # not expected with the sync trainer; the turn keeps its tokens
-            log.warning("generation aborted by the server (request %s); the turn keeps its %d tokens",
-                        request_id, len(token_ids))
+            log.warning(
+                "generation aborted by the server (request %s); the turn keeps its %d tokens",
+                request_id,
+                len(token_ids),
+            )
         logprobs = list(output.log_probs) if output.log_probs else None
         return GenerationOutput(token_ids=token_ids, logprobs=logprobs, finish_reason=finish)
 
@@ -303,7 +308,12 @@ class SqlAgentLoop(AgentLoopBase):
         return (str(files),) if isinstance(files, str) else tuple(str(f) for f in files)
 
     async def _rollout(
-        self, agent: Agent, example: Example, db: Any, sampling_params: Mapping[str, Any], request_id: str,
+        self,
+        agent: Agent,
+        example: Example,
+        db: Any,
+        sampling_params: Mapping[str, Any],
+        request_id: str,
         versions: WeightVersions,
     ) -> tuple[list[Trajectory], float]:
         from training.rollout import run_episode_async
@@ -347,7 +357,11 @@ class SqlAgentLoop(AgentLoopBase):
         )
 
     async def _outputs(
-        self, trajectories: Sequence[Trajectory], example: Example, db: Any, seconds: float,
+        self,
+        trajectories: Sequence[Trajectory],
+        example: Example,
+        db: Any,
+        seconds: float,
         versions: Mapping[str, int],
     ) -> list[AgentLoopOutput]:
         """Score each episode, build its masks, and make one output per episode.
@@ -361,8 +375,12 @@ class SqlAgentLoop(AgentLoopBase):
 
         kept = [t for t in trajectories if "prompt_too_long" not in t.result.flags]
         if len(kept) < len(trajectories):
-            log.warning("example %s: %d episode(s) dropped, prompt longer than %d tokens",
-                        example.id, len(trajectories) - len(kept), self.prompt_length)
+            log.warning(
+                "example %s: %d episode(s) dropped, prompt longer than %d tokens",
+                example.id,
+                len(trajectories) - len(kept),
+                self.prompt_length,
+            )
         keys = extra_info_keys(self.settings.filter_metric)
         outputs: dict[int, AgentLoopOutput] = {}
         if kept:
@@ -378,11 +396,14 @@ class SqlAgentLoop(AgentLoopBase):
             masks, _ = track_masks(kept, ["full", schema], schema, self.settings.error_turn_mask)
             metrics = {"generate_sequences": seconds / len(kept), "compute_score": score_seconds / len(kept)}
             for i, (traj, breakdown) in enumerate(zip(kept, breakdowns, strict=True)):
-                out = to_output(traj, breakdown, keys, masks["full"][i], masks[schema][i], metrics, self.response_length)
+                out = to_output(
+                    traj, breakdown, keys, masks["full"][i], masks[schema][i], metrics, self.response_length
+                )
                 outputs[id(traj)] = out
         result = []
+        tokenizer: Any = self.tokenizer  # veRL types it AutoTokenizer; it is the loaded tokenizer
         for traj in trajectories:
-            out = outputs.get(id(traj)) or dropped_output(traj, keys, self.prompt_length, getattr(self.tokenizer, "eos_token_id"))
+            out = outputs.get(id(traj)) or dropped_output(traj, keys, self.prompt_length, tokenizer.eos_token_id)
             out.extra_fields.update(versions)
             result.append(out)
         return result

@@ -47,7 +47,11 @@ class CheckReport:
 
     def raise_first(self) -> None:
         if self.failures:
-            more = f" (and {len(self.failures) - 1} more: {'; '.join(self.failures[1:])})" if len(self.failures) > 1 else ""
+            more = (
+                f" (and {len(self.failures) - 1} more: {'; '.join(self.failures[1:])})"
+                if len(self.failures) > 1
+                else ""
+            )
             raise ConfigError(self.failures[0] + more)
 
 
@@ -91,8 +95,10 @@ def data_parallel_rule(cfg: DictConfig, card: ModelCard) -> list[str]:
     gpus, sp = _gpus(cfg), _sp(cfg)
     if gpus % sp == 0:
         return []
-    return [f"{gpus} GPU(s) cannot be split into Ulysses groups of {sp}: set "
-            f"+verl.actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size to a divisor of {gpus}"]
+    return [
+        f"{gpus} GPU(s) cannot be split into Ulysses groups of {sp}: set "
+        f"+verl.actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size to a divisor of {gpus}"
+    ]
 
 
 def padding_note(cfg: DictConfig, card: ModelCard) -> list[str]:
@@ -112,7 +118,8 @@ def padding_note(cfg: DictConfig, card: ModelCard) -> list[str]:
         f"a mini-batch of {actor.ppo_mini_batch_size} questions x G={n} = {rows} rows does not split over "
         f"{dp} data-parallel GPU(s): each optimizer step is padded to {padded} rows ({padded - rows} no-op). "
         f"Make algorithm.batch_size / algorithm.mini_batches x algorithm.group_size a multiple of {dp}"
-        + (f" (e.g. algorithm.group_size={ok[0]})" if ok else "") + " to use every GPU"
+        + (f" (e.g. algorithm.group_size={ok[0]})" if ok else "")
+        + " to use every GPU"
     ]
 
 
@@ -135,9 +142,11 @@ def sequence_parallel_rule(cfg: DictConfig, card: ModelCard) -> list[str]:
     out = _heads_divisible(card, sp, f"Ulysses sequence parallel size {sp}", key)
     attn = (cfg.actor_rollout_ref.model.get("override_config") or {}).get("attn_implementation", "flash_attention_2")
     if attn != "flash_attention_2":
-        out.append(f"Ulysses sequence parallel size {sp} works only with flash-attn (veRL patches its forward), "
-                   f"not attn_implementation={attn}: set model.attn_implementation=flash_attention_2 (install "
-                   "flash-attn) or {key}=1")
+        out.append(
+            f"Ulysses sequence parallel size {sp} works only with flash-attn (veRL patches its forward), "
+            f"not attn_implementation={attn}: set model.attn_implementation=flash_attention_2 (install "
+            "flash-attn) or {key}=1"
+        )
     return out
 
 

@@ -281,7 +281,13 @@ def trainer_values(s: VerlSettings) -> dict[str, Any]:
 
 
 SECTIONS: tuple[Callable[[VerlSettings], dict[str, Any]], ...] = (
-    model_values, actor_values, rollout_values, data_values, algorithm_values, trainer_values, sizing_values,
+    model_values,
+    actor_values,
+    rollout_values,
+    data_values,
+    algorithm_values,
+    trainer_values,
+    sizing_values,
 )
 """The mapping from project settings to veRL keys, one plain function per part of the tree."""
 
@@ -304,12 +310,20 @@ def worker_settings(s: VerlSettings) -> WorkerSettings:
         max_new_tokens_per_turn=s.max_new_tokens_per_turn,
         observation_max_tokens=s.observation_max_tokens,
         advantage=AdvantageSettings(
-            estimator=s.advantage, group_by=s.group_by, epsilon=s.advantage_epsilon, norm_by_std=s.norm_by_std,
-            clamp=s.advantage_clip, schema_weight=s.schema_weight, schema_track=s.schema_track,
+            estimator=s.advantage,
+            group_by=s.group_by,
+            epsilon=s.advantage_epsilon,
+            norm_by_std=s.norm_by_std,
+            clamp=s.advantage_clip,
+            schema_weight=s.schema_weight,
+            schema_track=s.schema_track,
         ),
         kl_schedule=tuple((int(a), float(b)) for a, b in s.kl_schedule),
         dynamic_sampling=DynamicSampling(
-            enable=s.dynamic_sampling, metric=s.filter_metric, min_std=s.filter_min_std, refill=s.refill,
+            enable=s.dynamic_sampling,
+            metric=s.filter_metric,
+            min_std=s.filter_min_std,
+            refill=s.refill,
             oversample=s.oversample,
         ),
         run_dir=str(run_dir),
@@ -440,5 +454,3 @@ def verl_config_for(
     settings = settings_from_project(cfg, model_path, num_train_examples)
     block, dotted = split_verl_block(cfg.verl)
     return build_verl_config(settings, block, dotted)
-
-

@@ -63,5 +63,8 @@ def count_examples(data: Any, split: str, limit: int | None) -> int:
     """How many examples ``load_examples`` gives for a split (no files written)."""
     from eval.data import load_examples
 
-    return len(load_examples(kind=data.kind, root=data.root, drop_failing_gold=data.drop_failing_gold,
-                             split=split, limit=limit))
+    return len(
+        load_examples(
+            kind=data.kind, root=data.root, drop_failing_gold=data.drop_failing_gold, split=split, limit=limit
+        )
+    )

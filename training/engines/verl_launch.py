@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 Say = Callable[[str], None]
 
 
-
 # ----------------------------------------------------------------------------- the engine API
 
 
@@ -62,8 +61,10 @@ def describe(cfg: TrainConfig) -> str:
     shared = check_shared_storage(cfg.run_dir, int(verl_cfg.trainer.nnodes), cfg.trainer.shared_run_dir_check)
     notes += [shared.removeprefix("[run] ")] if shared else []
     if card.known:
-        notes.append(f"model {card.path}: {card.max_position_embeddings} positions, {card.num_attention_heads} "
-                     f"heads, {card.num_key_value_heads} KV heads - {card.origin}")
+        notes.append(
+            f"model {card.path}: {card.max_position_embeddings} positions, {card.num_attention_heads} "
+            f"heads, {card.num_key_value_heads} KV heads - {card.origin}"
+        )
     notes += [f"unchecked: {item}" for item in report.unchecked] + [f"note: {item}" for item in report.notes]
     header = (
         f"# engine=verl: veRL {_verl_version()} ppo_trainer composed from pkg://{PPO_CONFIG_MODULE}, "
@@ -140,8 +141,15 @@ def child_main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"{args.config} holds a list; pass the veRL config mapping a sweep job wrote")
     if args.dry_run:
         runtime_env = OmegaConf.to_container(cfg.ray_kwargs.ray_init.runtime_env, resolve=True)
-        print(json.dumps({"experiment_name": cfg.trainer.experiment_name, "runtime_env": runtime_env,
-                          "environment": {k: os.environ.get(k) for k in ("WANDB_RUN_GROUP", "WANDB_TAGS")}}))
+        print(
+            json.dumps(
+                {
+                    "experiment_name": cfg.trainer.experiment_name,
+                    "runtime_env": runtime_env,
+                    "environment": {k: os.environ.get(k) for k in ("WANDB_RUN_GROUP", "WANDB_TAGS")},
+                }
+            )
+        )
         return 0
     launch(cfg)
     return 0
@@ -159,8 +167,10 @@ def prepare(cfg: TrainConfig, say: Say = print, check_devices: bool = True) -> t
     train_examples = _load(cfg, cfg.data.split, cfg.data.limit)
     val_examples = _load(cfg, cfg.data.eval_split, cfg.data.eval_limit)
     if not (cfg.model.path or cfg.stage.init_from) and cfg.gpu_backbone:
-        say(f"[verl] model.path is null: training recipe {cfg.recipe_name}'s GPU backbone {cfg.gpu_backbone} "
-            "(model.path=<dir or hub name> to change)")
+        say(
+            f"[verl] model.path is null: training recipe {cfg.recipe_name}'s GPU backbone {cfg.gpu_backbone} "
+            "(model.path=<dir or hub name> to change)"
+        )
     verl_cfg = verl_config_for(cfg, num_train_examples=len(train_examples))
     report = check_run(verl_cfg, expected_card(cfg))
     sized = sizing_report(cfg, verl_cfg)
@@ -177,16 +187,24 @@ def prepare(cfg: TrainConfig, say: Say = print, check_devices: bool = True) -> t
     apply_resume(verl_cfg, decision)
     total = int(verl_cfg.trainer.total_training_steps)
     if decision.step >= total and (Path(cfg.run_dir) / "final").is_dir():
-        say(f"[resume] {cfg.run_dir} is finished ({decision.step} steps; trainer.total_steps={total}): nothing to "
-            "do, nothing changed. Pass a larger trainer.total_steps to continue it, or fresh=true to start over.")
-        return verl_cfg, {"engine": "verl", "run_dir": cfg.run_dir, "finished": True,
-                          "final_dir": str(Path(cfg.run_dir).resolve() / "final")}
+        say(
+            f"[resume] {cfg.run_dir} is finished ({decision.step} steps; trainer.total_steps={total}): nothing to "
+            "do, nothing changed. Pass a larger trainer.total_steps to continue it, or fresh=true to start over."
+        )
+        return verl_cfg, {
+            "engine": "verl",
+            "run_dir": cfg.run_dir,
+            "finished": True,
+            "final_dir": str(Path(cfg.run_dir).resolve() / "final"),
+        }
     write_config_record(cfg.run_dir, decision.step, to_yaml_tree(cfg))
     train_file, val_file = data_files(cfg.run_dir)
     write_prompt_file(train_examples, train_file)
     write_prompt_file(val_examples, val_file)
-    say(f"[verl] {len(train_examples)} train / {len(val_examples)} validation prompts in {train_file.parent}; "
-        f"{verl_cfg.trainer.total_training_steps} steps over {verl_cfg.trainer.total_epochs} epoch(s)")
+    say(
+        f"[verl] {len(train_examples)} train / {len(val_examples)} validation prompts in {train_file.parent}; "
+        f"{verl_cfg.trainer.total_training_steps} steps over {verl_cfg.trainer.total_epochs} epoch(s)"
+    )
     verl_metrics = _set_logging_env(verl_cfg, cfg.run_dir)
     summary = {
         "engine": "verl",
@@ -216,8 +234,9 @@ def _load(cfg: TrainConfig, split: str, limit: int | None) -> list[Example]:
     from eval.data import load_examples
 
     data = cfg.data
-    return load_examples(kind=data.kind, root=data.root, drop_failing_gold=data.drop_failing_gold,
-                         split=split, limit=limit)
+    return load_examples(
+        kind=data.kind, root=data.root, drop_failing_gold=data.drop_failing_gold, split=split, limit=limit
+    )
 
 
 def _verl_version() -> str:
@@ -264,8 +283,11 @@ def expected_card(cfg: TrainConfig) -> ModelCard:
     card = model_card(policy_path(cfg))
     factor = cfg.model.context_factor
     if factor and card.max_position_embeddings:
-        return dataclasses.replace(card, max_position_embeddings=int(card.max_position_embeddings * factor),
-                                   origin=f"{card.origin}, x model.context_factor={factor}")
+        return dataclasses.replace(
+            card,
+            max_position_embeddings=int(card.max_position_embeddings * factor),
+            origin=f"{card.origin}, x model.context_factor={factor}",
+        )
     return card
 
 
@@ -302,8 +324,10 @@ def _check_model_directory(verl_cfg: DictConfig, model_path: str, say: Say) -> N
 
             where = str(Path(hf_hub_download(model_path, "config.json")).parent)
         except (OSError, ValueError) as err:  # offline, gated, or not a hub name: the table's numbers stand
-            say(f"[verl] could not read {model_path}'s config.json from the hub ({type(err).__name__}); "
-                "checked against training/backbones.py")
+            say(
+                f"[verl] could not read {model_path}'s config.json from the hub ({type(err).__name__}); "
+                "checked against training/backbones.py"
+            )
     card = model_card(where)
     check_run(verl_cfg, dataclasses.replace(card, path=model_path)).raise_first()
 

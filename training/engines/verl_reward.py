@@ -51,9 +51,7 @@ def _freeze(value: Any) -> Any:
     return value
 
 
-def score_episode(
-    reward_fn: RewardFn, trajectory: Trajectory, example: Example, db: Database
-) -> RewardBreakdown:
+def score_episode(reward_fn: RewardFn, trajectory: Trajectory, example: Example, db: Database) -> RewardBreakdown:
     """Score one episode. A reward that cannot be computed returns a breakdown whose
     ``error`` says why (counted in ``reward_error``); a reward that raises is a bug and
     propagates, so veRL marks the group failed instead of training on a silent 0."""

@@ -106,8 +106,11 @@ class SqlAgentReplayBuffer(ReplayBuffer):
             return set(), Counter()
         finished = set(self.finished_keys[partition_id])
         values = self._group_values(partition_id, finished)
-        filtered = {uid: (values[uid][0] if values[uid] else 0.0) for uid in finished
-                    if not informative(values[uid], self.dynamic.min_std)}
+        filtered = {
+            uid: (values[uid][0] if values[uid] else 0.0)
+            for uid in finished
+            if not informative(values[uid], self.dynamic.min_std)
+        }
         return set(filtered), Counter(filtered.values())
 
     # ------------------------------------------------------------------ SPEC's one draw
@@ -130,8 +133,11 @@ class SqlAgentReplayBuffer(ReplayBuffer):
         steps = self.prompt_global_steps[partition_id]
         ordered = sorted(terminal & with_rows, key=lambda uid: (steps.get(uid, 0), uid))
         values = self._group_values(partition_id, set(ordered))
-        keep = [uid for uid in ordered if uid in self.finished_keys[partition_id]
-                and informative(values[uid], self.dynamic.min_std)][:batch_size]
+        keep = [
+            uid
+            for uid in ordered
+            if uid in self.finished_keys[partition_id] and informative(values[uid], self.dynamic.min_std)
+        ][:batch_size]
         fill = [uid for uid in ordered if uid not in keep][: batch_size - len(keep)]
         if not keep and not fill:
             raise RuntimeError("dynamic sampling: no group of this step produced rows (every rollout failed)")
@@ -140,14 +146,17 @@ class SqlAgentReplayBuffer(ReplayBuffer):
         self._clear_groups(partition_id, surplus)
         batch = self._materialize_batch(partition_id, keep + fill, snapshot)
         filled = set(fill)
-        batch.tags = [dict(tag, **{ZERO_MASK_TAG: key.split("_")[0] in filled})
-                      for key, tag in zip(batch.keys, batch.tags, strict=True)]
+        batch.tags = [
+            dict(tag, **{ZERO_MASK_TAG: key.split("_")[0] in filled})
+            for key, tag in zip(batch.keys, batch.tags, strict=True)
+        ]
         metrics = {
             "training/dynamic_sampling/drawn_groups": len(terminal),
             "training/dynamic_sampling/kept_groups": len(keep),
             "training/dynamic_sampling/zero_masked_groups": len(fill),
             "training/dynamic_sampling/fill_rate": len(keep) / batch_size,
         }
-        log.info("dynamic sampling: %d of %d groups informative, %d slot(s) zero-masked",
-                 len(keep), len(terminal), len(fill))
+        log.info(
+            "dynamic sampling: %d of %d groups informative, %d slot(s) zero-masked", len(keep), len(terminal), len(fill)
+        )
         return batch, metrics

@@ -50,16 +50,18 @@ class RolloutDriverSFTDataset:
     ``pad_mode=right``, padded to ``max_length``) as 1-D tensors, like veRL's own dataset.
     """
 
-    def __init__(self, parquet_files: Any, tokenizer: Any, config: Any, processor: Any = None,
-                 max_samples: int = -1) -> None:
+    def __init__(
+        self, parquet_files: Any, tokenizer: Any, config: Any, processor: Any = None, max_samples: int = -1
+    ) -> None:
         from omegaconf import OmegaConf
 
         from training.stages.dataset import read_rows
 
         block = config.get("sqlagent")
         if block is None:
-            raise ValueError("RolloutDriverSFTDataset needs the data.sqlagent block (training.run engine=verl "
-                             "stage=sft writes it)")
+            raise ValueError(
+                "RolloutDriverSFTDataset needs the data.sqlagent block (training.run engine=verl stage=sft writes it)"
+            )
         settings = OmegaConf.to_container(block, resolve=True) if not isinstance(block, dict) else dict(block)
         if not isinstance(settings, dict):
             raise ValueError(f"data.sqlagent must be a mapping, got {type(settings).__name__}")
@@ -85,11 +87,16 @@ class RolloutDriverSFTDataset:
         loss = [0] * len(t.prompt_ids) + [int(m) for m in t.response_mask]
         if len(ids) > self.max_length:
             if self.truncation == "error":
-                raise ValueError(f"episode {t.example_id}/{t.role}: {len(ids)} tokens > data.max_length="
-                                 f"{self.max_length}; raise data.max_length or set data.truncation=right")
+                raise ValueError(
+                    f"episode {t.example_id}/{t.role}: {len(ids)} tokens > data.max_length="
+                    f"{self.max_length}; raise data.max_length or set data.truncation=right"
+                )
             ids, loss = ids[: self.max_length], loss[: self.max_length]
-        item = {"input_ids": torch.tensor(ids, dtype=torch.long), "loss_mask": torch.tensor(loss, dtype=torch.long),
-                "position_ids": torch.arange(len(ids), dtype=torch.long)}
+        item = {
+            "input_ids": torch.tensor(ids, dtype=torch.long),
+            "loss_mask": torch.tensor(loss, dtype=torch.long),
+            "position_ids": torch.arange(len(ids), dtype=torch.long),
+        }
         if self.pad_mode == "right":
             pad = self.max_length - len(ids)
             pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
@@ -117,8 +124,9 @@ def replay_rows(rows: list[dict[str, Any]], tokenizer: Any, settings: dict[str, 
     from training.stages.dataset import replay
 
     d = settings["data"]
-    examples = load_examples(kind=d["kind"], root=d["root"], split=d["split"],
-                             drop_failing_gold=d["drop_failing_gold"], limit=d["limit"])
+    examples = load_examples(
+        kind=d["kind"], root=d["root"], split=d["split"], drop_failing_gold=d["drop_failing_gold"], limit=d["limit"]
+    )
     options = dict(settings["agent_options"])
     if "few_shot_pool" in agent_options(settings["agent"]):
         options["few_shot_pool"] = tuple(examples)
@@ -129,20 +137,33 @@ def replay_rows(rows: list[dict[str, Any]], tokenizer: Any, settings: dict[str, 
 
 # ----------------------------------------------------------------------------- the config
 
+
 def sqlagent_block(cfg: Any) -> dict[str, Any]:
     """What the dataset class needs to rebuild the agent, as plain data."""
     from training.rollout import RolloutLimits
 
     r = cfg.rollout
-    limits = RolloutLimits(max_response_tokens=r.max_response_tokens,
-                           max_context_tokens=r.max_prompt_tokens + r.max_response_tokens,
-                           max_tokens_per_turn=r.max_new_tokens, max_observation_tokens=r.observation_max_tokens,
-                           max_prompt_tokens=r.max_prompt_tokens)
+    limits = RolloutLimits(
+        max_response_tokens=r.max_response_tokens,
+        max_context_tokens=r.max_prompt_tokens + r.max_response_tokens,
+        max_tokens_per_turn=r.max_new_tokens,
+        max_observation_tokens=r.observation_max_tokens,
+        max_prompt_tokens=r.max_prompt_tokens,
+    )
     d = cfg.data
-    return {"agent": cfg.agent.name, "agent_options": dict(cfg.agent.options), "limits": dataclasses.asdict(limits),
-            "data": {"kind": d.kind, "root": d.root, "split": d.split, "drop_failing_gold": d.drop_failing_gold,
-                     "limit": d.limit},
-            "drop_phases": list(cfg.supervised.drop_phases)}
+    return {
+        "agent": cfg.agent.name,
+        "agent_options": dict(cfg.agent.options),
+        "limits": dataclasses.asdict(limits),
+        "data": {
+            "kind": d.kind,
+            "root": d.root,
+            "split": d.split,
+            "drop_failing_gold": d.drop_failing_gold,
+            "limit": d.limit,
+        },
+        "drop_phases": list(cfg.supervised.drop_phases),
+    }
 
 
 def dataset_file(cfg: Any) -> Path:
@@ -227,8 +248,10 @@ def describe(cfg: Any) -> str:
     path = cfg.stage.init_from or cfg.model.path or "EMBEDDED_DEFAULT"  # resolved (converted) when training starts
     data = dataset_file(cfg)
     state = "present" if data.exists() else "not built yet: stage=data (or this command) builds it first"
-    header = (f"# engine=verl stage={cfg.stage.name}: veRL sft_trainer_engine composed from pkg://{SFT_CONFIG_MODULE};"
-              f"\n# dataset {data} ({state}); model {path}\n")
+    header = (
+        f"# engine=verl stage={cfg.stage.name}: veRL sft_trainer_engine composed from pkg://{SFT_CONFIG_MODULE};"
+        f"\n# dataset {data} ({state}); model {path}\n"
+    )
     return header + OmegaConf.to_yaml(compose_sft_config(cfg, str(path)))
 
 
@@ -241,8 +264,11 @@ def data_config(cfg: Any) -> Any:
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    return dataclasses.replace(cfg, stage=dataclasses.replace(cfg.stage, name="data"),
-                               engine=dataclasses.replace(cfg.engine, name="local", device=device))
+    return dataclasses.replace(
+        cfg,
+        stage=dataclasses.replace(cfg.stage, name="data"),
+        engine=dataclasses.replace(cfg.engine, name="local", device=device),
+    )
 
 
 def describe_data(cfg: Any) -> str:
@@ -251,15 +277,20 @@ def describe_data(cfg: Any) -> str:
 
     sup, data = cfg.supervised, dataset_file(cfg)
     ep = sup.policy_endpoint
-    policy = (f"the served policy {ep['model']} at {ep['base_url']} (endpoint client; tools run here)" if ep
-              else f"the local model {cfg.stage.init_from or cfg.model.path or 'EMBEDDED_DEFAULT'} on "
-                   f"{data_config(cfg).engine.device}")
+    policy = (
+        f"the served policy {ep['model']} at {ep['base_url']} (endpoint client; tools run here)"
+        if ep
+        else f"the local model {cfg.stage.init_from or cfg.model.path or 'EMBEDDED_DEFAULT'} on "
+        f"{data_config(cfg).engine.device}"
+    )
     teachers = [t.get("model", t.get("path")) for t in sup.teachers] or ["the policy itself"]
     chain = chain_of(cfg)
     mined = f"pass@{sup.samples} of {policy}" if chain == "mine" else "no policy mining"
-    return (f"# engine=verl stage=data: chain={chain} ({cfg.agent.name}); {mined}; teachers {teachers}"
-            f"{' (privileged)' if (sup.privileged if sup.privileged is not None else chain == 'mine') else ''};\n"
-            f"# writes {data} (+ card.json), which stage=sft engine=verl reads\n")
+    return (
+        f"# engine=verl stage=data: chain={chain} ({cfg.agent.name}); {mined}; teachers {teachers}"
+        f"{' (privileged)' if (sup.privileged if sup.privileged is not None else chain == 'mine') else ''};\n"
+        f"# writes {data} (+ card.json), which stage=sft engine=verl reads\n"
+    )
 
 
 def train(cfg: Any, say: Any = print) -> dict[str, Any]:
@@ -279,9 +310,17 @@ def train(cfg: Any, say: Any = print) -> dict[str, Any]:
         run_stage(data_config(cfg), None, say)
     model_path = resolve_model_path(cfg.stage.init_from or cfg.model.path, say)
     config_file = write_sft_config(cfg, model_path)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}",
-               "-m", "verl.trainer.sft_trainer", f"--config-path={config_file.parent}",
-               f"--config-name={config_file.stem}"]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={gpus}",
+        "-m",
+        "verl.trainer.sft_trainer",
+        f"--config-path={config_file.parent}",
+        f"--config-name={config_file.stem}",
+    ]
     say("[verl sft] " + " ".join(command))
     subprocess.run(command, check=True)
     hf = latest_hf_checkpoint(Path(cfg.run_dir) / "supervised" / "sft_verl")

@@ -65,7 +65,15 @@ from training.engines.verl_sampling import ZERO_MASK_TAG, SqlAgentReplayBuffer
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EPISODE_KEY", "AdvantageSettings", "SqlAgentTrainer", "eval_record", "phase_aware_advantages", "step_record"]
+__all__ = [
+    "EPISODE_KEY",
+    "AdvantageSettings",
+    "SqlAgentTrainer",
+    "eval_record",
+    "phase_aware_advantages",
+    "step_record",
+]
+
 
 class ValidationRows:
     """veRL's validation dataloader with each row's ``extra_info`` marked as validation, so
@@ -111,8 +119,13 @@ class SqlAgentTrainer(PPOTrainerSync):
         super()._init_dataloader()
         needed = math.ceil(int(self.total_training_steps) / max(1, int(self.steps_per_epoch)))
         if needed > int(self.config.trainer.total_epochs):
-            log.info("trainer.total_epochs %s -> %d to run all %d steps (%d per epoch)",
-                     self.config.trainer.total_epochs, needed, self.total_training_steps, self.steps_per_epoch)
+            log.info(
+                "trainer.total_epochs %s -> %d to run all %d steps (%d per epoch)",
+                self.config.trainer.total_epochs,
+                needed,
+                self.total_training_steps,
+                self.steps_per_epoch,
+            )
             with open_dict(self.config):
                 self.config.trainer.total_epochs = needed
 
@@ -164,17 +177,19 @@ class SqlAgentTrainer(PPOTrainerSync):
             raise ConfigError("the sqlagent trainer does not run veRL's distillation; unset distillation.enable")
         actor = self.config.actor_rollout_ref.actor
         rows = len(batch) // self._mini_batches()
-        batch.extra_info.update({
-            "calculate_entropy": bool(actor.calculate_entropy or actor.entropy_coeff != 0.0),
-            "distillation_use_topk": False,
-            "distillation_only": False,
-            "global_batch_size": rows,
-            "mini_batch_size": rows,
-            "epochs": actor.ppo_epochs,
-            "seed": actor.data_loader_seed,
-            "dataloader_kwargs": {"shuffle": actor.shuffle},
-            "temperature": self.config.actor_rollout_ref.rollout.temperature,
-        })
+        batch.extra_info.update(
+            {
+                "calculate_entropy": bool(actor.calculate_entropy or actor.entropy_coeff != 0.0),
+                "distillation_use_topk": False,
+                "distillation_only": False,
+                "global_batch_size": rows,
+                "mini_batch_size": rows,
+                "epochs": actor.ppo_epochs,
+                "seed": actor.data_loader_seed,
+                "dataloader_kwargs": {"shuffle": actor.shuffle},
+                "temperature": self.config.actor_rollout_ref.rollout.temperature,
+            }
+        )
         output = self.actor_rollout_wg.update_actor(batch)
         output = rename_dict(output["metrics"], "actor/")
         output["perf/mfu/actor"] = output.pop("actor/mfu")
@@ -229,7 +244,9 @@ class SqlAgentTrainer(PPOTrainerSync):
             proto, corr_metrics = compute_rollout_correction_and_add_to_batch(proto, corr)
             metrics.update(corr_metrics)
         is_padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
-        zero = [bool(tag.get(ZERO_MASK_TAG, False)) and not pad for tag, pad in zip(batch.tags, is_padding, strict=True)]
+        zero = [
+            bool(tag.get(ZERO_MASK_TAG, False)) and not pad for tag, pad in zip(batch.tags, is_padding, strict=True)
+        ]
         excluded = [pad or z for pad, z in zip(is_padding, zero, strict=True)]
         proto, adv_metrics = phase_aware_advantages(proto, self._advantage_settings(), excluded)
         metrics.update(adv_metrics)
@@ -264,7 +281,9 @@ class SqlAgentTrainer(PPOTrainerSync):
 
     def _remember_step(self, proto: DataProto, is_padding: Sequence[bool]) -> None:
         extra = proto.non_tensor_batch["extra_fields"]
-        real = [i for i, pad in enumerate(is_padding) if not pad and not _field(extra[i], EPISODE_KEY, i).get("dropped")]
+        real = [
+            i for i, pad in enumerate(is_padding) if not pad and not _field(extra[i], EPISODE_KEY, i).get("dropped")
+        ]
         records = [_field(extra[i], EPISODE_KEY, i) for i in real]
         rewards = [_field(extra[i], REWARD_KEY, i) for i in real]
         self._step_values: dict[str, float] | None = step_record(records, rewards)
@@ -283,17 +302,24 @@ class SqlAgentTrainer(PPOTrainerSync):
         if count <= 0 or not run_dir:
             return
         rows = [i for i, pad in enumerate(is_padding) if not pad]
-        ids = tq.kv_batch_get(keys=[batch.keys[i] for i in rows], partition_id=batch.partition_id,
-                              select_fields=["prompts", "responses"])
+        ids = tq.kv_batch_get(
+            keys=[batch.keys[i] for i in rows], partition_id=batch.partition_id, select_fields=["prompts", "responses"]
+        )
         update = proto.meta_info.get(UPDATE_KEY, {})
         scorer = ExecScorer()
         records, prompts = sample_rows(
-            step=int(self.global_steps), design=self.settings.agent,
+            step=int(self.global_steps),
+            design=self.settings.agent,
             extra=[proto.non_tensor_batch["extra_fields"][i] for i in rows],
             keys=[str(batch.keys[i]) for i in rows],
-            prompts=[_ids(t) for t in _rows(ids["prompts"])], responses=[_ids(t) for t in _rows(ids["responses"])],
-            update={j: update[i] for j, i in enumerate(rows) if i in update}, examples=self._examples(),
-            tokenizer=self.tokenizer, count=count, tables=partial(_result_tables, scorer=scorer))
+            prompts=[_ids(t) for t in _rows(ids["prompts"])],
+            responses=[_ids(t) for t in _rows(ids["responses"])],
+            update={j: update[i] for j, i in enumerate(rows) if i in update},
+            examples=self._examples(),
+            tokenizer=self.tokenizer,
+            count=count,
+            tables=partial(_result_tables, scorer=scorer),
+        )
         writer = getattr(self, "_sample_writer", None)
         if writer is None:
             writer = self._sample_writer = SampleWriter(run_dir)
@@ -413,8 +439,11 @@ class SqlAgentTrainer(PPOTrainerSync):
         if weights:
             copy_hf_dir(hf_dir, final)
         else:
-            merge_fsdp_actor(step_dir / "actor", final,
-                             trust_remote_code=bool(self.config.actor_rollout_ref.model.get("trust_remote_code")))
+            merge_fsdp_actor(
+                step_dir / "actor",
+                final,
+                trust_remote_code=bool(self.config.actor_rollout_ref.model.get("trust_remote_code")),
+            )
         log.info("final weights of step %d exported to %s", last, final)
 
     def _save_checkpoint(self) -> None:
@@ -441,8 +470,9 @@ class SqlAgentTrainer(PPOTrainerSync):
             for name in ("metrics.jsonl", "samples.jsonl"):
                 dropped = drop_records_after(Path(run_dir) / name, int(self.global_steps))
                 if dropped:
-                    log.info("%s: %d record(s) of steps after %d removed (redone now)", name, dropped,
-                             self.global_steps)
+                    log.info(
+                        "%s: %d record(s) of steps after %d removed (redone now)", name, dropped, self.global_steps
+                    )
 
     # ------------------------------------------------------------------ KL schedule
 

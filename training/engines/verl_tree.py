@@ -129,9 +129,7 @@ def validate_verl_config(cfg: DictConfig) -> None:
     try:
         with contextlib.redirect_stdout(chatter), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Disabled critic")  # GRPO needs no critic
-            validate_config(
-                config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg)
-            )
+            validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
         omega_conf_to_dataclass(cfg.algorithm)
         omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
     except (AssertionError, ValueError, TypeError, KeyError, HydraException) as err:
@@ -139,7 +137,9 @@ def validate_verl_config(cfg: DictConfig) -> None:
     log.debug("veRL validate_config: %s", chatter.getvalue().strip())
     rollout = cfg.actor_rollout_ref.rollout
     if rollout.agent.default_agent_loop != AGENT_LOOP_NAME:
-        log.warning("rollout.agent.default_agent_loop=%s is not the project's agent loop", rollout.agent.default_agent_loop)
+        log.warning(
+            "rollout.agent.default_agent_loop=%s is not the project's agent loop", rollout.agent.default_agent_loop
+        )
     if cfg.trainer.v1.trainer_mode != TRAINER_MODE or not cfg.trainer.use_v1:
         raise ConfigError(
             f"verl.trainer.v1.trainer_mode={cfg.trainer.v1.trainer_mode!r} (use_v1={cfg.trainer.use_v1}): the "

@@ -51,9 +51,7 @@ def get_reward(name: str, **options: Any) -> RewardFn:
     valid = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(options) - valid)
     if unknown:
-        raise ConfigError(
-            f"reward {name!r} has no option(s) {unknown}; its options are: {', '.join(sorted(valid))}"
-        )
+        raise ConfigError(f"reward {name!r} has no option(s) {unknown}; its options are: {', '.join(sorted(valid))}")
     return cls(**options)
 
 
@@ -84,7 +82,10 @@ def check_positive(name: str, value: float) -> None:
 
 
 def execution(
-    trajectory: Trajectory, example: Example, db: Database | str | os.PathLike[str] | None, metric: str,
+    trajectory: Trajectory,
+    example: Example,
+    db: Database | str | os.PathLike[str] | None,
+    metric: str,
     timeout_s: float,
 ) -> tuple[ExecScore | None, str | None]:
     """Score the episode's final SQL against the gold SQL, or say why it cannot be.
@@ -198,8 +199,9 @@ def _db_schema(db: Database | None) -> dict[str, list[str]] | None:
         key = f"{db.path}: {err}"
         if key not in _SCHEMA_WARNED:
             _SCHEMA_WARNED.add(key)
-            log.warning("reward: cannot read the schema of %s (%s); gold columns behind `*` are not expanded",
-                        db.path, err)
+            log.warning(
+                "reward: cannot read the schema of %s (%s); gold columns behind `*` are not expanded", db.path, err
+            )
         return None
 
 
@@ -208,9 +210,7 @@ def _clean(name: str) -> str:
     return name.strip("`\"[]' ")
 
 
-def selection_sets(
-    selection: SchemaSelection | None, db: Database | None
-) -> tuple[frozenset[str], frozenset[str]]:
+def selection_sets(selection: SchemaSelection | None, db: Database | None) -> tuple[frozenset[str], frozenset[str]]:
     """Predicted tables and ``table.column``s from a proposed / linked / annotated schema.
 
     Names are lower-cased and unquoted; ``t.*`` stands for every column of ``t`` and a

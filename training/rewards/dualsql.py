@@ -124,7 +124,9 @@ class DualSQLReward:
     def __call__(self, trajectory: Trajectory, example: Example, db: Database | None) -> RewardBreakdown:
         role = trajectory.role or trajectory.result.role
         if role not in ROLES:
-            return failure(f"dualsql reward got role {role!r}; expected one of {', '.join(ROLES)}", self.component_names)
+            return failure(
+                f"dualsql reward got role {role!r}; expected one of {', '.join(ROLES)}", self.component_names
+            )
         r_f = guardrail_factor(trajectory.result)
         r_l = dapo_overlong_penalty(trajectory.num_policy_tokens, self.max_length, self.buffer)
         if role == "linker":

@@ -75,7 +75,9 @@ def exec_reward(score: float, executed: bool) -> float:
 
 def format_reward(result: EpisodeResult) -> float:
     """R_format: 0.1 iff every turn valid, all four actions used, no bad feedback."""
-    phases = {turn.phase for turn in result.turns} | ({"explore_schema"} if result.flags.get("schema_prefill") else set())
+    phases = {turn.phase for turn in result.turns} | (
+        {"explore_schema"} if result.flags.get("schema_prefill") else set()
+    )
     clean = all(turn.tool_outcome not in BAD_FEEDBACK for turn in result.turns)
     return 0.1 if result.all_turns_valid and ACTIONS <= phases and clean else 0.0
 
@@ -130,11 +132,11 @@ class TrustSQLReward:
     def __post_init__(self) -> None:
         check_exec_metric(self.exec_metric)
         if not 0 <= self.schema_in_total:
-            raise ConfigError(f"trustsql schema_in_total={self.schema_in_total}: >= 0 (0.25 = the 'w/ schema' baseline)")
-        if self.schema_mode not in SCHEMA_MODES:
             raise ConfigError(
-                f"trustsql schema_mode={self.schema_mode!r}; use one of {', '.join(SCHEMA_MODES)}"
+                f"trustsql schema_in_total={self.schema_in_total}: >= 0 (0.25 = the 'w/ schema' baseline)"
             )
+        if self.schema_mode not in SCHEMA_MODES:
+            raise ConfigError(f"trustsql schema_mode={self.schema_mode!r}; use one of {', '.join(SCHEMA_MODES)}")
         check_positive("trustsql timeout_s", self.timeout_s)
 
     @guarded
@@ -153,6 +155,11 @@ class TrustSQLReward:
         tracks = {"full": full} if self.schema_in_total > 0 else {"full": full, "schema": r_schema}
         return RewardBreakdown(
             total=full,
-            components={"exec": score.score if has_sql else 0.0, "r_exec": r_exec, "format": r_format, "schema": r_schema},
+            components={
+                "exec": score.score if has_sql else 0.0,
+                "r_exec": r_exec,
+                "format": r_format,
+                "schema": r_schema,
+            },
             tracks=tracks,
         )

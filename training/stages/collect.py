@@ -52,17 +52,29 @@ def open_collection(stage: StageDir) -> Collection:
     return Collection(stage.records("traces.jsonl", trace_key), stage.records("questions.jsonl", question_key))
 
 
-def trace_record(ex: Example, sample: int, source: str, episodes: Sequence[Trajectory], correct: bool,
-                 keep_messages: bool) -> dict[str, Any]:
+def trace_record(
+    ex: Example, sample: int, source: str, episodes: Sequence[Trajectory], correct: bool, keep_messages: bool
+) -> dict[str, Any]:
     return {
-        "question_id": ex.id, "sample": sample, "source": source, "db_id": ex.db_id, "question": ex.question,
-        "difficulty": ex.difficulty, "correct": correct,
+        "question_id": ex.id,
+        "sample": sample,
+        "source": source,
+        "db_id": ex.db_id,
+        "question": ex.question,
+        "difficulty": ex.difficulty,
+        "correct": correct,
         "final_sql": episodes[-1].result.final_sql if episodes else None,
-        "episodes": [{
-            "role": t.result.role, "end_reason": t.result.end_reason,
-            "turns": [{"text": turn.text, "phase": turn.phase, "format_ok": turn.format_ok} for turn in t.result.turns],
-            "messages": t.messages if keep_messages else None,
-        } for t in episodes],
+        "episodes": [
+            {
+                "role": t.result.role,
+                "end_reason": t.result.end_reason,
+                "turns": [
+                    {"text": turn.text, "phase": turn.phase, "format_ok": turn.format_ok} for turn in t.result.turns
+                ],
+                "messages": t.messages if keep_messages else None,
+            }
+            for t in episodes
+        ],
     }
 
 
@@ -82,7 +94,7 @@ def collect(
     if len(pending) < len(examples):
         say(f"[{stage.name}] {source}: {len(examples) - len(pending)} of {len(examples)} questions already done")
     for start in range(0, len(pending), chunk):
-        questions = pending[start:start + chunk]
+        questions = pending[start : start + chunk]
         batch = run(questions, samples)
         grouped: dict[tuple[str, int], list[Trajectory]] = {}
         for t in batch.trajectories:
@@ -92,8 +104,16 @@ def collect(
             rows, right = [], 0
             for s in range(samples):
                 if (ex.id, s) in failed:
-                    rows.append({"question_id": ex.id, "sample": s, "source": source, "failed": True,
-                                 "correct": False, "episodes": []})
+                    rows.append(
+                        {
+                            "question_id": ex.id,
+                            "sample": s,
+                            "source": source,
+                            "failed": True,
+                            "correct": False,
+                            "episodes": [],
+                        }
+                    )
                     continue
                 episodes = grouped.get((ex.id, s), [])
                 ok = bool(episodes) and is_correct(ex, episodes)
@@ -101,9 +121,19 @@ def collect(
                 rows.append(trace_record(ex, s, source, episodes, ok, keep_messages=ok))
             store.traces.append(rows)
             ran = samples - sum((ex.id, s) in failed for s in range(samples))
-            store.questions.append([{"question_id": ex.id, "source": source, "samples": ran, "correct": right,
-                                     "failed": samples - ran, "band": band(right, ran),
-                                     "difficulty": ex.difficulty}])
+            store.questions.append(
+                [
+                    {
+                        "question_id": ex.id,
+                        "source": source,
+                        "samples": ran,
+                        "correct": right,
+                        "failed": samples - ran,
+                        "band": band(right, ran),
+                        "difficulty": ex.difficulty,
+                    }
+                ]
+            )
         say(f"[{stage.name}] {source}: {start + len(questions)}/{len(pending)} questions")
     return store
 

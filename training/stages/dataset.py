@@ -32,10 +32,19 @@ TRAIN_JSONL, TRAIN_PARQUET, CARD_JSON, CARD_MD = "train.jsonl", "train.parquet",
 
 def dataset_row(trace: Mapping[str, Any], band: str) -> dict[str, Any]:
     episodes = [{"role": e["role"], "messages": e["messages"]} for e in trace["episodes"]]
-    return {"id": f"{trace['question_id']}:{trace['sample']}:{trace['source']}", "question_id": trace["question_id"],
-            "sample": trace["sample"], "source": trace["source"], "db_id": trace["db_id"],
-            "question": trace["question"], "difficulty": trace["difficulty"], "band": band,
-            "final_sql": trace["final_sql"], "messages": episodes[-1]["messages"], "episodes": episodes}
+    return {
+        "id": f"{trace['question_id']}:{trace['sample']}:{trace['source']}",
+        "question_id": trace["question_id"],
+        "sample": trace["sample"],
+        "source": trace["source"],
+        "db_id": trace["db_id"],
+        "question": trace["question"],
+        "difficulty": trace["difficulty"],
+        "band": band,
+        "final_sql": trace["final_sql"],
+        "messages": episodes[-1]["messages"],
+        "episodes": episodes,
+    }
 
 
 def write_dataset(out: Path, rows: Sequence[dict[str, Any]], card: dict[str, Any]) -> dict[str, Any]:
@@ -50,10 +59,13 @@ def write_dataset(out: Path, rows: Sequence[dict[str, Any]], card: dict[str, Any
         if rows:
             pq.write_table(pa.Table.from_pylist([_flat(r) for r in rows]), out / TRAIN_PARQUET)
             files.append(TRAIN_PARQUET)
-    counts = {"rows": len(rows), "by_band": dict(Counter(r["band"] for r in rows)),
-              "by_difficulty": dict(Counter(r["difficulty"] for r in rows)),
-              "by_source": dict(Counter(r["source"] for r in rows)),
-              "questions": len({r["question_id"] for r in rows})}
+    counts = {
+        "rows": len(rows),
+        "by_band": dict(Counter(r["band"] for r in rows)),
+        "by_difficulty": dict(Counter(r["difficulty"] for r in rows)),
+        "by_source": dict(Counter(r["source"] for r in rows)),
+        "questions": len({r["question_id"] for r in rows}),
+    }
     card = {**card, **counts, "files": files}
     (out / CARD_JSON).write_text(json.dumps(card, indent=2))
     (out / CARD_MD).write_text(card_markdown(card))
@@ -75,17 +87,31 @@ def _has_pyarrow() -> bool:
 
 
 def card_markdown(card: Mapping[str, Any]) -> str:
-    lines = [f"# SFT data card: {card.get('design')}", "",
-             f"{card['rows']} conversations on {card['questions']} training questions.", ""]
-    for title, key in (("band", "by_band"), ("difficulty", "by_difficulty"), ("source", "by_source"),
-                       ("dropped (reason)", "dropped")):
+    lines = [
+        f"# SFT data card: {card.get('design')}",
+        "",
+        f"{card['rows']} conversations on {card['questions']} training questions.",
+        "",
+    ]
+    for title, key in (
+        ("band", "by_band"),
+        ("difficulty", "by_difficulty"),
+        ("source", "by_source"),
+        ("dropped (reason)", "dropped"),
+    ):
         items = card.get(key) or {}
         lines += [f"| {title} | rows |", "|---|---|"] + [f"| {k} | {v} |" for k, v in sorted(items.items())]
         if not items:
             lines.append("| (none) | 0 |")
         lines.append("")
-    lines += ["## Teachers and settings", "", "```json", json.dumps(
-        {k: card.get(k) for k in ("teachers", "settings", "pass_at_k")}, indent=2), "```", ""]
+    lines += [
+        "## Teachers and settings",
+        "",
+        "```json",
+        json.dumps({k: card.get(k) for k in ("teachers", "settings", "pass_at_k")}, indent=2),
+        "```",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -95,8 +121,9 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     if p.is_dir():
         p = p / TRAIN_JSONL
     if not p.exists():
-        raise ConfigError(f"SFT dataset {p} does not exist; run stage=sft to build one or point "
-                          "supervised.dataset at a JSONL file")
+        raise ConfigError(
+            f"SFT dataset {p} does not exist; run stage=sft to build one or point supervised.dataset at a JSONL file"
+        )
     rows = [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
     for i, row in enumerate(rows):
         if "question_id" not in row or not (row.get("episodes") or row.get("messages")):
@@ -113,8 +140,14 @@ def assistant_turns(row: Mapping[str, Any]) -> dict[str, list[str]]:
     return out
 
 
-def replay(agent: Any, rows: Sequence[Mapping[str, Any]], examples: Mapping[str, Example], tokenizer: Any,
-           limits: Any, drop_phases: Sequence[str] = ()) -> tuple[list[Trajectory], dict[str, int]]:
+def replay(
+    agent: Any,
+    rows: Sequence[Mapping[str, Any]],
+    examples: Mapping[str, Example],
+    tokenizer: Any,
+    limits: Any,
+    drop_phases: Sequence[str] = (),
+) -> tuple[list[Trajectory], dict[str, int]]:
     """Token trajectories of every row, through the agent and the rollout driver.
 
     ``drop_phases`` removes turns of those phases before replay (TRUST-SQL's SFT ablation
@@ -127,11 +160,15 @@ def replay(agent: Any, rows: Sequence[Mapping[str, Any]], examples: Mapping[str,
     dropped: Counter[str] = Counter()
     missing = sorted({r["question_id"] for r in rows} - set(examples))
     if missing:
-        raise ConfigError(f"SFT rows name question ids that are not in the training split: {missing[:10]}; "
-                          "check data.split / data.kind for this dataset")
+        raise ConfigError(
+            f"SFT rows name question ids that are not in the training split: {missing[:10]}; "
+            "check data.split / data.kind for this dataset"
+        )
     for row in rows:
-        turns = {role: [t for t in texts if not _phase_dropped(t, drop_phases)]
-                 for role, texts in assistant_turns(row).items()}
+        turns = {
+            role: [t for t in texts if not _phase_dropped(t, drop_phases)]
+            for role, texts in assistant_turns(row).items()
+        }
 
         def script(ex: Example, role: str, max_turns: int, turns: dict = turns) -> list[str]:
             return turns.get(role) or turns.get("*") or []

@@ -22,8 +22,17 @@ from collections.abc import Sequence
 from typing import Any
 
 GUIDANCE_HEADER = "Reference solution (privileged guidance)"
-GUIDANCE_PHRASES = ("reference solution", "privileged guidance", "reference sql", "reference query", "gold sql",
-                    "given sql", "provided sql", "provided query", "the guidance")
+GUIDANCE_PHRASES = (
+    "reference solution",
+    "privileged guidance",
+    "reference sql",
+    "reference query",
+    "gold sql",
+    "given sql",
+    "provided sql",
+    "provided query",
+    "the guidance",
+)
 _ACTION_BLOCKS = re.compile(r"<tool_call>.*?(?:</tool_call>|$)|<schema>.*?(?:</schema>|$)", re.S | re.I)
 _ANSWER_START = re.compile(r"<final_answer>|<answer>|```(?:sql|json)", re.I)
 _SQL_SPAN = re.compile(r"\b(?:select|with)\b[^;]*?(?=;|\n\s*\n|```|</|$)", re.S | re.I)
@@ -31,9 +40,11 @@ _SQL_SPAN = re.compile(r"\b(?:select|with)\b[^;]*?(?=;|\n\s*\n|```|</|$)", re.S 
 
 def guidance_text(gold_sql: str) -> str:
     """What the privileged teacher is told, appended to the agent's own user message."""
-    return (f"\n\n{GUIDANCE_HEADER}: a correct SQL query for this question is\n```sql\n{gold_sql.strip()}\n```\n"
-            "Solve the task exactly as instructed above, in the required format, reasoning from the question, "
-            "the schema and the tool results; never mention this reference.")
+    return (
+        f"\n\n{GUIDANCE_HEADER}: a correct SQL query for this question is\n```sql\n{gold_sql.strip()}\n```\n"
+        "Solve the task exactly as instructed above, in the required format, reasoning from the question, "
+        "the schema and the tool results; never mention this reference."
+    )
 
 
 def reasoning_text(turns: Sequence[str]) -> str:
@@ -43,7 +54,7 @@ def reasoning_text(turns: Sequence[str]) -> str:
     for i, text in enumerate(turns):
         if i == len(turns) - 1:
             start = _ANSWER_START.search(text)
-            text = text[:start.start()] if start else text
+            text = text[: start.start()] if start else text
         out.append(_ACTION_BLOCKS.sub(" ", text))
     return "\n".join(out)
 
@@ -60,7 +71,7 @@ def sqlglot_normal(sql: str) -> str | None:
 
     words = sql.split()
     for cut in range(0, min(6, len(words))):
-        text = " ".join(words[:len(words) - cut]).rstrip(".,:")
+        text = " ".join(words[: len(words) - cut]).rstrip(".,:")
         try:
             parsed = sqlglot.parse_one(text, read="sqlite")
         except Exception:  # noqa: BLE001 - sqlglot raises several error types on prose

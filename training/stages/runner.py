@@ -47,8 +47,9 @@ def run_stage(cfg: Any, inputs: Any = None, say: Any = print) -> dict[str, Any]:
     root = Path(cfg.run_dir) / SUPERVISED
     if cfg.fresh and root.exists():
         shutil.rmtree(root)
-    base = dataclasses.replace(cfg, stage=dataclasses.replace(
-        cfg.stage, warm_start=dataclasses.replace(cfg.stage.warm_start, enable=False)))
+    base = dataclasses.replace(
+        cfg, stage=dataclasses.replace(cfg.stage, warm_start=dataclasses.replace(cfg.stage.warm_start, enable=False))
+    )
     trainer = LocalTrainer(base, inputs or TrainerInputs(), say)
     chain = Chain(trainer, root, say)
     summary = chain.run()
@@ -91,17 +92,28 @@ class Chain:
     # ------------------------------------------------------------------ fingerprints
     def base_fingerprint(self) -> dict[str, Any]:
         c = self.cfg
-        return {"model": self.t.model_source, "agent": c.agent.name, "agent_options": dict(c.agent.options),
-                "data": [c.data.kind, c.data.root, c.data.split, c.data.limit], "seed": c.seed,
-                "limits": dataclasses.asdict(self.t.limits), "questions": digest([ex.id for ex in self.questions])}
+        return {
+            "model": self.t.model_source,
+            "agent": c.agent.name,
+            "agent_options": dict(c.agent.options),
+            "data": [c.data.kind, c.data.root, c.data.split, c.data.limit],
+            "seed": c.seed,
+            "limits": dataclasses.asdict(self.t.limits),
+            "questions": digest([ex.id for ex in self.questions]),
+        }
 
     def stage(self, name: str, fingerprint: dict[str, Any]) -> StageDir:
         return StageDir(self.root / name, fingerprint, self.say)
 
     # ------------------------------------------------------------------ the chain
     def run(self) -> dict[str, Any]:
-        summary: dict[str, Any] = {"recipe": self.cfg.recipe_name, "stage": self.cfg.stage.name, "chain": self.chain,
-                                   "run_dir": str(self.cfg.run_dir), "questions": len(self.questions)}
+        summary: dict[str, Any] = {
+            "recipe": self.cfg.recipe_name,
+            "stage": self.cfg.stage.name,
+            "chain": self.chain,
+            "run_dir": str(self.cfg.run_dir),
+            "questions": len(self.questions),
+        }
         summary["ex_before"] = self.evaluate("before", self.base_fingerprint())
         data = self.data()
         summary.update({k: data[k] for k in ("pass_at_k", "dataset", "rows", "dropped") if k in data})
@@ -150,16 +162,22 @@ class Chain:
 
         return run
 
-    def mine(self, name: str, k: int, questions: Sequence[Example], extra: dict[str, Any],
-             initial: bool = False) -> dict[str, dict]:
+    def mine(
+        self, name: str, k: int, questions: Sequence[Example], extra: dict[str, Any], initial: bool = False
+    ) -> dict[str, dict]:
         """pass@k of the current policy: per question id, its record (samples, correct, band).
 
         ``initial``: the policy before SFT, which ``supervised.policy_endpoint`` may serve;
         after SFT the local (SFT) weights always answer.
         """
         served = initial and self.sup.policy_endpoint is not None
-        fp = {**self.base_fingerprint(), **extra, "k": k, "temperature": self.sup.temperature,
-              "ids": digest([ex.id for ex in questions])}
+        fp = {
+            **self.base_fingerprint(),
+            **extra,
+            "k": k,
+            "temperature": self.sup.temperature,
+            "ids": digest([ex.id for ex in questions]),
+        }
         if served:
             ep = self.sup.policy_endpoint or {}
             fp["policy_endpoint"] = [ep["base_url"], ep["model"]]
@@ -174,8 +192,16 @@ class Chain:
                 client = EndpointSource(endpoint_from_mapping(self.sup.policy_endpoint or {}, self.cfg.agent.name))
                 self.say(f"[{name}] the policy answers through {client.name}; tools run here")
             try:
-                store = col.collect(stage, questions, self.policy_run(self.sup.temperature, client), k, "policy",
-                                    self.correct, self.chunk, self.say)
+                store = col.collect(
+                    stage,
+                    questions,
+                    self.policy_run(self.sup.temperature, client),
+                    k,
+                    "policy",
+                    self.correct,
+                    self.chunk,
+                    self.say,
+                )
             finally:
                 if client is not None:
                     client.close()
@@ -186,8 +212,10 @@ class Chain:
             stage.finish(summary)
         store = col.open_collection(stage)
         records = store.pass_at("policy")
-        self.say(f"[{name}] pass@{k} {pass_summary(records, k)['pass_at_k']:.3f} on {len(records)} questions; "
-                 f"bands {pass_summary(records, k)['bands']}")
+        self.say(
+            f"[{name}] pass@{k} {pass_summary(records, k)['pass_at_k']:.3f} on {len(records)} questions; "
+            f"bands {pass_summary(records, k)['bands']}"
+        )
         return records
 
     def teachers(self) -> list[tuple[str, Any]]:
@@ -201,8 +229,9 @@ class Chain:
                 from training.model import load_model
 
                 loaded = load_model(spec["path"], self.t.device, say=self.say)
-                out.append((f"teacher{i}",
-                            LocalChatSource(loaded.model, loaded.tokenizer, self.t.device, spec["path"])))
+                out.append(
+                    (f"teacher{i}", LocalChatSource(loaded.model, loaded.tokenizer, self.t.device, spec["path"]))
+                )
         if not out:
             out.append(("teacher0", LocalChatSource(self.t.gen_model, self.t.tokenizer, self.t.device, "policy")))
         return out
@@ -213,9 +242,16 @@ class Chain:
         from training.generation import run_source_episodes
 
         sup = self.sup
-        fp = {**self.base_fingerprint(), **extra, "teachers": sup.teachers, "greedy": sup.teacher_greedy,
-              "samples": sup.teacher_samples, "temperature": sup.teacher_temperature, "privileged": self.privileged,
-              "ids": digest([ex.id for ex in questions])}
+        fp = {
+            **self.base_fingerprint(),
+            **extra,
+            "teachers": sup.teachers,
+            "greedy": sup.teacher_greedy,
+            "samples": sup.teacher_samples,
+            "temperature": sup.teacher_temperature,
+            "privileged": self.privileged,
+            "ids": digest([ex.id for ex in questions]),
+        }
         stage = self.stage("teachers", fp)
         if stage.finished() is not None:
             return col.open_collection(stage)
@@ -224,14 +260,16 @@ class Chain:
         stats: dict[str, Any] = {}
         for name, source in self.teachers() if questions else []:
             modes = ([("greedy", 0.0, 1)] if sup.teacher_greedy else []) + (
-                [("sampled", sup.teacher_temperature, sup.teacher_samples)] if sup.teacher_samples else [])
+                [("sampled", sup.teacher_temperature, sup.teacher_samples)] if sup.teacher_samples else []
+            )
             for mode, temperature, k in modes:
                 sampling = dataclasses.replace(self.t.sampling, temperature=temperature)
 
                 def run(qs: list[Example], n: int, source: Any = source, sampling: Any = sampling) -> Any:
                     requests = [(ex, get_database(ex.db_path), s) for ex in qs for s in range(n)]
-                    return run_source_episodes(self.t.agent, requests, self.t.tokenizer, source, sampling,
-                                               self.t.limits, transform)
+                    return run_source_episodes(
+                        self.t.agent, requests, self.t.tokenizer, source, sampling, self.t.limits, transform
+                    )
 
                 col.collect(stage, questions, run, k, f"{name}-{mode}", self.correct, self.chunk, self.say)
             stats[name] = {"source": source.name, **dict(getattr(source, "stats", {}))}
@@ -246,38 +284,60 @@ class Chain:
         if self.sup.dataset:
             rows = ds.read_rows(self.sup.dataset)
             self.say(f"[dataset] {len(rows)} rows from {self.sup.dataset} (brought by the user)")
-            return {"rows": len(rows), "dataset": str(self.sup.dataset), "path": Path(self.sup.dataset),
-                    "digest": digest(rows), "dropped": {}}
+            return {
+                "rows": len(rows),
+                "dataset": str(self.sup.dataset),
+                "path": Path(self.sup.dataset),
+                "digest": digest(rows),
+                "dropped": {},
+            }
         bands: dict[str, dict] = {}
         if self.chain == "mine":
             bands = self.mine("mine", self.sup.samples, self.questions, {}, initial=True)
             targets = [ex for ex in self.questions if bands[ex.id]["band"] == "all_wrong"]
-            self.say(f"[teachers] {len(targets)} all-wrong questions go to the "
-                     f"{'privileged ' if self.privileged else ''}"
-                     "teacher(s)")
+            self.say(
+                f"[teachers] {len(targets)} all-wrong questions go to the "
+                f"{'privileged ' if self.privileged else ''}"
+                "teacher(s)"
+            )
         else:
             targets = list(self.questions)
         teacher = self.annotate(targets, {"bands": digest(bands)})
         mined = col.open_collection(self.root_stage("mine")).traces.rows() if self.chain == "mine" else []
-        fp = {"mine": digest(bands), "teachers": digest(sorted(str(col.trace_key(r)) for r in teacher.traces.rows())),
-              "leak": [self.sup.leak_filter, self.sup.leak_similarity, self.privileged],
-              "cap": self.sup.max_traces_per_question}
+        fp = {
+            "mine": digest(bands),
+            "teachers": digest(sorted(str(col.trace_key(r)) for r in teacher.traces.rows())),
+            "leak": [self.sup.leak_filter, self.sup.leak_similarity, self.privileged],
+            "cap": self.sup.max_traces_per_question,
+        }
         stage = self.stage("dataset", fp)
         saved = stage.finished()
         if saved is None:
             stage.open()
             rows, dropped = self.select(mined, teacher.traces.rows(), bands)
-            card: dict[str, Any] = {"design": self.cfg.agent.name, "chain": self.chain, "dropped": dropped,
-                    "teachers": [{k: v for k, v in t.items() if k != "api_key"} for t in self.sup.teachers] or
-                    ["the policy itself"], "settings": dataclasses.asdict(self.sup),
-                    "pass_at_k": pass_summary(bands, self.sup.samples) if bands else None}
+            card: dict[str, Any] = {
+                "design": self.cfg.agent.name,
+                "chain": self.chain,
+                "dropped": dropped,
+                "teachers": [{k: v for k, v in t.items() if k != "api_key"} for t in self.sup.teachers]
+                or ["the policy itself"],
+                "settings": dataclasses.asdict(self.sup),
+                "pass_at_k": pass_summary(bands, self.sup.samples) if bands else None,
+            }
             card = ds.write_dataset(stage.path, rows, card)
-            saved = stage.finish({"rows": len(rows), "dropped": dropped, "card": card,
-                                  "digest": digest(rows)})
-        self.say(f"[dataset] {saved['rows']} conversations kept in {stage.path / ds.TRAIN_JSONL}; dropped: "
-                 f"{_counts(saved['dropped'])}")
-        result = {"rows": saved["rows"], "dropped": saved["dropped"], "dataset": str(stage.path),
-                  "path": stage.path, "digest": saved["digest"], "bands": bands}
+            saved = stage.finish({"rows": len(rows), "dropped": dropped, "card": card, "digest": digest(rows)})
+        self.say(
+            f"[dataset] {saved['rows']} conversations kept in {stage.path / ds.TRAIN_JSONL}; dropped: "
+            f"{_counts(saved['dropped'])}"
+        )
+        result = {
+            "rows": saved["rows"],
+            "dropped": saved["dropped"],
+            "dataset": str(stage.path),
+            "path": stage.path,
+            "digest": saved["digest"],
+            "bands": bands,
+        }
         if bands:
             result["pass_at_k"] = pass_summary(bands, self.sup.samples)
         return result
@@ -299,9 +359,14 @@ class Chain:
             reason = flt.quality_reason(trace)
             if reason is None and self.privileged and self.sup.leak_filter and trace["source"] != "policy":
                 gold = self.by_id[trace["question_id"]].gold_sql
-                reason = next((f"leak_{r}" for e in trace["episodes"]
-                               if (r := flt.leak_reason([t["text"] for t in e["turns"]], gold,
-                                                        self.sup.leak_similarity))), None)
+                reason = next(
+                    (
+                        f"leak_{r}"
+                        for e in trace["episodes"]
+                        if (r := flt.leak_reason([t["text"] for t in e["turns"]], gold, self.sup.leak_similarity))
+                    ),
+                    None,
+                )
             if reason is not None:
                 drop(reason)
                 continue
@@ -314,8 +379,11 @@ class Chain:
             else:
                 same.append(trace)
         band_of = {q: r["band"] for q, r in bands.items()}
-        rows = [ds.dataset_row(t, band_of.get(t["question_id"], "not_mined"))
-                for ex in self.questions for t in kept.get(ex.id, [])]
+        rows = [
+            ds.dataset_row(t, band_of.get(t["question_id"], "not_mined"))
+            for ex in self.questions
+            for t in kept.get(ex.id, [])
+        ]
         return rows, dropped
 
     # ------------------------------------------------------------------ SFT
@@ -324,11 +392,20 @@ class Chain:
         from training.warm_start import WarmStartSettings, supervised_fine_tune
 
         sup = self.sup
-        settings = WarmStartSettings(epochs=sup.epochs, lr=sup.lr, batch_size=sup.batch_size,
-                                     micro_batch_size=sup.micro_batch_size, warmup_ratio=sup.warmup_ratio,
-                                     grad_clip=self.cfg.optim.grad_clip)
-        fp = {**self.base_fingerprint(), "dataset": data["digest"], "settings": dataclasses.asdict(settings),
-              "drop_phases": list(sup.drop_phases)}
+        settings = WarmStartSettings(
+            epochs=sup.epochs,
+            lr=sup.lr,
+            batch_size=sup.batch_size,
+            micro_batch_size=sup.micro_batch_size,
+            warmup_ratio=sup.warmup_ratio,
+            grad_clip=self.cfg.optim.grad_clip,
+        )
+        fp = {
+            **self.base_fingerprint(),
+            "dataset": data["digest"],
+            "settings": dataclasses.asdict(settings),
+            "drop_phases": list(sup.drop_phases),
+        }
         stage = self.stage("sft", fp)
         self.sft_dir = stage.path
         saved = stage.finished()
@@ -339,24 +416,40 @@ class Chain:
             self.say(f"[sft] reusing the finished SFT in {stage.path}")
             return {**saved, "fingerprint": digest(fp)}
         rows = ds.read_rows(data["path"]) if data["rows"] else []
-        trajectories, dropped = ds.replay(self.t.agent, rows, self.by_id, self.t.tokenizer, self.t.limits,
-                                          sup.drop_phases)
+        trajectories, dropped = ds.replay(
+            self.t.agent, rows, self.by_id, self.t.tokenizer, self.t.limits, sup.drop_phases
+        )
         if not trajectories:
-            self.say(f"[sft] 0 conversations to train on ({data['rows']} rows, replay drops: {_counts(dropped)}): "
-                     "SFT skipped, the policy is unchanged (nothing is padded in)")
+            self.say(
+                f"[sft] 0 conversations to train on ({data['rows']} rows, replay drops: {_counts(dropped)}): "
+                "SFT skipped, the policy is unchanged (nothing is padded in)"
+            )
             stage.open()
-            return {**stage.finish({"steps": 0, "conversations": 0, "replay_dropped": dropped}),
-                    "fingerprint": digest(fp)}
-        self.say(f"[sft] {len(trajectories)} episodes from {len(rows)} conversations "
-                 f"(replay drops: {_counts(dropped)})")
+            return {
+                **stage.finish({"steps": 0, "conversations": 0, "replay_dropped": dropped}),
+                "fingerprint": digest(fp),
+            }
+        self.say(
+            f"[sft] {len(trajectories)} episodes from {len(rows)} conversations (replay drops: {_counts(dropped)})"
+        )
         result: dict[str, Any] = supervised_fine_tune(
-            self.t.model, trajectories, settings, self.t.tokenizer.pad_token_id, self.t.device, self.t.autocast,
-            seed=self.cfg.seed, progress="console" in self.cfg.logger)
+            self.t.model,
+            trajectories,
+            settings,
+            self.t.tokenizer.pad_token_id,
+            self.t.device,
+            self.t.autocast,
+            seed=self.cfg.seed,
+            progress="console" in self.cfg.logger,
+        )
         self.t._sync_generation_copy()
-        result.update({"conversations": float(len(rows)), "episodes": float(len(trajectories)),
-                       "replay_dropped": dropped})
-        self.say(f"[sft] {int(result['steps'])} steps, NLL {result['nll_first']:.3f} -> {result['nll_last']:.3f} "
-                 f"on {int(result['policy_tokens'])} policy tokens ({result['duration_s']:.0f}s) -> {stage.path}")
+        result.update(
+            {"conversations": float(len(rows)), "episodes": float(len(trajectories)), "replay_dropped": dropped}
+        )
+        self.say(
+            f"[sft] {int(result['steps'])} steps, NLL {result['nll_first']:.3f} -> {result['nll_last']:.3f} "
+            f"on {int(result['policy_tokens'])} policy tokens ({result['duration_s']:.0f}s) -> {stage.path}"
+        )
         stage.open()
         save_warm_start(self.t.model, self.t.tokenizer, stage.path, {"note": "see done.json"}, result)
         return {**stage.finish(result), "fingerprint": digest(fp)}
@@ -369,26 +462,42 @@ class Chain:
         pool = list(self.t.train_examples)
         if self.sup.rl_filter:
             k, need = self.sup.rl_filter_samples, self.sup.rl_filter_pass
-            records = self.mine("rl_filter", k, self.questions, {"sft": str(self.sft_dir), "sft_done":
-                                                                 _read_done(self.sft_dir)})
+            records = self.mine(
+                "rl_filter", k, self.questions, {"sft": str(self.sft_dir), "sft_done": _read_done(self.sft_dir)}
+            )
             pool = [ex for ex in self.questions if records[ex.id]["correct"] < need]
-            self.say(f"[rl filter] {len(pool)} of {len(self.questions)} questions solved < {need}/{k} times by the "
-                     "SFT policy go to RL")
+            self.say(
+                f"[rl filter] {len(pool)} of {len(self.questions)} questions solved < {need}/{k} times by the "
+                "SFT policy go to RL"
+            )
             if not pool:
                 self.say("[rl filter] no question left for RL: the SFT policy solves them all; RL skipped")
                 return {"skipped": "no question left after the RL filter", "ex_before": None, "ex_after": None}
-        cfg = dataclasses.replace(self.cfg, stage=dataclasses.replace(
-            self.cfg.stage, name="rl", init_from=str(self.sft_dir),
-            warm_start=dataclasses.replace(self.cfg.stage.warm_start, enable=False)))
+        cfg = dataclasses.replace(
+            self.cfg,
+            stage=dataclasses.replace(
+                self.cfg.stage,
+                name="rl",
+                init_from=str(self.sft_dir),
+                warm_start=dataclasses.replace(self.cfg.stage.warm_start, enable=False),
+            ),
+        )
         given = inputs if inputs is not None else TrainerInputs()
-        rl_inputs = TrainerInputs(model=self.t.model, tokenizer=self.t.tokenizer, model_source=str(self.sft_dir),
-                                  train_examples=pool, eval_examples=self.t.eval_examples, generate=given.generate)
+        rl_inputs = TrainerInputs(
+            model=self.t.model,
+            tokenizer=self.t.tokenizer,
+            model_source=str(self.sft_dir),
+            train_examples=pool,
+            eval_examples=self.t.eval_examples,
+            generate=given.generate,
+        )
         summary = LocalTrainer(cfg, rl_inputs, self.say).fit()
         summary["questions"] = len(pool)
         return summary
 
 
 # ----------------------------------------------------------------------------- helpers
+
 
 def guide(ex: Example, messages: list[Message]) -> list[Message]:
     """The privileged teacher's view: the agent's own first user message plus the gold SQL."""
@@ -403,9 +512,14 @@ def guide(ex: Example, messages: list[Message]) -> list[Message]:
 def pass_summary(records: dict[str, dict], k: int) -> dict[str, Any]:
     bands = {b: sum(r["band"] == b for r in records.values()) for b in col.BANDS}
     n = len(records) or 1
-    return {"k": k, "questions": len(records), "pass_at_k": sum(r["correct"] > 0 for r in records.values()) / n,
-            "mean_correct": sum(r["correct"] / max(r["samples"], 1) for r in records.values()) / n, "bands": bands,
-            "failed_requests": sum(r.get("failed", 0) for r in records.values())}
+    return {
+        "k": k,
+        "questions": len(records),
+        "pass_at_k": sum(r["correct"] > 0 for r in records.values()) / n,
+        "mean_correct": sum(r["correct"] / max(r["samples"], 1) for r in records.values()) / n,
+        "bands": bands,
+        "failed_requests": sum(r.get("failed", 0) for r in records.values()),
+    }
 
 
 def hard_gained(before: dict[str, dict], after: dict[str, dict]) -> dict[str, int]:
@@ -426,8 +540,10 @@ def describe_summary(s: dict[str, Any]) -> str:
     def ex(v: Any) -> str:
         return "-" if v is None else f"{v:.3f}"
 
-    lines = [f"[summary] {s['recipe']} stage={s['stage']} (chain {s['chain']}), {s['questions']} questions, "
-             f"{s.get('wall_time_s', 0):.0f}s"]
+    lines = [
+        f"[summary] {s['recipe']} stage={s['stage']} (chain {s['chain']}), {s['questions']} questions, "
+        f"{s.get('wall_time_s', 0):.0f}s"
+    ]
     if s.get("pass_at_k"):
         p = s["pass_at_k"]
         lines.append(f"    pass@{p['k']} before SFT {p['pass_at_k']:.3f}; bands {p['bands']}")
@@ -435,6 +551,8 @@ def describe_summary(s: dict[str, Any]) -> str:
         p = s["pass_at_k_after_sft"]
         lines.append(f"    pass@{p['k']} after SFT {p['pass_at_k']:.3f}; hard questions gained {s.get('hard_gained')}")
     lines.append(f"    SFT dataset: {s.get('rows', 0)} conversations; dropped {_counts(s.get('dropped') or {})}")
-    lines.append(f"    EX before {ex(s.get('ex_before'))} -> after SFT {ex(s.get('ex_after_sft'))}"
-                 + (f" -> after RL {ex(s.get('ex_after_rl'))}" if s["stage"] == "sft_rl" else ""))
+    lines.append(
+        f"    EX before {ex(s.get('ex_before'))} -> after SFT {ex(s.get('ex_after_sft'))}"
+        + (f" -> after RL {ex(s.get('ex_after_rl'))}" if s["stage"] == "sft_rl" else "")
+    )
     return "\n".join(lines)

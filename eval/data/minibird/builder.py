@@ -76,18 +76,22 @@ def _build_split(out: Path, split: str, domains: list[Domain]) -> None:
         tables.append(writer.tables_json_entry(domain))
         conn = sqlite3.connect(f"{db_path.as_uri()}?mode=ro", uri=True)
         try:
-            drafts = qgen.generate(domain, conn, QUESTIONS_PER_DB[split], random.Random(f"minibird-questions-{domain.db_id}"))
+            drafts = qgen.generate(
+                domain, conn, QUESTIONS_PER_DB[split], random.Random(f"minibird-questions-{domain.db_id}")
+            )
         finally:
             conn.close()
         for draft in drafts:
-            records.append({
-                "question_id": len(records),
-                "db_id": domain.db_id,
-                "question": draft.question,
-                "evidence": draft.evidence,
-                "SQL": draft.sql,
-                "difficulty": draft.difficulty,
-            })
+            records.append(
+                {
+                    "question_id": len(records),
+                    "db_id": domain.db_id,
+                    "question": draft.question,
+                    "evidence": draft.evidence,
+                    "SQL": draft.sql,
+                    "difficulty": draft.difficulty,
+                }
+            )
     writer.write_json(split_dir / f"{split}.json", records)
     writer.write_json(split_dir / f"{split}_tables.json", tables)
 
@@ -123,7 +127,8 @@ def verify(root: Path) -> None:
 def _write_manifest(root: Path) -> None:
     files = {
         p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*")) if p.is_file()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
     }
     writer.write_json(root / MANIFEST, {"name": "minibird", "version": version(), "files": files})
 

@@ -128,7 +128,9 @@ class Ctx:
         mention = self.mention(canonical)
         if column.noisy:
             stored = self.spellings(table, column, canonical)
-            cond = f"{ref} = {lit(stored[0])}" if len(stored) == 1 else f"{ref} IN ({', '.join(lit(s) for s in stored)})"
+            cond = (
+                f"{ref} = {lit(stored[0])}" if len(stored) == 1 else f"{ref} IN ({', '.join(lit(s) for s in stored)})"
+            )
             self.hint(f"{mention} is stored as {' or '.join(lit(s) for s in stored)} in {column.name}", 0.5)
         else:
             cond = f"{ref} = {lit(canonical)}"
@@ -202,7 +204,9 @@ class Ctx:
     def round_threshold(self, table: Table, column: Column) -> float | int | None:
         """A round number inside the column's range, for 'greater than k' questions."""
         expr = self.num(column)
-        values = [r[0] for r in self.rows(f"SELECT {expr} FROM {table.name} WHERE {column.name} IS NOT NULL ORDER BY 1")]
+        values = [
+            r[0] for r in self.rows(f"SELECT {expr} FROM {table.name} WHERE {column.name} IS NOT NULL ORDER BY 1")
+        ]
         if len(values) < 4:
             return None
         raw = values[int(len(values) * self.rng.uniform(0.55, 0.95))]
@@ -218,8 +222,13 @@ class Ctx:
 def count_all(ctx: Ctx):
     t = ctx.choice(ctx.domain.tables)
     q = ctx.say(
-        ["How many {n} are there?", "What is the total number of {n}?", "How many {n} does the database list?",
-         "Count the {n}.", "Give the number of {n} in the database."],
+        [
+            "How many {n} are there?",
+            "What is the total number of {n}?",
+            "How many {n} does the database list?",
+            "Count the {n}.",
+            "Give the number of {n} in the database.",
+        ],
         n=t.nouns,
     )
     return q, ctx.take_evidence(), f"SELECT COUNT(*) FROM {t.name}"
@@ -235,9 +244,16 @@ def count_cat(ctx: Ctx):
     cond, m = ctx.cat_cond(t, c, value)
     ctx.col_hint(c)
     q = ctx.say(
-        ["How many {n} have {p} {v}?", "How many {n} are there whose {p} is {v}?", "Count the {n} with {p} '{v}'.",
-         "What is the number of {n} where the {p} is {v}?", "How many {n} with a {p} of {v} are recorded?"],
-        n=t.nouns, p=c.phrase, v=m,
+        [
+            "How many {n} have {p} {v}?",
+            "How many {n} are there whose {p} is {v}?",
+            "Count the {n} with {p} '{v}'.",
+            "What is the number of {n} where the {p} is {v}?",
+            "How many {n} with a {p} of {v} are recorded?",
+        ],
+        n=t.nouns,
+        p=c.phrase,
+        v=m,
     )
     return q, ctx.take_evidence(), f"SELECT COUNT(*) FROM {t.name} WHERE {cond}"
 
@@ -255,9 +271,16 @@ def list_names_cat(ctx: Ctx):
     name = t.name_column
     ctx.col_hint(c)
     q = ctx.say(
-        ["List the {np} of {n} whose {p} is {v}.", "Which {n} have {p} {v}? Give their {np}.",
-         "Name the {n} with {p} {v}.", "What are the {np} of the {n} where {p} is {v}?"],
-        n=t.nouns, p=c.phrase, v=m, np=plural(name.phrase),
+        [
+            "List the {np} of {n} whose {p} is {v}.",
+            "Which {n} have {p} {v}? Give their {np}.",
+            "Name the {n} with {p} {v}.",
+            "What are the {np} of the {n} where {p} is {v}?",
+        ],
+        n=t.nouns,
+        p=c.phrase,
+        v=m,
+        np=plural(name.phrase),
     )
     return q, ctx.take_evidence(), f"SELECT {name.name} FROM {t.name} WHERE {cond}"
 
@@ -269,10 +292,23 @@ def max_min_num(ctx: Ctx):
     if c is None:
         return None
     high = ctx.rng.random() < 0.5
-    fn, word = ("MAX", ctx.choice(["highest", "largest", "maximum"])) if high else ("MIN", ctx.choice(["lowest", "smallest", "minimum"]))
+    fn, word = (
+        ("MAX", ctx.choice(["highest", "largest", "maximum"]))
+        if high
+        else ("MIN", ctx.choice(["lowest", "smallest", "minimum"]))
+    )
     ctx.col_hint(c)
-    q = ctx.say(["What is the {w} {p} among all {n}?", "What is the {w} {p} of any {s}?", "Find the {w} {p} recorded for the {n}."],
-                w=word, p=c.phrase, n=t.nouns, s=t.noun)
+    q = ctx.say(
+        [
+            "What is the {w} {p} among all {n}?",
+            "What is the {w} {p} of any {s}?",
+            "Find the {w} {p} recorded for the {n}.",
+        ],
+        w=word,
+        p=c.phrase,
+        n=t.nouns,
+        s=t.noun,
+    )
     return q, ctx.take_evidence(), f"SELECT {fn}({ctx.num(c)}) FROM {t.name}"
 
 
@@ -287,11 +323,28 @@ def avg_num(ctx: Ctx):
     if cats and ctx.rng.random() < 0.6:
         cat = ctx.choice(cats)
         cond, m = ctx.cat_cond(t, cat, ctx.choice(ctx.cat_values(t, cat)))
-        q = ctx.say(["What is the average {p} of {n} whose {cp} is {v}?", "For {n} with {cp} {v}, what is the average {p}?",
-                     "Give the mean {p} of the {n} where {cp} is {v}."], p=c.phrase, n=t.nouns, cp=cat.phrase, v=m)
+        q = ctx.say(
+            [
+                "What is the average {p} of {n} whose {cp} is {v}?",
+                "For {n} with {cp} {v}, what is the average {p}?",
+                "Give the mean {p} of the {n} where {cp} is {v}.",
+            ],
+            p=c.phrase,
+            n=t.nouns,
+            cp=cat.phrase,
+            v=m,
+        )
         return q, ctx.take_evidence(), f"SELECT AVG({ctx.num(c)}) FROM {t.name} WHERE {cond}"
-    q = ctx.say(["What is the average {p} of the {n}?", "Calculate the average {p} across all {n}.",
-                 "On average, what is the {p} of a {s}?"], p=c.phrase, n=t.nouns, s=t.noun)
+    q = ctx.say(
+        [
+            "What is the average {p} of the {n}?",
+            "Calculate the average {p} across all {n}.",
+            "On average, what is the {p} of a {s}?",
+        ],
+        p=c.phrase,
+        n=t.nouns,
+        s=t.noun,
+    )
     return q, ctx.take_evidence(), f"SELECT AVG({ctx.num(c)}) FROM {t.name}"
 
 
@@ -308,8 +361,17 @@ def top_name_by_num(ctx: Ctx):
         return None
     ctx.col_hint(c)
     word = ctx.choice(["highest", "largest", "greatest"]) if high else ctx.choice(["lowest", "smallest"])
-    q = ctx.say(["Which {s} has the {w} {p}?", "Name the {s} with the {w} {p}.", "What is the {np} of the {s} with the {w} {p}?"],
-                s=t.noun, w=word, p=c.phrase, np=t.name_column.phrase)
+    q = ctx.say(
+        [
+            "Which {s} has the {w} {p}?",
+            "Name the {s} with the {w} {p}.",
+            "What is the {np} of the {s} with the {w} {p}?",
+        ],
+        s=t.noun,
+        w=word,
+        p=c.phrase,
+        np=t.name_column.phrase,
+    )
     sql = f"SELECT {t.name_column.name} FROM {t.name} WHERE {c.name} IS NOT NULL ORDER BY {expr} {order} LIMIT 1"
     return q, ctx.take_evidence(), sql
 
@@ -334,8 +396,17 @@ def lookup_attr(ctx: Ctx):
     m = ctx.mention(value[0])
     ctx.hint(f"{m} refers to {name.name} = {lit(value[0])}", 0.6)
     ctx.col_hint(c)
-    q = ctx.say(["What is the {p} of {v}?", "Give the {p} of the {s} named {v}.", "Tell me the {p} of {s} {v}.",
-                 "What {p} does {v} have?"], p=c.phrase, v=m, s=t.noun)
+    q = ctx.say(
+        [
+            "What is the {p} of {v}?",
+            "Give the {p} of the {s} named {v}.",
+            "Tell me the {p} of {s} {v}.",
+            "What {p} does {v} have?",
+        ],
+        p=c.phrase,
+        v=m,
+        s=t.noun,
+    )
     return q, ctx.take_evidence(), f"SELECT {c.name} FROM {t.name} WHERE {name.name} = {lit(value[0])}"
 
 
@@ -350,8 +421,13 @@ def count_num_gt(ctx: Ctx):
         return None
     ctx.col_hint(c)
     word, op = ctx.choice([("more than", ">"), ("greater than", ">"), ("at least", ">="), ("over", ">")])
-    q = ctx.say(["How many {n} have a {p} {w} {k}?", "Count the {n} whose {p} is {w} {k}.", "How many {n} have {p} {w} {k}?"],
-                n=t.nouns, p=c.phrase, w=word, k=k)
+    q = ctx.say(
+        ["How many {n} have a {p} {w} {k}?", "Count the {n} whose {p} is {w} {k}.", "How many {n} have {p} {w} {k}?"],
+        n=t.nouns,
+        p=c.phrase,
+        w=word,
+        k=k,
+    )
     return q, ctx.take_evidence(), f"SELECT COUNT(*) FROM {t.name} WHERE {ctx.num(c)} {op} {k}"
 
 
@@ -363,8 +439,15 @@ def distinct_cat(ctx: Ctx):
     if c is None:
         return None
     ctx.col_hint(c)
-    q = ctx.say(["List the distinct {p} values of the {n}.", "What different {p}s appear among the {n}?",
-                 "Which {p}s do the {n} have? List each once."], p=c.phrase, n=t.nouns)
+    q = ctx.say(
+        [
+            "List the distinct {p} values of the {n}.",
+            "What different {p}s appear among the {n}?",
+            "Which {p}s do the {n} have? List each once.",
+        ],
+        p=c.phrase,
+        n=t.nouns,
+    )
     return q, ctx.take_evidence(), f"SELECT DISTINCT {c.name} FROM {t.name} WHERE {c.name} IS NOT NULL"
 
 
@@ -374,12 +457,27 @@ def count_year(ctx: Ctx):
     c = ctx.pick_col(t, "date") if t else None
     if c is None or c.date_format not in ("iso", "iso_dt"):
         return None
-    year = ctx.choice([r[0] for r in ctx.rows(f"SELECT DISTINCT STRFTIME('%Y', {c.name}) FROM {t.name} WHERE {c.name} IS NOT NULL ORDER BY 1")])
+    year = ctx.choice(
+        [
+            r[0]
+            for r in ctx.rows(
+                f"SELECT DISTINCT STRFTIME('%Y', {c.name}) FROM {t.name} WHERE {c.name} IS NOT NULL ORDER BY 1"
+            )
+        ]
+    )
     if year is None:
         return None
     ctx.col_hint(c)
-    q = ctx.say(["How many {n} have a {p} in {y}?", "Count the {n} whose {p} falls in {y}.", "How many {n} had their {p} in the year {y}?"],
-                n=t.nouns, p=c.phrase, y=year)
+    q = ctx.say(
+        [
+            "How many {n} have a {p} in {y}?",
+            "Count the {n} whose {p} falls in {y}.",
+            "How many {n} had their {p} in the year {y}?",
+        ],
+        n=t.nouns,
+        p=c.phrase,
+        y=year,
+    )
     return q, ctx.take_evidence(), f"SELECT COUNT(*) FROM {t.name} WHERE {ctx.year(c)} = {lit(year)}"
 
 
@@ -392,8 +490,11 @@ def count_null(ctx: Ctx):
     t, c = pick
     ctx.col_hint(c)
     if ctx.rng.random() < 0.5:
-        q = ctx.say(["How many {n} have no {p} recorded?", "Count the {n} whose {p} is missing.", "How many {n} lack a {p}?"],
-                    n=t.nouns, p=c.phrase)
+        q = ctx.say(
+            ["How many {n} have no {p} recorded?", "Count the {n} whose {p} is missing.", "How many {n} lack a {p}?"],
+            n=t.nouns,
+            p=c.phrase,
+        )
         return q, ctx.take_evidence(), f"SELECT COUNT(*) FROM {t.name} WHERE {c.name} IS NULL"
     q = ctx.say(["How many {n} have a recorded {p}?", "Count the {n} with a known {p}."], n=t.nouns, p=c.phrase)
     return q, ctx.take_evidence(), f"SELECT COUNT({c.name}) FROM {t.name}"
@@ -412,8 +513,18 @@ def list_names_num_gt(ctx: Ctx):
     k = top[ctx.rng.randrange(2, len(top))][0]
     k = int(k) if float(k).is_integer() else round(float(k), 1)
     ctx.col_hint(c)
-    q = ctx.say(["List the {nps} of {n} with a {p} above {k}.", "Which {n} have a {p} greater than {k}?",
-                 "Name every {s} whose {p} exceeds {k}."], nps=plural(t.name_column.phrase), n=t.nouns, p=c.phrase, k=k, s=t.noun)
+    q = ctx.say(
+        [
+            "List the {nps} of {n} with a {p} above {k}.",
+            "Which {n} have a {p} greater than {k}?",
+            "Name every {s} whose {p} exceeds {k}.",
+        ],
+        nps=plural(t.name_column.phrase),
+        n=t.nouns,
+        p=c.phrase,
+        k=k,
+        s=t.noun,
+    )
     return q, ctx.take_evidence(), f"SELECT {t.name_column.name} FROM {t.name} WHERE {expr} > {k}"
 
 
@@ -422,7 +533,8 @@ def list_names_num_gt(ctx: Ctx):
 
 def _fk_with(ctx: Ctx, child_kinds: tuple[str, ...] = (), parent_name: bool = True):
     cands = [
-        fk for fk in ctx.fks()
+        fk
+        for fk in ctx.fks()
         if (not parent_name or fk[2].name_column is not None) and all(fk[0].of_kind(k) for k in child_kinds)
     ]
     return ctx.choice(cands)
@@ -475,11 +587,22 @@ def join_count_parent(ctx: Ctx):
         return None
     m = ctx.mention(value)
     name = parent.name_column
-    q = ctx.say(["How many {cn} have {r} {v}?", "For the {r} {v}, how many {cn} are there?",
-                 "Count the {cn} whose {r} is {v}.", "How many {cn} list {v} as their {r}?"], cn=child.nouns, r=role(fkc), v=m)
+    q = ctx.say(
+        [
+            "How many {cn} have {r} {v}?",
+            "For the {r} {v}, how many {cn} are there?",
+            "Count the {cn} whose {r} is {v}.",
+            "How many {cn} list {v} as their {r}?",
+        ],
+        cn=child.nouns,
+        r=role(fkc),
+        v=m,
+    )
     ctx.hint(f"{m} refers to {name.name} = {lit(value)}", 0.6)
-    sql = (f"SELECT COUNT(*) FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON {ctx.join('T1', fkc, 'T2', pk)} "
-           f"WHERE T2.{name.name} = {lit(value)}")
+    sql = (
+        f"SELECT COUNT(*) FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON {ctx.join('T1', fkc, 'T2', pk)} "
+        f"WHERE T2.{name.name} = {lit(value)}"
+    )
     return q, ctx.take_evidence(), sql
 
 
@@ -494,11 +617,23 @@ def join_child_names(ctx: Ctx):
         return None
     m = ctx.mention(value)
     ctx.hint(f"{m} refers to {parent.name_column.name} = {lit(value)}", 0.6)
-    q = ctx.say(["List the {nps} of the {cn} whose {r} is {v}.", "Which {cn} have {r} {v}?",
-                 "Give the {np} of every {cs} with {r} {v}."],
-                nps=plural(child.name_column.phrase), np=child.name_column.phrase, cn=child.nouns, cs=child.noun, r=role(fkc), v=m)
-    sql = (f"SELECT T1.{child.name_column.name} FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON "
-           f"{ctx.join('T1', fkc, 'T2', pk)} WHERE T2.{parent.name_column.name} = {lit(value)}")
+    q = ctx.say(
+        [
+            "List the {nps} of the {cn} whose {r} is {v}.",
+            "Which {cn} have {r} {v}?",
+            "Give the {np} of every {cs} with {r} {v}.",
+        ],
+        nps=plural(child.name_column.phrase),
+        np=child.name_column.phrase,
+        cn=child.nouns,
+        cs=child.noun,
+        r=role(fkc),
+        v=m,
+    )
+    sql = (
+        f"SELECT T1.{child.name_column.name} FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON "
+        f"{ctx.join('T1', fkc, 'T2', pk)} WHERE T2.{parent.name_column.name} = {lit(value)}"
+    )
     return q, ctx.take_evidence(), sql
 
 
@@ -509,19 +644,33 @@ def group_top_cat(ctx: Ctx):
     c = ctx.choice(cols)
     if c is None:
         return None
-    if not ctx.top_is_unique(f"SELECT COUNT(*) FROM {t.name} WHERE {c.name} IS NOT NULL GROUP BY {c.name} ORDER BY COUNT(*) DESC"):
+    if not ctx.top_is_unique(
+        f"SELECT COUNT(*) FROM {t.name} WHERE {c.name} IS NOT NULL GROUP BY {c.name} ORDER BY COUNT(*) DESC"
+    ):
         return None
     most = ctx.rng.random() < 0.75
     order = "DESC" if most else "ASC"
-    if not most and not ctx.top_is_unique(f"SELECT COUNT(*) FROM {t.name} WHERE {c.name} IS NOT NULL GROUP BY {c.name} ORDER BY COUNT(*) ASC"):
+    if not most and not ctx.top_is_unique(
+        f"SELECT COUNT(*) FROM {t.name} WHERE {c.name} IS NOT NULL GROUP BY {c.name} ORDER BY COUNT(*) ASC"
+    ):
         return None
     word = "most" if most else "fewest"
     ctx.col_hint(c)
-    q = ctx.say(["Which {p} has the {w} {n}?", "What is the {p} shared by the {w} {n}?", "Among the {n}, which {p} occurs the {w} times?"],
-                p=c.phrase, w=word, n=t.nouns)
+    q = ctx.say(
+        [
+            "Which {p} has the {w} {n}?",
+            "What is the {p} shared by the {w} {n}?",
+            "Among the {n}, which {p} occurs the {w} times?",
+        ],
+        p=c.phrase,
+        w=word,
+        n=t.nouns,
+    )
     if "times" in q:
         q = q.replace("fewest times", "least often").replace("most times", "most often")
-    sql = f"SELECT {c.name} FROM {t.name} WHERE {c.name} IS NOT NULL GROUP BY {c.name} ORDER BY COUNT(*) {order} LIMIT 1"
+    sql = (
+        f"SELECT {c.name} FROM {t.name} WHERE {c.name} IS NOT NULL GROUP BY {c.name} ORDER BY COUNT(*) {order} LIMIT 1"
+    )
     return q, ctx.take_evidence(), sql
 
 
@@ -540,11 +689,23 @@ def join_avg_for_parent(ctx: Ctx):
     m = ctx.mention(value)
     ctx.hint(f"{m} refers to {parent.name_column.name} = {lit(value)}", 0.6)
     ctx.col_hint(c)
-    fn, word = ctx.choice([("AVG", "average"), ("SUM", "total"), ("MAX", "highest")] if additive(c) else [("MAX", "latest"), ("MIN", "earliest")])
-    q = ctx.say(["What is the {w} {p} of the {cn} whose {r} is {v}?", "For the {r} {v}, what is the {w} {p} across its {cn}?"],
-                w=word, p=c.phrase, cn=child.nouns, r=role(fkc), v=m)
-    sql = (f"SELECT {fn}({ctx.num(c, 'T1')}) FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON "
-           f"{ctx.join('T1', fkc, 'T2', pk)} WHERE T2.{parent.name_column.name} = {lit(value)}")
+    fn, word = ctx.choice(
+        [("AVG", "average"), ("SUM", "total"), ("MAX", "highest")]
+        if additive(c)
+        else [("MAX", "latest"), ("MIN", "earliest")]
+    )
+    q = ctx.say(
+        ["What is the {w} {p} of the {cn} whose {r} is {v}?", "For the {r} {v}, what is the {w} {p} across its {cn}?"],
+        w=word,
+        p=c.phrase,
+        cn=child.nouns,
+        r=role(fkc),
+        v=m,
+    )
+    sql = (
+        f"SELECT {fn}({ctx.num(c, 'T1')}) FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON "
+        f"{ctx.join('T1', fkc, 'T2', pk)} WHERE T2.{parent.name_column.name} = {lit(value)}"
+    )
     return q, ctx.take_evidence(), sql
 
 
@@ -559,15 +720,27 @@ def parent_of_top_child(ctx: Ctx):
         return None
     expr = ctx.num(c, "T1")
     on = ctx.join("T1", fkc, "T2", pk)
-    if not ctx.top_is_unique(f"SELECT {expr} FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON {on} "
-                             f"WHERE T1.{c.name} IS NOT NULL ORDER BY {expr} DESC"):
+    if not ctx.top_is_unique(
+        f"SELECT {expr} FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON {on} "
+        f"WHERE T1.{c.name} IS NOT NULL ORDER BY {expr} DESC"
+    ):
         ctx.take_evidence()
         return None
     ctx.col_hint(c)
-    q = ctx.say(["What is the {r} of the {cs} with the highest {p}?", "Name the {r} of the {cs} that has the largest {p}.",
-                 "The {cs} with the greatest {p} has which {r}?"], r=role(fkc), cs=child.noun, p=c.phrase)
-    sql = (f"SELECT T2.{parent.name_column.name} FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON {on} "
-           f"WHERE T1.{c.name} IS NOT NULL ORDER BY {expr} DESC LIMIT 1")
+    q = ctx.say(
+        [
+            "What is the {r} of the {cs} with the highest {p}?",
+            "Name the {r} of the {cs} that has the largest {p}.",
+            "The {cs} with the greatest {p} has which {r}?",
+        ],
+        r=role(fkc),
+        cs=child.noun,
+        p=c.phrase,
+    )
+    sql = (
+        f"SELECT T2.{parent.name_column.name} FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON {on} "
+        f"WHERE T1.{c.name} IS NOT NULL ORDER BY {expr} DESC LIMIT 1"
+    )
     return q, ctx.take_evidence(), sql
 
 
@@ -580,12 +753,20 @@ def count_year_cat(ctx: Ctx):
     if d is None or c is None:
         return None
     year_expr = ctx.year(d)
-    year = ctx.choice([r[0] for r in ctx.rows(f"SELECT DISTINCT {year_expr} FROM {t.name} WHERE {d.name} IS NOT NULL ORDER BY 1")])
+    year = ctx.choice(
+        [r[0] for r in ctx.rows(f"SELECT DISTINCT {year_expr} FROM {t.name} WHERE {d.name} IS NOT NULL ORDER BY 1")]
+    )
     cond, m = ctx.cat_cond(t, c, ctx.choice(ctx.cat_values(t, c)))
     ctx.col_hint(d)
     ctx.col_hint(c)
-    q = ctx.say(["How many {n} with {cp} {v} have a {dp} in {y}?",
-                 "Count the {n} whose {dp} is in {y} and whose {cp} is {v}."], n=t.nouns, cp=c.phrase, v=m, dp=d.phrase, y=year)
+    q = ctx.say(
+        ["How many {n} with {cp} {v} have a {dp} in {y}?", "Count the {n} whose {dp} is in {y} and whose {cp} is {v}."],
+        n=t.nouns,
+        cp=c.phrase,
+        v=m,
+        dp=d.phrase,
+        y=year,
+    )
     return q, ctx.take_evidence(), f"SELECT COUNT(*) FROM {t.name} WHERE {year_expr} = {lit(year)} AND {cond}"
 
 
@@ -599,8 +780,13 @@ def sum_num_cat(ctx: Ctx):
         return None
     cond, m = ctx.cat_cond(t, cat, ctx.choice(ctx.cat_values(t, cat)))
     ctx.col_hint(c)
-    q = ctx.say(["What is the total {p} of the {n} with {cp} {v}?", "Sum the {p} over all {n} whose {cp} is {v}."],
-                p=c.phrase, n=t.nouns, cp=cat.phrase, v=m)
+    q = ctx.say(
+        ["What is the total {p} of the {n} with {cp} {v}?", "Sum the {p} over all {n} whose {cp} is {v}."],
+        p=c.phrase,
+        n=t.nouns,
+        cp=cat.phrase,
+        v=m,
+    )
     return q, ctx.take_evidence(), f"SELECT SUM({ctx.num(c)}) FROM {t.name} WHERE {cond}"
 
 
@@ -614,10 +800,20 @@ def count_parents_with_child_cat(ctx: Ctx):
     if cat is None:
         return None
     cond, m = ctx.cat_cond(child, cat, ctx.choice(ctx.cat_values(child, cat)), alias="T1")
-    q = ctx.say(["How many different {rs} appear on {cn} with {cp} {v}?",
-                 "Count the distinct {rs} of the {cn} whose {cp} is {v}."], rs=plural(role(fkc)), cn=child.nouns, cp=cat.phrase, v=m)
-    sql = (f"SELECT COUNT(DISTINCT T2.{pk.name}) FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON "
-           f"{ctx.join('T1', fkc, 'T2', pk)} WHERE {cond}")
+    q = ctx.say(
+        [
+            "How many different {rs} appear on {cn} with {cp} {v}?",
+            "Count the distinct {rs} of the {cn} whose {cp} is {v}.",
+        ],
+        rs=plural(role(fkc)),
+        cn=child.nouns,
+        cp=cat.phrase,
+        v=m,
+    )
+    sql = (
+        f"SELECT COUNT(DISTINCT T2.{pk.name}) FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON "
+        f"{ctx.join('T1', fkc, 'T2', pk)} WHERE {cond}"
+    )
     return q, ctx.take_evidence(), sql
 
 
@@ -632,7 +828,13 @@ def pct_threshold(ctx: Ctx):
     bound = f"{k / 100}" if c.pct == "frac" else f"{k}"
     ctx.col_hint(c)
     word, op = ctx.choice([("above", ">"), ("below", "<"), ("at least", ">=")])
-    q = ctx.say(["How many {n} have a {p} {w} {k}%?", "Count the {n} whose {p} is {w} {k} percent."], n=t.nouns, p=c.phrase, w=word, k=k)
+    q = ctx.say(
+        ["How many {n} have a {p} {w} {k}%?", "Count the {n} whose {p} is {w} {k} percent."],
+        n=t.nouns,
+        p=c.phrase,
+        w=word,
+        k=k,
+    )
     return q, ctx.take_evidence(), f"SELECT COUNT(*) FROM {t.name} WHERE {c.name} {op} {bound}"
 
 
@@ -643,11 +845,19 @@ def year_with_most(ctx: Ctx):
     if d is None:
         return None
     expr = ctx.year(d)
-    if not ctx.top_is_unique(f"SELECT COUNT(*) FROM {t.name} WHERE {d.name} IS NOT NULL GROUP BY {expr} ORDER BY COUNT(*) DESC"):
+    if not ctx.top_is_unique(
+        f"SELECT COUNT(*) FROM {t.name} WHERE {d.name} IS NOT NULL GROUP BY {expr} ORDER BY COUNT(*) DESC"
+    ):
         ctx.take_evidence()
         return None
-    q = ctx.say(["In which year were the most {n} recorded by {p}?", "Which year has the largest number of {n}, judged by {p}?"],
-                n=t.nouns, p=d.phrase)
+    q = ctx.say(
+        [
+            "In which year were the most {n} recorded by {p}?",
+            "Which year has the largest number of {n}, judged by {p}?",
+        ],
+        n=t.nouns,
+        p=d.phrase,
+    )
     sql = f"SELECT {expr} FROM {t.name} WHERE {d.name} IS NOT NULL GROUP BY {expr} ORDER BY COUNT(*) DESC LIMIT 1"
     return q, ctx.take_evidence(), sql
 
@@ -663,8 +873,16 @@ def pct_of_cat(ctx: Ctx):
         return None
     cond, m = ctx.cat_cond(t, c, ctx.choice(ctx.cat_values(t, c)))
     ctx.hint(f"percentage = DIVIDE(COUNT({c.name} = {m}), COUNT(*)) * 100", 0.6)
-    q = ctx.say(["What percentage of {n} have {p} {v}?", "Among all {n}, what is the percentage whose {p} is {v}?",
-                 "Calculate the share, in percent, of {n} with a {p} of {v}."], n=t.nouns, p=c.phrase, v=m)
+    q = ctx.say(
+        [
+            "What percentage of {n} have {p} {v}?",
+            "Among all {n}, what is the percentage whose {p} is {v}?",
+            "Calculate the share, in percent, of {n} with a {p} of {v}.",
+        ],
+        n=t.nouns,
+        p=c.phrase,
+        v=m,
+    )
     sql = f"SELECT CAST(SUM(CASE WHEN {cond} THEN 1 ELSE 0 END) AS REAL) * 100 / COUNT(*) FROM {t.name}"
     return q, ctx.take_evidence(), sql
 
@@ -676,9 +894,13 @@ def having_parent(ctx: Ctx):
         return None
     child, fkc, parent, pk = fk
     on = ctx.join("T1", fkc, "T2", pk)
-    counts = [r[0] for r in ctx.rows(
-        f"SELECT COUNT(*) FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON {on} "
-        f"GROUP BY T2.{pk.name} ORDER BY 1 DESC LIMIT 15")]
+    counts = [
+        r[0]
+        for r in ctx.rows(
+            f"SELECT COUNT(*) FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON {on} "
+            f"GROUP BY T2.{pk.name} ORDER BY 1 DESC LIMIT 15"
+        )
+    ]
     if len(counts) < 3:
         ctx.take_evidence()
         return None
@@ -689,10 +911,15 @@ def having_parent(ctx: Ctx):
     if role(fkc) == parent.noun:
         templates = ["List the {nps} of {pn} with more than {k} {cn}.", "Which {pn} have over {k} {cn}?"]
     else:
-        templates = ["List the {nps} of {pn} that are the {r} of more than {k} {cn}.", "Which {pn} appear as {r} on over {k} {cn}?"]
+        templates = [
+            "List the {nps} of {pn} that are the {r} of more than {k} {cn}.",
+            "Which {pn} appear as {r} on over {k} {cn}?",
+        ]
     q = ctx.say(templates, nps=plural(parent.name_column.phrase), pn=parent.nouns, k=k, cn=child.nouns, r=role(fkc))
-    sql = (f"SELECT T2.{parent.name_column.name} FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON {on} "
-           f"GROUP BY T2.{pk.name} HAVING COUNT(*) > {k}")
+    sql = (
+        f"SELECT T2.{parent.name_column.name} FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON {on} "
+        f"GROUP BY T2.{pk.name} HAVING COUNT(*) > {k}"
+    )
     return q, ctx.take_evidence(), sql
 
 
@@ -707,9 +934,17 @@ def above_avg(ctx: Ctx):
     cond, m = ctx.cat_cond(t, cat, ctx.choice(ctx.cat_values(t, cat)))
     expr = ctx.num(c)
     ctx.col_hint(c)
-    q = ctx.say(["Among the {n} with {cp} {v}, which have a {p} above the average {p} of all {n}?",
-                 "List the {nps} of {n} whose {cp} is {v} and whose {p} is higher than the overall average."],
-                n=t.nouns, cp=cat.phrase, v=m, p=c.phrase, nps=plural(t.name_column.phrase))
+    q = ctx.say(
+        [
+            "Among the {n} with {cp} {v}, which have a {p} above the average {p} of all {n}?",
+            "List the {nps} of {n} whose {cp} is {v} and whose {p} is higher than the overall average.",
+        ],
+        n=t.nouns,
+        cp=cat.phrase,
+        v=m,
+        p=c.phrase,
+        nps=plural(t.name_column.phrase),
+    )
     sql = f"SELECT {t.name_column.name} FROM {t.name} WHERE {cond} AND {expr} > (SELECT AVG({expr}) FROM {t.name})"
     return q, ctx.take_evidence(), sql
 
@@ -727,10 +962,20 @@ def ratio_cats(ctx: Ctx):
     ca, ma = ctx.cat_cond(t, c, a)
     cb, mb = ctx.cat_cond(t, c, b)
     ctx.hint(f"ratio = DIVIDE(COUNT({c.name} = {ma}), COUNT({c.name} = {mb}))", 0.6)
-    q = ctx.say(["What is the ratio of {n} with {p} {a} to those with {p} {b}?",
-                 "How many times more {n} have {p} {a} than {p} {b}?"], n=t.nouns, p=c.phrase, a=ma, b=mb)
-    sql = (f"SELECT CAST(SUM(CASE WHEN {ca} THEN 1 ELSE 0 END) AS REAL) / SUM(CASE WHEN {cb} THEN 1 ELSE 0 END) "
-           f"FROM {t.name}")
+    q = ctx.say(
+        [
+            "What is the ratio of {n} with {p} {a} to those with {p} {b}?",
+            "How many times more {n} have {p} {a} than {p} {b}?",
+        ],
+        n=t.nouns,
+        p=c.phrase,
+        a=ma,
+        b=mb,
+    )
+    sql = (
+        f"SELECT CAST(SUM(CASE WHEN {ca} THEN 1 ELSE 0 END) AS REAL) / SUM(CASE WHEN {cb} THEN 1 ELSE 0 END) "
+        f"FROM {t.name}"
+    )
     return q, ctx.take_evidence(), sql
 
 
@@ -745,15 +990,26 @@ def parent_top_avg(ctx: Ctx):
         return None
     expr = ctx.num(c, "T1")
     on = ctx.join("T1", fkc, "T2", pk)
-    if not ctx.top_is_unique(f"SELECT AVG({expr}) FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON {on} "
-                             f"GROUP BY T2.{pk.name} ORDER BY AVG({expr}) DESC"):
+    if not ctx.top_is_unique(
+        f"SELECT AVG({expr}) FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON {on} "
+        f"GROUP BY T2.{pk.name} ORDER BY AVG({expr}) DESC"
+    ):
         ctx.take_evidence()
         return None
     ctx.col_hint(c)
-    q = ctx.say(["Which {r} has the highest average {p} among its {cn}?", "Name the {r} whose {cn} have the greatest average {p}."],
-                r=role(fkc), p=c.phrase, cn=child.nouns)
-    sql = (f"SELECT T2.{parent.name_column.name} FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON {on} "
-           f"GROUP BY T2.{pk.name} ORDER BY AVG({expr}) DESC LIMIT 1")
+    q = ctx.say(
+        [
+            "Which {r} has the highest average {p} among its {cn}?",
+            "Name the {r} whose {cn} have the greatest average {p}.",
+        ],
+        r=role(fkc),
+        p=c.phrase,
+        cn=child.nouns,
+    )
+    sql = (
+        f"SELECT T2.{parent.name_column.name} FROM {child.name} AS T1 INNER JOIN {parent.name} AS T2 ON {on} "
+        f"GROUP BY T2.{pk.name} ORDER BY AVG({expr}) DESC LIMIT 1"
+    )
     return q, ctx.take_evidence(), sql
 
 
@@ -768,19 +1024,51 @@ def case_buckets(ctx: Ctx):
         return None
     expr = ctx.num(c)
     ctx.col_hint(c)
-    q = ctx.say(["How many {n} have a {p} above {k}, and how many have {k} or less?",
-                 "Split the {n} by {p}: count those over {k} and those at or under {k}."], n=t.nouns, p=c.phrase, k=k)
-    sql = (f"SELECT SUM(CASE WHEN {expr} > {k} THEN 1 ELSE 0 END), SUM(CASE WHEN {expr} <= {k} THEN 1 ELSE 0 END) "
-           f"FROM {t.name}")
+    q = ctx.say(
+        [
+            "How many {n} have a {p} above {k}, and how many have {k} or less?",
+            "Split the {n} by {p}: count those over {k} and those at or under {k}.",
+        ],
+        n=t.nouns,
+        p=c.phrase,
+        k=k,
+    )
+    sql = (
+        f"SELECT SUM(CASE WHEN {expr} > {k} THEN 1 ELSE 0 END), SUM(CASE WHEN {expr} <= {k} THEN 1 ELSE 0 END) "
+        f"FROM {t.name}"
+    )
     return q, ctx.take_evidence(), sql
 
 
 GENERIC_INTENTS: tuple[Intent, ...] = (
-    count_all, count_cat, list_names_cat, max_min_num, avg_num, top_name_by_num, lookup_attr, count_num_gt,
-    distinct_cat, count_year, count_null, list_names_num_gt,
-    join_count_parent, join_child_names, group_top_cat, join_avg_for_parent, parent_of_top_child, count_year_cat,
-    sum_num_cat, count_parents_with_child_cat, pct_threshold, year_with_most,
-    pct_of_cat, having_parent, above_avg, ratio_cats, parent_top_avg, case_buckets,
+    count_all,
+    count_cat,
+    list_names_cat,
+    max_min_num,
+    avg_num,
+    top_name_by_num,
+    lookup_attr,
+    count_num_gt,
+    distinct_cat,
+    count_year,
+    count_null,
+    list_names_num_gt,
+    join_count_parent,
+    join_child_names,
+    group_top_cat,
+    join_avg_for_parent,
+    parent_of_top_child,
+    count_year_cat,
+    sum_num_cat,
+    count_parents_with_child_cat,
+    pct_threshold,
+    year_with_most,
+    pct_of_cat,
+    having_parent,
+    above_avg,
+    ratio_cats,
+    parent_top_avg,
+    case_buckets,
 )
 
 

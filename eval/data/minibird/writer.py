@@ -47,7 +47,9 @@ def write_sqlite(domain: Domain, rows: Mapping[str, Sequence[tuple]], path: Path
             width = len(table.columns)
             bad = [r for r in data if len(r) != width]
             if bad:
-                raise ValueError(f"{domain.db_id}.{table.name}: row {bad[0]!r} has {len(bad[0])} values, expected {width}")
+                raise ValueError(
+                    f"{domain.db_id}.{table.name}: row {bad[0]!r} has {len(bad[0])} values, expected {width}"
+                )
             conn.executemany(f"INSERT INTO {table.name} VALUES ({', '.join('?' * width)})", data)
         conn.execute("COMMIT")
         conn.execute("VACUUM")
@@ -95,7 +97,9 @@ def tables_json_entry(domain: Domain) -> dict[str, Any]:
             col_names.append([t_idx, c.name.replace("_", " ")])
             col_types.append(_column_type(c))
     primary = [index[(t.name, c.name)] for t in domain.tables for c in t.primary_key]
-    foreign = [[index[(child.name, fk.name)], index[(parent.name, pk.name)]] for child, fk, parent, pk in domain.foreign_keys()]
+    foreign = [
+        [index[(child.name, fk.name)], index[(parent.name, pk.name)]] for child, fk, parent, pk in domain.foreign_keys()
+    ]
     return {
         "db_id": domain.db_id,
         "table_names_original": [t.name for t in domain.tables],

@@ -46,10 +46,14 @@ def school_db(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def example(gold_sql: str = GOLD_SQL, with_refs: bool = True, **kw: Any) -> Example:
     refs = {"gold_tables": GOLD_TABLES, "gold_columns": GOLD_COLUMNS} if with_refs and gold_sql == GOLD_SQL else {}
-    return Example(id="q1", db_id="school", db_path="", question="Who plays chess?", gold_sql=gold_sql, **{**refs, **kw})
+    return Example(
+        id="q1", db_id="school", db_path="", question="Who plays chess?", gold_sql=gold_sql, **{**refs, **kw}
+    )
 
 
-def turn(index: int, phase: str, ok: bool = True, text: str = "", tool: str | None = None, outcome: str | None = None) -> TurnRecord:
+def turn(
+    index: int, phase: str, ok: bool = True, text: str = "", tool: str | None = None, outcome: str | None = None
+) -> TurnRecord:
     return TurnRecord(
         index=index,
         phase=phase,

@@ -20,11 +20,23 @@ GOOD_SQL = "SELECT students.name FROM students JOIN clubs ON clubs.id = students
 GOLD_SCHEMA = SchemaSelection(tables=GOLD_TABLES, columns=GOLD_COLUMNS)
 
 
-def episode(sql: str | None = GOOD_SQL, schema: SchemaSelection | None = GOLD_SCHEMA, final_text: str | None = None,
-            tokens: int = 100, ok: bool = True, end_reason: str = "answer") -> Any:
+def episode(
+    sql: str | None = GOOD_SQL,
+    schema: SchemaSelection | None = GOLD_SCHEMA,
+    final_text: str | None = None,
+    tokens: int = 100,
+    ok: bool = True,
+    end_reason: str = "answer",
+) -> Any:
     text = final_text if final_text is not None else FINAL_TEXT.format(sql=sql)
     turns = [
-        turn(0, "tool_call", text="<scratch_pad>look</scratch_pad><tool_call>{}</tool_call>", tool="sqlite_query", outcome="ok"),
+        turn(
+            0,
+            "tool_call",
+            text="<scratch_pad>look</scratch_pad><tool_call>{}</tool_call>",
+            tool="sqlite_query",
+            outcome="ok",
+        ),
         turn(1, "final_answer", ok=ok, text=text),
     ]
     return trajectory(sql, turns, schema=schema, end_reason=end_reason, policy_tokens=tokens)
@@ -33,13 +45,22 @@ def episode(sql: str | None = GOOD_SQL, schema: SchemaSelection | None = GOLD_SC
 def test_perfect_episode_scores_the_maximum_3_8(school_db: Any) -> None:
     out = get_reward("composite")(episode(), example(), school_db)
     assert out.error is None
-    assert out.components == {"format": 1.0, "syntax": 1.0, "exec": 1.0, "tables": 1.0, "columns": 1.0,
-                              "nonempty": 1.0, "length": 0.0}
+    assert out.components == {
+        "format": 1.0,
+        "syntax": 1.0,
+        "exec": 1.0,
+        "tables": 1.0,
+        "columns": 1.0,
+        "nonempty": 1.0,
+        "length": 0.0,
+    }
     assert out.total == pytest.approx(3.8)
     assert out.tracks == {"full": out.total}
 
 
-@pytest.mark.parametrize("tokens, length, total", [(6000, 0.0, 3.8), (7000, -0.5, 3.75), (8000, -1.0, 3.7), (12000, -1.0, 3.7)])
+@pytest.mark.parametrize(
+    "tokens, length, total", [(6000, 0.0, 3.8), (7000, -0.5, 3.75), (8000, -1.0, 3.7), (12000, -1.0, 3.7)]
+)
 def test_soft_overlong_length_term(school_db: Any, tokens: int, length: float, total: float) -> None:
     out = get_reward("composite")(episode(tokens=tokens), example(), school_db)
     assert out.components["length"] == pytest.approx(length)
@@ -78,11 +99,23 @@ def test_nonempty_needs_a_non_null_cell(school_db: Any, sql: str) -> None:
 
 
 def test_no_final_answer_scores_zero_except_length(school_db: Any) -> None:
-    turns = [turn(i, "tool_call", text="<scratch_pad>x</scratch_pad><tool_call>{}</tool_call>", tool="sqlite_query", outcome="ok") for i in range(8)]
-    out = get_reward("composite")(trajectory(None, turns, end_reason="turn_budget", policy_tokens=7000), example(), school_db)
+    turns = [
+        turn(
+            i,
+            "tool_call",
+            text="<scratch_pad>x</scratch_pad><tool_call>{}</tool_call>",
+            tool="sqlite_query",
+            outcome="ok",
+        )
+        for i in range(8)
+    ]
+    out = get_reward("composite")(
+        trajectory(None, turns, end_reason="turn_budget", policy_tokens=7000), example(), school_db
+    )
     assert out.error is None
     assert {k: v for k, v in out.components.items() if k != "length"} == dict.fromkeys(
-        ["format", "syntax", "exec", "tables", "columns", "nonempty"], 0.0)
+        ["format", "syntax", "exec", "tables", "columns", "nonempty"], 0.0
+    )
     assert out.total == pytest.approx(0.1 * -0.5)
 
 
@@ -96,8 +129,10 @@ def test_missing_annotations_fail_format_and_score_zero_linking(school_db: Any) 
 
 
 def test_count_star_gold_with_empty_column_annotation(school_db: Any) -> None:
-    text = ("<scratch_pad>c</scratch_pad><relevant_tables>students</relevant_tables><relevant_columns></relevant_columns>"
-            "<final_answer>SELECT COUNT(*) FROM students</final_answer>")
+    text = (
+        "<scratch_pad>c</scratch_pad><relevant_tables>students</relevant_tables><relevant_columns></relevant_columns>"
+        "<final_answer>SELECT COUNT(*) FROM students</final_answer>"
+    )
     traj = episode("SELECT COUNT(*) FROM students", schema=SchemaSelection(tables=("students",)), final_text=text)
     out = get_reward("composite")(traj, example("SELECT COUNT(*) FROM students"), school_db)
     assert out.components["tables"] == 1.0 and out.components["columns"] == 1.0

@@ -12,7 +12,9 @@ from training.rewards import get_reward
 from training.rewards.dualsql import combine, linking_reward
 
 GOOD_SQL = "SELECT students.name FROM students JOIN clubs ON clubs.id = students.club_id WHERE clubs.title = 'Chess'"
-REORDERED = "SELECT DISTINCT s.name FROM clubs c JOIN students s ON c.id = s.club_id WHERE c.title = 'Chess' ORDER BY s.id"
+REORDERED = (
+    "SELECT DISTINCT s.name FROM clubs c JOIN students s ON c.id = s.club_id WHERE c.title = 'Chess' ORDER BY s.id"
+)
 
 
 def linker(schema: SchemaSelection | None, ok: bool = True, tokens: int = 100, end_reason: str = "answer") -> Any:
@@ -20,8 +22,9 @@ def linker(schema: SchemaSelection | None, ok: bool = True, tokens: int = 100, e
     return trajectory(None, turns, schema=schema, role="linker", policy_tokens=tokens, end_reason=end_reason)
 
 
-def generator(sql: str | None, tool_outcome: str = "ok", ok: bool = True, tokens: int = 100,
-              end_reason: str = "answer") -> Any:
+def generator(
+    sql: str | None, tool_outcome: str = "ok", ok: bool = True, tokens: int = 100, end_reason: str = "answer"
+) -> Any:
     turns = [turn(0, "tool_call", tool="execute_sql", outcome=tool_outcome), turn(1, "answer", ok=ok)]
     return trajectory(sql, turns, role="generator", policy_tokens=tokens, end_reason=end_reason)
 
@@ -85,8 +88,10 @@ def test_generator_correctness_is_rex_equal_to_one(school_db: Any) -> None:
     # DISTINCT + ORDER BY on a gold without either: equal as sets and as multisets here
     out = get_reward("dualsql")(generator(REORDERED), example(), school_db)
     assert out.components["exec"] == 1.0
-    dup = ("SELECT s.name FROM students s JOIN students t ON t.id = s.id OR t.id = s.id + 1 "
-           "JOIN clubs c ON c.id = s.club_id WHERE c.title = 'Chess'")
+    dup = (
+        "SELECT s.name FROM students s JOIN students t ON t.id = s.id OR t.id = s.id + 1 "
+        "JOIN clubs c ON c.id = s.club_id WHERE c.title = 'Chess'"
+    )
     ex = get_reward("dualsql", exec_metric="ex")(generator(dup), example(), school_db)
     rex = get_reward("dualsql")(generator(dup), example(), school_db)
     assert ex.components["task"] == pytest.approx(1.1)  # EX forgives the duplicated rows
@@ -94,7 +99,9 @@ def test_generator_correctness_is_rex_equal_to_one(school_db: Any) -> None:
 
 
 def test_generator_wrong_and_failing(school_db: Any) -> None:
-    assert get_reward("dualsql")(generator("SELECT name FROM students"), example(), school_db).total == pytest.approx(0.1)
+    assert get_reward("dualsql")(generator("SELECT name FROM students"), example(), school_db).total == pytest.approx(
+        0.1
+    )
     assert get_reward("dualsql")(generator("SELEC"), example(), school_db).total == pytest.approx(0.1)
     assert get_reward("dualsql")(generator(None), example(), school_db).total == pytest.approx(0.1)
 

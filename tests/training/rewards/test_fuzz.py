@@ -28,7 +28,7 @@ def fuzz_schema(rng: random.Random, text: str) -> SchemaSelection | None:
     if rng.random() < 0.2:
         return None
     pieces = [p for p in text.replace("\n", ",").split(",")][:8]
-    extra = ["students.*", "*", "", ".", "students.", ".name", "clubs.title", "NAME", "\"students\".\"name\""]
+    extra = ["students.*", "*", "", ".", "students.", ".name", "clubs.title", "NAME", '"students"."name"']
     return SchemaSelection(
         tables=tuple(pieces[:3]) + tuple(rng.sample(extra, 2)),
         columns=tuple(pieces) + tuple(rng.sample(extra, 3)),
@@ -45,14 +45,25 @@ def test_rewards_never_raise_on_model_text(school_db: Any) -> None:
         phases = REWARDS[name]
         sql = extract_sql(text) if rng.random() < 0.5 else (text if rng.random() < 0.8 else None)
         turns = [
-            turn(j, rng.choice(phases + ("invalid",)), ok=rng.random() < 0.7, text=text,
-                 tool=rng.choice([None, "execute_sql"]), outcome=rng.choice([None, "ok", "syntax", "timeout"]))
+            turn(
+                j,
+                rng.choice(phases + ("invalid",)),
+                ok=rng.random() < 0.7,
+                text=text,
+                tool=rng.choice([None, "execute_sql"]),
+                outcome=rng.choice([None, "ok", "syntax", "timeout"]),
+            )
             for j in range(rng.randint(0, 5))
         ]
         role = rng.choice(["linker", "generator"]) if name == "dualsql" else "agent"
-        traj = trajectory(sql, turns, schema=fuzz_schema(rng, text), role=role,
-                          end_reason=rng.choice(["answer", "turn_budget", "format_cutoff"]),
-                          policy_tokens=rng.randint(0, 40000))
+        traj = trajectory(
+            sql,
+            turns,
+            schema=fuzz_schema(rng, text),
+            role=role,
+            end_reason=rng.choice(["answer", "turn_budget", "format_cutoff"]),
+            policy_tokens=rng.randint(0, 40000),
+        )
         out = rewards[name](traj, example(), school_db)
         calls += 1
         assert out.error is None, (name, text[:200], out.error)

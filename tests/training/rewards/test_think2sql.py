@@ -73,6 +73,8 @@ def test_format_and_tag_count(text: str, fmt: float, tags: float) -> None:
 
 def test_weights_are_options(school_db: Any) -> None:
     text = f"<think>x</think><answer>{GOOD_SQL}</answer>"
-    out = get_reward("think2sql", exec_metric="ex", w_sql=1.0, w_format=0.0, w_tags=0.0)(episode(text, GOOD_SQL), example(), school_db)
+    out = get_reward("think2sql", exec_metric="ex", w_sql=1.0, w_format=0.0, w_tags=0.0)(
+        episode(text, GOOD_SQL), example(), school_db
+    )
     assert out.total == 1.0
     assert GOLD_SQL  # the example's gold query is the join of conftest

@@ -28,7 +28,13 @@ def four_phases(bad: Sequence[int] = (), outcomes: dict[int, str] | None = None,
     return turns
 
 
-def run(sql: str | None, schema: SchemaSelection | None = GOLD_SCHEMA, turns: list | None = None, db: Any = None, **options: Any) -> Any:
+def run(
+    sql: str | None,
+    schema: SchemaSelection | None = GOLD_SCHEMA,
+    turns: list | None = None,
+    db: Any = None,
+    **options: Any,
+) -> Any:
     traj = trajectory(sql, turns if turns is not None else four_phases(), schema=schema)
     return get_reward("trustsql", **options)(traj, example(), db)
 
@@ -76,7 +82,9 @@ def test_dense_schema_modes(school_db: Any) -> None:
     for mode, value in expected.items():
         assert run(GOOD_SQL, schema=proposal, db=school_db, schema_mode=mode).tracks["schema"] == pytest.approx(value)
     superset = SchemaSelection(tables=GOLD_TABLES, columns=GOLD_COLUMNS + ("students.grade",))
-    assert run(GOOD_SQL, schema=superset, db=school_db, schema_mode="recall_then_precision").tracks["schema"] == pytest.approx(0.5 + 0.5 * 6 / 7)
+    assert run(GOOD_SQL, schema=superset, db=school_db, schema_mode="recall_then_precision").tracks[
+        "schema"
+    ] == pytest.approx(0.5 + 0.5 * 6 / 7)
 
 
 @pytest.mark.parametrize(

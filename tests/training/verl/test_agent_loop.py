@@ -93,16 +93,33 @@ def _cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyP
 
 
 def example_for(db_file: Path, gold: str) -> Example:
-    return Example(id="q7", db_id="schools", db_path=str(db_file), question="Highest average math score in Fresno?",
-                   evidence="", gold_sql=gold)
+    return Example(
+        id="q7",
+        db_id="schools",
+        db_path=str(db_file),
+        question="Highest average math score in Fresno?",
+        evidence="",
+        gold_sql=gold,
+    )
 
 
 def verl_config(model_dir: Path, agent: str, reward: str, options: dict | None = None, **extra: Any):
     settings = E.VerlSettings(
-        model_path=str(model_dir), train_files="unused.parquet", val_files="unused.parquet", agent=agent,
-        agent_options=options or {}, reward=reward, reward_options={"exec_metric": "ex" if reward != "dualsql" else "rex"},
-        group_size=2, train_batch_size=8, prompt_length=LENGTH, response_length=LENGTH, temperature=0.8, top_p=0.95,
-        max_new_tokens_per_turn=512, **extra,
+        model_path=str(model_dir),
+        train_files="unused.parquet",
+        val_files="unused.parquet",
+        agent=agent,
+        agent_options=options or {},
+        reward=reward,
+        reward_options={"exec_metric": "ex" if reward != "dualsql" else "rex"},
+        group_size=2,
+        train_batch_size=8,
+        prompt_length=LENGTH,
+        response_length=LENGTH,
+        temperature=0.8,
+        top_p=0.95,
+        max_new_tokens_per_turn=512,
+        **extra,
     )
     return E.build_verl_config(settings)
 
@@ -112,8 +129,12 @@ def batch_for(example: Example, n: int = 1):
 
     row = C.example_to_row(example, 0)
     fields = {
-        "raw_prompt": row["prompt"], "extra_info": row["extra_info"], "agent_name": row["agent_name"],
-        "data_source": row["data_source"], "reward_model": row["reward_model"], "index": 0,
+        "raw_prompt": row["prompt"],
+        "extra_info": row["extra_info"],
+        "agent_name": row["agent_name"],
+        "data_source": row["data_source"],
+        "reward_model": row["reward_model"],
+        "index": 0,
     }
     non_tensor = {}
     for key, value in fields.items():
@@ -124,8 +145,9 @@ def batch_for(example: Example, n: int = 1):
     return DataProto.from_dict(non_tensors=non_tensor, meta_info={"global_steps": 1, "validate": False})
 
 
-def reference(agent_name: str, options: dict, example: Example, script: dict, reward_name: str, metric: str,
-              tokenizer: Any):
+def reference(
+    agent_name: str, options: dict, example: Example, script: dict, reward_name: str, metric: str, tokenizer: Any
+):
     """The same episodes through the project's sync driver (with the worker's tokenizer, loaded
     from the model directory as veRL loads it), and their rewards."""
     from tools import get_database
@@ -139,10 +161,16 @@ def reference(agent_name: str, options: dict, example: Example, script: dict, re
             outs.append(GenerationOutput(ids, logprobs_for(ids), "stop"))
         return outs
 
-    trajs = run_episodes(make_agent(agent_name, **options), [(example, db, 0)], tokenizer, generate,
-                         SamplingParams(temperature=0.8, top_p=0.95, max_new_tokens=512, logprobs=True),
-                         RolloutLimits(max_response_tokens=LENGTH, max_context_tokens=2 * LENGTH,
-                                       max_tokens_per_turn=512, max_prompt_tokens=LENGTH))
+    trajs = run_episodes(
+        make_agent(agent_name, **options),
+        [(example, db, 0)],
+        tokenizer,
+        generate,
+        SamplingParams(temperature=0.8, top_p=0.95, max_new_tokens=512, logprobs=True),
+        RolloutLimits(
+            max_response_tokens=LENGTH, max_context_tokens=2 * LENGTH, max_tokens_per_turn=512, max_prompt_tokens=LENGTH
+        ),
+    )
     reward = get_reward(reward_name, exec_metric=metric)
     return trajs, [reward(t, example, db) for t in trajs]
 
@@ -175,11 +203,15 @@ def test_trustsql_row_through_veRLs_agent_loop_worker(model_dir: Path, db_file: 
         assert [lp for lp, k in zip(lps, m, strict=True) if k] == pytest.approx(ref_lp)
         assert m == record["policy_mask"] and int(mask[i, n:].sum()) == 0
         per_turn = [sum(k for k, t in zip(m, record["turn_index"], strict=True) if t == turn) for turn in range(5)]
-        ref_turn = [sum(k for k, t in zip(traj.response_mask, traj.turn_index, strict=True) if t == turn) for turn in range(5)]
+        ref_turn = [
+            sum(k for k, t in zip(traj.response_mask, traj.turn_index, strict=True) if t == turn) for turn in range(5)
+        ]
         assert per_turn == ref_turn
-        assert "satscores" in TOK.decode([t for t, k in zip(ids, m, strict=True) if not k])  # an observation, unmasked from loss
+        assert "satscores" in TOK.decode(
+            [t for t, k in zip(ids, m, strict=True) if not k]
+        )  # an observation, unmasked from loss
         prompt_len = int(out.batch["attention_mask"][i, :LENGTH].sum())
-        assert out.batch["prompts"][i, LENGTH - prompt_len:].tolist() == traj.prompt_ids
+        assert out.batch["prompts"][i, LENGTH - prompt_len :].tolist() == traj.prompt_ids
     # the reward: set on the output, so veRL puts it at the last response token
     scores = out.batch["rm_scores"].sum(-1)
     assert scores.tolist() == pytest.approx([breakdown.total] * 2)
@@ -264,13 +296,21 @@ def test_dualsql_two_outputs_through_the_v1_worker(
     wrong = {**DUALSQL, "generator": [*DUALSQL["generator"][:-1], DUALSQL["generator"][-1].replace("MAX", "MIN")]}
     worker = InProcessTQWorker(cfg, llm_client=FakeServer(DUALSQL, per_session={"qid7-1": wrong}))
     row = C.example_to_row(example, 0)
-    prompt = {"raw_prompt": row["prompt"], "extra_info": row["extra_info"], "data_source": row["data_source"],
-              "reward_model": row["reward_model"], "index": 0, "uid": "qid7", "global_steps": 1}
+    prompt = {
+        "raw_prompt": row["prompt"],
+        "extra_info": row["extra_info"],
+        "data_source": row["data_source"],
+        "reward_model": row["reward_model"],
+        "index": 0,
+        "uid": "qid7",
+        "global_steps": 1,
+    }
     sampling = {"temperature": 1.0, "top_p": 0.99, "top_k": 20, "repetition_penalty": 1.0, "logprobs": True}
     info = {"step": 1, "sample_index": 0, "rollout_n": 0, "validate": False}
     for session in range(2):
-        asyncio.run(worker._run_agent_loop(sampling, info, agent_name="sqlagent", trace=False,
-                                           session_id=session, **prompt))
+        asyncio.run(
+            worker._run_agent_loop(sampling, info, agent_name="sqlagent", trace=False, session_id=session, **prompt)
+        )
 
     keys = [k for put in captured.puts for k in put["keys"]]
     assert keys == ["qid7_0_0", "qid7_0_1", "qid7_1_0", "qid7_1_1"]  # linker, generator per session
@@ -317,8 +357,15 @@ def test_generate_adapter_maps_sampling_and_finish_reason() -> None:
     assert out.finish_reason == "length"  # the per-turn cap was reached
     request_id, prompt_ids, sent = server.seen
     assert request_id == "uid9-3" and prompt_ids == [1, 2, 3]
-    assert sent == {"temperature": 0.7, "top_p": 0.9, "top_k": -1, "logprobs": True, "repetition_penalty": 1.0,
-                    "max_tokens": 5, "stop": ["</tool_call>"]}
+    assert sent == {
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "top_k": -1,
+        "logprobs": True,
+        "repetition_penalty": 1.0,
+        "max_tokens": 5,
+        "stop": ["</tool_call>"],
+    }
 
 
 def test_weight_versions_reach_every_output() -> None:
@@ -332,9 +379,16 @@ def test_weight_versions_reach_every_output() -> None:
 
         async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
             self.version += 1
-            return TokenOutput(token_ids=[5, 6], log_probs=[-0.1, -0.2], stop_reason="completed",
-                               extra_fields={"global_steps": self.version, "min_global_steps": self.version,
-                                             "max_global_steps": self.version})
+            return TokenOutput(
+                token_ids=[5, 6],
+                log_probs=[-0.1, -0.2],
+                stop_reason="completed",
+                extra_fields={
+                    "global_steps": self.version,
+                    "min_global_steps": self.version,
+                    "max_global_steps": self.version,
+                },
+            )
 
     versions = L.WeightVersions()
     agenerate = L.make_agenerate(Server(), "u-0", versions)
@@ -349,8 +403,14 @@ def test_a_dropped_episode_becomes_a_row_that_trains_nothing(db_file: Path) -> N
 
     example = example_for(db_file, COUNT_SQL)
     limits = RolloutLimits(max_response_tokens=64, max_context_tokens=4096, max_prompt_tokens=16)
-    (traj,) = run_episodes(make_agent("think2sql"), [(example, get_database(example.db_path), 0)], TOK,
-                           lambda prompts, params: [], SamplingParams(max_new_tokens=8), limits)
+    (traj,) = run_episodes(
+        make_agent("think2sql"),
+        [(example, get_database(example.db_path), 0)],
+        TOK,
+        lambda prompts, params: [],
+        SamplingParams(max_new_tokens=8),
+        limits,
+    )
     assert "prompt_too_long" in traj.result.flags
     out = L.dropped_output(traj, ["score", "exec", "reward_error"], 16, EOS)
     assert out.response_mask == [0] and out.response_ids == [EOS] and len(out.prompt_ids) == 16

@@ -71,8 +71,14 @@ def test_the_gpu_smoke_test_sizes_pass_on_1_and_8_gpus(recipe: str, gpus: int, t
     from tests.gpu.smoke_setup import SIZES, save_tiny_policy
 
     model = save_tiny_policy(tmp_path / "policy")
-    cfg = verl_cfg(recipe, *SIZES, f"model.path={model}", "trainer.total_steps=3",
-                   f"+verl.trainer.n_gpus_per_node={gpus}", examples=4)
+    cfg = verl_cfg(
+        recipe,
+        *SIZES,
+        f"model.path={model}",
+        "trainer.total_steps=3",
+        f"+verl.trainer.n_gpus_per_node={gpus}",
+        examples=4,
+    )
     report = check_run(cfg, model_card(str(model)))
     assert report.failures == () and report.unchecked == () and report.notes == ()
     assert (cfg.trainer.total_epochs, cfg.trainer.total_training_steps) == (2, 3)  # the resume's third step
@@ -90,11 +96,16 @@ def test_mini_batch_rows_that_do_not_split_over_the_gpus_get_a_note() -> None:
     (note,) = report.notes
     assert "2 questions x G=2 = 4 rows does not split over 8 data-parallel GPU(s)" in note
     assert "padded to 8 rows (4 no-op)" in note and "algorithm.group_size=4" in note
-    one_gpu = verl_cfg("trustsql", "algorithm.batch_size=2", "algorithm.group_size=2", "+verl.trainer.n_gpus_per_node=1")
+    one_gpu = verl_cfg(
+        "trustsql", "algorithm.batch_size=2", "algorithm.group_size=2", "+verl.trainer.n_gpus_per_node=1"
+    )
     assert check_run(one_gpu, card_of("trustsql")).notes == ()
-    odd = verl_cfg("trustsql", "+verl.trainer.n_gpus_per_node=6",
-                   "+verl.actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=4",
-                   "model.attn_implementation=flash_attention_2")
+    odd = verl_cfg(
+        "trustsql",
+        "+verl.trainer.n_gpus_per_node=6",
+        "+verl.actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=4",
+        "model.attn_implementation=flash_attention_2",
+    )
     (failure,) = check_run(odd, card_of("trustsql")).failures
     assert "6 GPU(s) cannot be split into Ulysses groups of 4" in failure
 
@@ -119,8 +130,11 @@ def test_tensor_and_sequence_parallel_sizes_must_fit_the_heads() -> None:
     sp = verl_cfg("trustsql", "+verl.actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2")
     (failure,) = check_run(sp, card_of("trustsql")).failures
     assert "works only with flash-attn" in failure and "model.attn_implementation=flash_attention_2" in failure
-    flash = verl_cfg("trustsql", "model.attn_implementation=flash_attention_2",
-                     "+verl.actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2")
+    flash = verl_cfg(
+        "trustsql",
+        "model.attn_implementation=flash_attention_2",
+        "+verl.actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2",
+    )
     assert check_run(flash, card_of("trustsql")).failures == ()  # 32 heads, 8 KV heads, 4 data-parallel groups
 
 
@@ -138,8 +152,12 @@ def test_a_model_nobody_knows_is_reported_unchecked_not_failed() -> None:
 
 
 def test_prepare_raises_every_failure_in_one_message() -> None:
-    cfg = verl_cfg("dualsql", "rollout.max_prompt_tokens=15500", "+verl.actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=100")
-    with pytest.raises(ConfigError, match=r"max_model_len 48268 .*and 1 more: .*ref.log_prob_max_token_len_per_gpu=100"):
+    cfg = verl_cfg(
+        "dualsql", "rollout.max_prompt_tokens=15500", "+verl.actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=100"
+    )
+    with pytest.raises(
+        ConfigError, match=r"max_model_len 48268 .*and 1 more: .*ref.log_prob_max_token_len_per_gpu=100"
+    ):
         check_run(cfg, card_of("dualsql")).raise_first()
 
 
@@ -169,8 +187,13 @@ def test_epochs_cover_total_steps_and_the_lr_schedule_is_sized_on_them() -> None
 
 
 def test_checkpoint_optimizer_and_sampling_settings_reach_verl(tmp_path: Path) -> None:
-    cfg = verl_cfg("retoolsql", f"run_dir={tmp_path}", "trainer.keep_checkpoints=3", "optim.betas=[0.9,0.95]",
-                   "algorithm.dynamic_sampling.min_std=0.01")
+    cfg = verl_cfg(
+        "retoolsql",
+        f"run_dir={tmp_path}",
+        "trainer.keep_checkpoints=3",
+        "optim.betas=[0.9,0.95]",
+        "algorithm.dynamic_sampling.min_std=0.01",
+    )
     assert cfg.trainer.max_actor_ckpt_to_keep == 3
     assert list(cfg.actor_rollout_ref.actor.optim.betas) == [0.9, 0.95]
     assert "hf_model" in cfg.actor_rollout_ref.actor.checkpoint.save_contents  # trainer.save_weights=true
@@ -182,7 +205,9 @@ def test_checkpoint_optimizer_and_sampling_settings_reach_verl(tmp_path: Path) -
     assert no_weights.sqlagent.final_dir == str(tmp_path.resolve() / "final")
 
 
-@pytest.mark.parametrize("netrc, mode", [("machine api.wandb.ai\n  login user\n  password k\n", "online"), (None, "offline")])
+@pytest.mark.parametrize(
+    "netrc, mode", [("machine api.wandb.ai\n  login user\n  password k\n", "online"), (None, "offline")]
+)
 def test_wandb_is_online_for_users_logged_in_through_netrc(
     netrc: str | None, mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -207,8 +232,9 @@ def test_prepare_checks_a_hub_model_against_the_table_when_the_hub_is_unreachabl
         monkeypatch.setenv(key, "restored-after-test")
     sizes = ("algorithm.batch_size=2", "data.limit=2", "data.eval_limit=1", "logger=[console,jsonl]")
     said: list[str] = []
-    verl, summary = L.prepare(project_config("dualsql", f"run_dir={tmp_path}", *sizes), say=said.append,
-                              check_devices=False)
+    verl, summary = L.prepare(
+        project_config("dualsql", f"run_dir={tmp_path}", *sizes), say=said.append, check_devices=False
+    )
     assert summary["model_path"] == "Qwen/Qwen3-8B" == verl.actor_rollout_ref.model.path  # veRL downloads it
     assert any("could not read Qwen/Qwen3-8B's config.json from the hub" in line for line in said)
     too_long = project_config("dualsql", f"run_dir={tmp_path / 'b'}", "rollout.max_prompt_tokens=9000", *sizes)

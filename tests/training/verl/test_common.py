@@ -11,12 +11,20 @@ from training.engines import verl_common as C
 
 def test_worker_settings_round_trip_through_the_veRL_config() -> None:
     settings = C.WorkerSettings(
-        agent="trustsql", agent_options={"max_turns": 4}, reward="trustsql", reward_options={"exec_metric": "ex"},
-        max_new_tokens_per_turn=64, observation_max_tokens=32,
+        agent="trustsql",
+        agent_options={"max_turns": 4},
+        reward="trustsql",
+        reward_options={"exec_metric": "ex"},
+        max_new_tokens_per_turn=64,
+        observation_max_tokens=32,
         advantage=C.AdvantageSettings(estimator="two_track", clamp=5.0),
         kl_schedule=((0, 0.005), (2, 0.0)),
         dynamic_sampling=C.DynamicSampling(enable=True, metric="exec", min_std=0.1, refill=True, oversample=3),
-        run_dir="/tmp/run", final_dir="/tmp/run/final", exec_metric="ex", eval_after=True, few_shot_pool="/tmp/train.parquet",
+        run_dir="/tmp/run",
+        final_dir="/tmp/run/final",
+        exec_metric="ex",
+        eval_after=True,
+        few_shot_pool="/tmp/train.parquet",
     )
     cfg = OmegaConf.create({C.PROJECT_NAMESPACE: settings.to_dict()})  # what the driver writes
     back = C.WorkerSettings.from_config(cfg)
@@ -41,8 +49,16 @@ def test_defaults_come_from_the_dataclass_and_unknown_keys_are_refused() -> None
 
 
 def test_example_survives_a_prompt_row() -> None:
-    ex = Example(id="q1", db_id="db", db_path="/x.sqlite", question="How many?", evidence="", gold_sql="SELECT 1",
-                 gold_tables=("t",), gold_columns=("t.a",))
+    ex = Example(
+        id="q1",
+        db_id="db",
+        db_path="/x.sqlite",
+        question="How many?",
+        evidence="",
+        gold_sql="SELECT 1",
+        gold_tables=("t",),
+        gold_columns=("t.a",),
+    )
     row = C.example_to_row(ex, 3)
     assert row["agent_name"] == C.AGENT_LOOP_NAME and row["extra_info"]["index"] == 3
     assert C.example_from_row(row["extra_info"]) == ex

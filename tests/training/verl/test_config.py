@@ -123,7 +123,11 @@ def test_verl_block_then_command_line_overrides() -> None:
     assert verl_cfg.trainer.save_freq == 7
     assert verl_cfg.actor_rollout_ref.rollout.gpu_memory_utilization == pytest.approx(0.4)
     # dotted strings (the form a user types) apply on top of the block
-    C.apply_verl_overrides(verl_cfg, {"trainer": {"save_freq": 3}}, ["verl.trainer.save_freq=5", "verl.actor_rollout_ref.actor.optim.lr=2e-6"])
+    C.apply_verl_overrides(
+        verl_cfg,
+        {"trainer": {"save_freq": 3}},
+        ["verl.trainer.save_freq=5", "verl.actor_rollout_ref.actor.optim.lr=2e-6"],
+    )
     assert verl_cfg.trainer.save_freq == 5
     assert verl_cfg.actor_rollout_ref.actor.optim.lr == pytest.approx(2e-6)  # parsed as a float, not "2e-6"
 
@@ -160,8 +164,17 @@ def test_prompt_rows_round_trip(tmp_path: Path) -> None:
 
     from agents.types import Example
 
-    ex = Example(id="q1", db_id="shop", db_path=str(tmp_path / "shop.sqlite"), question="How many?",
-                 evidence="e", gold_sql="SELECT 1", difficulty="simple", gold_tables=("t",), gold_columns=("t.a",))
+    ex = Example(
+        id="q1",
+        db_id="shop",
+        db_path=str(tmp_path / "shop.sqlite"),
+        question="How many?",
+        evidence="e",
+        gold_sql="SELECT 1",
+        difficulty="simple",
+        gold_tables=("t",),
+        gold_columns=("t.a",),
+    )
     path = D.write_prompt_file([ex], tmp_path / "train.parquet")
     rows = datasets.Dataset.from_parquet(str(path)).to_list()
     assert rows[0]["agent_name"] == common.AGENT_LOOP_NAME
@@ -173,8 +186,17 @@ def test_prompt_rows_round_trip(tmp_path: Path) -> None:
 
 def test_dry_run_prints_the_complete_verl_config(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "training.run", "recipe=trustsql", "engine=verl", "dry_run=true",
-           f"run_dir={tmp_path / 'run'}", "model.path=/models/policy", "+verl.trainer.save_freq=4"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "training.run",
+        "recipe=trustsql",
+        "engine=verl",
+        "dry_run=true",
+        f"run_dir={tmp_path / 'run'}",
+        "model.path=/models/policy",
+        "+verl.trainer.save_freq=4",
+    ]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, check=False, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = proc.stdout
@@ -200,8 +222,16 @@ def test_dry_run_prints_the_complete_verl_config(tmp_path: Path) -> None:
 
 def test_dry_run_refuses_a_config_that_would_crash(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "training.run", "recipe=dualsql", "engine=verl", "dry_run=true",
-           f"run_dir={tmp_path / 'run'}", "rollout.max_prompt_tokens=15500"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "training.run",
+        "recipe=dualsql",
+        "engine=verl",
+        "dry_run=true",
+        f"run_dir={tmp_path / 'run'}",
+        "rollout.max_prompt_tokens=15500",
+    ]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, check=False, timeout=300)
     assert proc.returncode == 2, proc.stdout[-2000:]
     assert "max_model_len 48268" in proc.stderr and "Qwen/Qwen3-8B, 40960 tokens" in proc.stderr
@@ -242,8 +272,14 @@ def test_prepare_writes_prompts_veRLs_dataset_reads(tmp_path: Path, monkeypatch:
     tiny_tokenizer().save_pretrained(model)
     tiny_model().save_pretrained(model)
     run = tmp_path / "run"
-    sizes = ("algorithm.batch_size=2", "algorithm.group_size=4", "data.limit=3", "data.eval_limit=2",
-             "rollout.max_prompt_tokens=1024", "rollout.max_response_tokens=2048")
+    sizes = (
+        "algorithm.batch_size=2",
+        "algorithm.group_size=4",
+        "data.limit=3",
+        "data.eval_limit=2",
+        "rollout.max_prompt_tokens=1024",
+        "rollout.max_response_tokens=2048",
+    )
     cfg = project_config("trustsql", f"run_dir={run}", f"model.path={model}", "logger=[console,jsonl]", *sizes)
     too_long = project_config("trustsql", f"run_dir={run}", f"model.path={model}", *sizes[:4])
     with pytest.raises(ConfigError, match=r"max_model_len 24576 .* exceeds the context of .*4096 tokens"):
@@ -261,8 +297,9 @@ def test_prepare_writes_prompts_veRLs_dataset_reads(tmp_path: Path, monkeypatch:
     assert verl_cfg.trainer.logger == ["file", "console"]
     assert verl_cfg.trainer.resume_mode == "disable" and summary["final_dir"] == str((run / "final").resolve())
     assert verl_cfg.sqlagent.samples_per_step == cfg.trainer.samples_per_step == 16  # the trainer's samples.jsonl
-    config_records = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
-                      if r["kind"] == "config"]  # the launch's effective config, as the local engine writes it
+    config_records = [
+        r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "config"
+    ]  # the launch's effective config, as the local engine writes it
     assert len(config_records) == 1 and config_records[0]["step"] == 0
     launched = config_records[0]["config"]
     assert launched["run_dir"] == str(run) and launched["engine"]["name"] == "verl"
@@ -296,7 +333,8 @@ def test_several_nodes_refuse_a_run_dir_only_one_node_sees(tmp_path: Path) -> No
     cfg = project_config("trustsql", f"run_dir={run}", "+verl.trainer.nnodes=2", "data.limit=32")
     with pytest.raises(ConfigError, match=r"trainer.nnodes=2: run_dir .*, which is local to each node"):
         L.describe(cfg)
-    override = project_config("trustsql", f"run_dir={run}", "+verl.trainer.nnodes=2", "data.limit=32",
-                              "trainer.shared_run_dir_check=false")
+    override = project_config(
+        "trustsql", f"run_dir={run}", "+verl.trainer.nnodes=2", "data.limit=32", "trainer.shared_run_dir_check=false"
+    )
     assert "# warning: trainer.nnodes=2" in L.describe(override)
     assert "trainer.nnodes=" not in L.describe(project_config("trustsql", f"run_dir={run}", "data.limit=32"))

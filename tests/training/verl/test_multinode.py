@@ -92,8 +92,10 @@ def test_every_node_resolves_the_plugin_and_sees_the_built_caches(ray_cluster: A
     said: list[str] = []
     reports = cl.connect_and_check(2, shared["dbs"], [shared["run_dir"], shared["cache"]], files, say=said.append)
     assert not ray.is_initialized()  # disconnected again: veRL's run_ppo starts its own session
-    node_ids = {n.node_id.hex() if hasattr(n.node_id, "hex") else n.node_id for n in
-                [ray_cluster.head_node, *ray_cluster.worker_nodes]}
+    node_ids = {
+        n.node_id.hex() if hasattr(n.node_id, "hex") else n.node_id
+        for n in [ray_cluster.head_node, *ray_cluster.worker_nodes]
+    }
     assert {r["node_id"] for r in reports} == node_ids and len(node_ids) == 2
     assert all(r["problems"] == [] and r["cache_root"] == shared["cache"] for r in reports)
     assert "2 node(s) checked" in said[0] and f"{len(files)} cache files" in said[0]
@@ -103,14 +105,16 @@ def test_every_node_resolves_the_plugin_and_sees_the_built_caches(ray_cluster: A
         cl.connect_and_check(3, shared["dbs"], [], [])
 
 
-def test_a_node_without_the_plugin_or_the_shared_cache_is_named(ray_cluster: Any, shared: dict[str, Any],
-                                                               tmp_path: Path) -> None:
+def test_a_node_without_the_plugin_or_the_shared_cache_is_named(
+    ray_cluster: Any, shared: dict[str, Any], tmp_path: Path
+) -> None:
     import ray
 
     build(shared["dbs"], progress=False, say=lambda _: None)
     elsewhere = str(tmp_path / "node-local-cache")
-    bad = ray_cluster.add_node(num_cpus=1, resources={"third_node": 1},
-                               env_vars={"VERL_USE_EXTERNAL_PLUGINS": "none", CACHE_ENV: elsewhere})
+    bad = ray_cluster.add_node(
+        num_cpus=1, resources={"third_node": 1}, env_vars={"VERL_USE_EXTERNAL_PLUGINS": "none", CACHE_ENV: elsewhere}
+    )
     bad_id = bad.node_id.hex() if hasattr(bad.node_id, "hex") else bad.node_id
     try:
         ray.init(address=ray_cluster.address, log_to_driver=False)  # no runtime env: each node's own cache setting
@@ -133,12 +137,21 @@ def test_the_verl_launch_checks_a_two_node_config(ray_cluster: Any, shared: dict
     from training.engines.verl_config import verl_config_for
 
     root = Path(shared["dbs"][0]).parent
-    rows = [{"id": f"q{i}", "db_id": "alpha", "question": q, "sql": "SELECT COUNT(*) FROM t", "difficulty": "simple"}
-            for i, (q, _, _, _) in enumerate(QUESTIONS)]
+    rows = [
+        {"id": f"q{i}", "db_id": "alpha", "question": q, "sql": "SELECT COUNT(*) FROM t", "difficulty": "simple"}
+        for i, (q, _, _, _) in enumerate(QUESTIONS)
+    ]
     (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (root / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
-    cfg = config("think2sql", Path(shared["run_dir"]), "data=jsonl", f"data.root={root}", "engine=verl",
-                 "+verl.trainer.nnodes=2", "+verl.trainer.n_gpus_per_node=1")
+    cfg = config(
+        "think2sql",
+        Path(shared["run_dir"]),
+        "data=jsonl",
+        f"data.root={root}",
+        "engine=verl",
+        "+verl.trainer.nnodes=2",
+        "+verl.trainer.n_gpus_per_node=1",
+    )
     verl_cfg = verl_config_for(cfg, num_train_examples=len(rows))
     assert verl_cfg.trainer.nnodes == 2
     with pytest.raises(ConfigError, match="no built tool caches"):  # engine.cache_check=refuse (the default)
@@ -163,9 +176,22 @@ def test_the_standalone_check_command(ray_cluster: Any, shared: dict[str, Any], 
     build([shared["dbs"][1]], progress=False, say=lambda _: None)
     repo = Path(__file__).resolve().parents[3]
     proc = subprocess.run(
-        [sys.executable, "-m", "training.cluster", "recipe=think2sql", "data=jsonl", f"data.root={root}",
-         f"run_dir={shared['run_dir']}", "+verl.trainer.nnodes=2", "+verl.trainer.n_gpus_per_node=1"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=400,
-        env=dict(os.environ, PYTHONPATH=str(repo), RAY_ADDRESS=ray_cluster.address))
+        [
+            sys.executable,
+            "-m",
+            "training.cluster",
+            "recipe=think2sql",
+            "data=jsonl",
+            f"data.root={root}",
+            f"run_dir={shared['run_dir']}",
+            "+verl.trainer.nnodes=2",
+            "+verl.trainer.n_gpus_per_node=1",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=dict(os.environ, PYTHONPATH=str(repo), RAY_ADDRESS=ray_cluster.address),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "2 node(s) checked" in proc.stdout

@@ -48,11 +48,13 @@ def test_packed_sdpa_logprobs_equal_per_sequence_logprobs(model: torch.nn.Module
     seqs = [torch.randint(0, vocab, (n,), generator=gen) for n in (37, 5, 64, 18)]
     ids, pos = packed_inputs(seqs)
     with torch.no_grad():
-        packed = model(input_ids=ids, position_ids=pos, attention_mask=None, use_cache=False).logits[0]  # [total_nnz, V]
+        packed = model(input_ids=ids, position_ids=pos, attention_mask=None, use_cache=False).logits[
+            0
+        ]  # [total_nnz, V]
         start = 0
         for seq in seqs:
             alone = model(input_ids=seq[None]).logits[0]  # [len, V]
-            got = token_logprobs(packed[start:start + len(seq)], seq)
+            got = token_logprobs(packed[start : start + len(seq)], seq)
             want = token_logprobs(alone, seq)
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
             start += len(seq)
@@ -102,8 +104,9 @@ def actor_module(model_dir: str, attn: str) -> torch.nn.Module:
 
     from training.engines.verl_config import VerlSettings, build_verl_config
 
-    settings = VerlSettings(model_path=model_dir, train_files="t", val_files="v", agent="trustsql",
-                            attn_implementation=attn)
+    settings = VerlSettings(
+        model_path=model_dir, train_files="t", val_files="v", agent="trustsql", attn_implementation=attn
+    )
     model_config = omega_conf_to_dataclass(build_verl_config(settings).actor_rollout_ref.model)
     auto_class = get_hf_auto_model_class(hf_config=model_config.hf_config)
     return auto_class.from_pretrained(model_config.local_path, config=model_config.hf_config, dtype=torch.float32)

@@ -47,6 +47,8 @@ def test_plugins_can_be_switched_off() -> None:
 
     env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "none"}
     probe = "import sys, verl; print('training.engines.verl_plugin' in sys.modules)"
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=180, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=180, env=env
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "False"

@@ -48,8 +48,11 @@ def test_veRLs_reward_manager_loads_our_function_and_returns_the_breakdown() -> 
     breakdown = R.breakdown_to_json(RewardBreakdown(1.1, {"exec": 1.0, "format": 0.1}, {"full": 1.1, "schema": 1.0}))
     responses = torch.tensor([[5, 6, 7, 0]])
     data = DataProto.from_dict(
-        tensors={"responses": responses, "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 0]]),
-                 "prompts": torch.tensor([[3, 4]])},
+        tensors={
+            "responses": responses,
+            "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 0]]),
+            "prompts": torch.tensor([[3, 4]]),
+        },
         non_tensors={
             "data_source": np.array(["sqlagent"], dtype=object),
             "reward_model": np.array([{"ground_truth": "SELECT 1"}], dtype=object),

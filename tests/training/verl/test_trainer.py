@@ -27,8 +27,9 @@ from training.engines.verl_reward import REWARD_KEY
 EPS = 1e-6
 
 
-def row(uid: str, role: str, mask: list[int], full: float, schema: float | None = None,
-        schema_mask: list[int] | None = None) -> dict[str, Any]:
+def row(
+    uid: str, role: str, mask: list[int], full: float, schema: float | None = None, schema_mask: list[int] | None = None
+) -> dict[str, Any]:
     tracks = {"full": full} if schema is None else {"full": full, "schema": schema}
     return {
         "uid": uid,
@@ -189,12 +190,21 @@ def test_rollout_correction_rejects_off_policy_rows_and_moves_loss_mask(monkeypa
     monkeypatch.setattr(transfer_queue, "kv_batch_get", fake.kv_batch_get)
     monkeypatch.setattr(transfer_queue, "kv_batch_put", fake.kv_batch_put)
     trainer = object.__new__(T.SqlAgentTrainer)
-    trainer.config = OmegaConf.create({
-        "sqlagent": {"agent": {"name": "dualsql"}, "advantage": {"estimator": "grpo", "epsilon": EPS}},
-        "algorithm": {"rollout_correction": {"rollout_is": "sequence", "rollout_is_threshold": 2.0,
-                                              "rollout_rs": "seq_sum_k1", "rollout_rs_threshold": "0.5_2.0",
-                                              "bypass_mode": False, "rollout_is_batch_normalize": False}},
-    })
+    trainer.config = OmegaConf.create(
+        {
+            "sqlagent": {"agent": {"name": "dualsql"}, "advantage": {"estimator": "grpo", "epsilon": EPS}},
+            "algorithm": {
+                "rollout_correction": {
+                    "rollout_is": "sequence",
+                    "rollout_is_threshold": 2.0,
+                    "rollout_rs": "seq_sum_k1",
+                    "rollout_rs_threshold": "0.5_2.0",
+                    "bypass_mode": False,
+                    "rollout_is_batch_normalize": False,
+                }
+            },
+        }
+    )
     metrics: dict[str, float] = {}
     trainer._compute_advantage(KVBatchMeta(partition_id="train", keys=keys, tags=[{}] * 6), metrics)
     written = fake.written["fields"]

@@ -95,8 +95,9 @@ class TinyCheckpoints(BaseCheckpointManager):
     def __init__(self, group: TinyActorWorkerGroup, checkpoint_config: Any) -> None:
         super().__init__(group.model, group.optimizer, group.lr_scheduler, group.tokenizer, checkpoint_config)
 
-    def save_checkpoint(self, local_path: str, hdfs_path: str | None = None, global_step: int = 0,
-                        max_ckpt_to_keep: int | None = None) -> None:
+    def save_checkpoint(
+        self, local_path: str, hdfs_path: str | None = None, global_step: int = 0, max_ckpt_to_keep: int | None = None
+    ) -> None:
         self.previous_global_step = global_step
         self.ensure_checkpoint_capacity(max_ckpt_to_keep)
         path = Path(local_path)
@@ -118,7 +119,9 @@ class TinyCheckpoints(BaseCheckpointManager):
             self.model.save_pretrained(hf)
         self.register_checkpoint(str(path), max_ckpt_to_keep)
 
-    def load_checkpoint(self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False) -> None:
+    def load_checkpoint(
+        self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False
+    ) -> None:
         path = Path(local_path)
         suffix = f"world_size_{WORLD}_rank_0.pt"
         if self.should_load_model:
@@ -184,11 +187,14 @@ class TinyActorWorkerGroup:
     def update_actor(self, data: TensorDict) -> TensorDict:
         return self._train_mini_batch(data)
 
-    def save_checkpoint(self, local_path: str, hdfs_path: str | None = None, global_step: int = 0,
-                        max_ckpt_to_keep: int | None = None) -> None:
+    def save_checkpoint(
+        self, local_path: str, hdfs_path: str | None = None, global_step: int = 0, max_ckpt_to_keep: int | None = None
+    ) -> None:
         self.checkpoints.save_checkpoint(local_path, hdfs_path, global_step, max_ckpt_to_keep)
 
-    def load_checkpoint(self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False) -> None:
+    def load_checkpoint(
+        self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False
+    ) -> None:
         self.checkpoints.load_checkpoint(local_path, hdfs_path, del_local_after_load)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -218,11 +224,17 @@ class TinyActorWorkerGroup:
         assert mini % self.dp_size == 0, f"Got mini_batch_size={mini} and get_data_parallel_size()={self.dp_size}"
         assert n % self.dp_size == 0, f"batch of {n} rows cannot be dispatched to {self.dp_size} dp ranks"
         per_rank, per_gpu = n // self.dp_size, mini // self.dp_size
-        received = {key: [row.tolist() for row in rows_of(data[key])]  # what the update trains on, per row
-                    for key in ("prompts", "responses", "loss_mask", "advantages")}
+        received = {
+            key: [row.tolist() for row in rows_of(data[key])]  # what the update trains on, per row
+            for key in ("prompts", "responses", "loss_mask", "advantages")
+        }
         shards = tu.chunk_tensordict(data, self.dp_size)  # what the dp dispatch hands each rank
-        iterators = [tu.make_iterator(s, mini_batch_size=per_gpu, epochs=epochs, seed=seed + r,
-                                      dataloader_kwargs=dict(loader_kwargs)) for r, s in enumerate(shards)]
+        iterators = [
+            tu.make_iterator(
+                s, mini_batch_size=per_gpu, epochs=epochs, seed=seed + r, dataloader_kwargs=dict(loader_kwargs)
+            )
+            for r, s in enumerate(shards)
+        ]
         total = per_rank // per_gpu * epochs
         metrics: dict[str, list] = {}
         steps = 0
@@ -241,8 +253,9 @@ class TinyActorWorkerGroup:
     def _optimizer_step(self, minis: list[TensorDict], whole: TensorDict, update_lr: bool) -> dict[str, float]:
         temperature = float(tu.get(whole, "temperature", default=1.0))
         calculate_entropy = bool(tu.get(whole, "calculate_entropy", default=False))
-        batch_tokens = int(sum(int(m["loss_mask"].values().sum() if m["loss_mask"].is_nested else m["loss_mask"].sum())
-                               for m in minis))
+        batch_tokens = int(
+            sum(int(m["loss_mask"].values().sum() if m["loss_mask"].is_nested else m["loss_mask"].sum()) for m in minis)
+        )
         self.optimizer.zero_grad()
         from verl.utils.metric.utils import Metric
 
@@ -289,8 +302,15 @@ class TinyActorWorkerGroup:
 class TinyServer:
     """Stands in for a vLLM server replica; see the module docstring."""
 
-    def __init__(self, model_path: str, rollout: dict[str, Any], script: dict[str, list[str]],
-                 writers: dict[str, str], wrong: dict[str, list[str]] | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        model_path: str,
+        rollout: dict[str, Any],
+        script: dict[str, list[str]],
+        writers: dict[str, str],
+        wrong: dict[str, list[str]] | None = None,
+        seed: int = 0,
+    ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         torch.set_num_threads(1)
@@ -323,8 +343,9 @@ class TinyServer:
 
     # ------------------------------------------------------------------ vLLMHttpServer.generate
 
-    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str,
-                       **kwargs: Any) -> Any:
+    async def generate(
+        self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str, **kwargs: Any
+    ) -> Any:
         from verl.workers.rollout.replica import TokenOutput
 
         if not self.awake:
@@ -346,8 +367,16 @@ class TinyServer:
         writer = self._writer(request_id)
         forced = None if writer == "sample" else self._scripted(prompt_ids, writer)
         ids, logps = self._write(prompt_ids, forced, max_tokens, temperature, params)
-        self.calls.append({"request_id": request_id, "writer": writer, "prompt_len": len(prompt_ids),
-                           "max_tokens": max_tokens, "n": len(ids), "version": self.global_steps})
+        self.calls.append(
+            {
+                "request_id": request_id,
+                "writer": writer,
+                "prompt_len": len(prompt_ids),
+                "max_tokens": max_tokens,
+                "n": len(ids),
+                "version": self.global_steps,
+            }
+        )
         return TokenOutput(
             token_ids=ids,
             log_probs=logps if params.get("logprobs") else None,
@@ -368,8 +397,14 @@ class TinyServer:
         body = self.tokenizer.encode(turns[min(turn, len(turns) - 1)], add_special_tokens=False)
         return body + [self.tokenizer.eos_token_id]
 
-    def _write(self, prompt_ids: list[int], forced: list[int] | None, max_tokens: int, temperature: float,
-               params: dict[str, Any]) -> tuple[list[int], list[float]]:
+    def _write(
+        self,
+        prompt_ids: list[int],
+        forced: list[int] | None,
+        max_tokens: int,
+        temperature: float,
+        params: dict[str, Any],
+    ) -> tuple[list[int], list[float]]:
         """Token by token under vLLM's stop rules: EOS (kept), a stop string (its tokens
         kept), or ``max_tokens``; log-probs of the processed distribution."""
         stops = list(params.get("stop") or [])
@@ -419,13 +454,21 @@ class TinyServerManager:
     """Stands in for ``LLMServerManager``: one :class:`TinyServer` replica registered in
     veRL's real global load balancer; clients are veRL's real ``LLMServerClient``."""
 
-    def __init__(self, config: Any, script: dict[str, list[str]], writers: dict[str, str],
-                 wrong: dict[str, list[str]] | None = None) -> None:
+    def __init__(
+        self,
+        config: Any,
+        script: dict[str, list[str]],
+        writers: dict[str, str],
+        wrong: dict[str, list[str]] | None = None,
+    ) -> None:
         from verl.workers.rollout.router import get_router_handle
 
         rollout = config.actor_rollout_ref.rollout
-        values = {"max_model_len": rollout.max_model_len, "prompt_length": rollout.prompt_length,
-                  "response_length": rollout.response_length}
+        values = {
+            "max_model_len": rollout.max_model_len,
+            "prompt_length": rollout.prompt_length,
+            "response_length": rollout.response_length,
+        }
         self.config = config
         self.server = TinyServer.remote(str(config.actor_rollout_ref.model.path), values, script, writers, wrong)
         self.global_load_balancer = get_router_handle(
@@ -463,7 +506,10 @@ def weights_changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tens
 
 def env_for_workers(repo: Path, cache: Path) -> dict[str, str]:
     """Environment of the Ray workers: the project importable, caches in the test's temp dir."""
-    return {"PYTHONPATH": str(repo), "SQLAGENT_RL_CACHE": str(cache), "TOKENIZERS_PARALLELISM": "false",
-            "OMP_NUM_THREADS": "1", "VERL_LOGGING_LEVEL": os.environ.get("VERL_LOGGING_LEVEL", "WARN")}
-
-
+    return {
+        "PYTHONPATH": str(repo),
+        "SQLAGENT_RL_CACHE": str(cache),
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",
+        "VERL_LOGGING_LEVEL": os.environ.get("VERL_LOGGING_LEVEL", "WARN"),
+    }

@@ -103,22 +103,30 @@ def tiny_model_dir(root: Path) -> Path:
     return path
 
 
-def examples(root: Path, recipe: str, n_train: int, n_val: int, long_train: int = 0, long_val: int = 0,
-             long_words: int = 0) -> tuple[list[Any], list[Any]]:
+def examples(
+    root: Path, recipe: str, n_train: int, n_val: int, long_train: int = 0, long_val: int = 0, long_words: int = 0
+) -> tuple[list[Any], list[Any]]:
     """Questions on two copies of the test database (two db_ids, so ReToolSQL's retriever
     has shots from another database); ``long_*`` of them carry an evidence of
     ``long_words`` words, which pushes their prompt past the length limit."""
     from agents.types import Example
 
-    dbs = [make_db(root / f"{name}.sqlite") if not (root / f"{name}.sqlite").exists() else root / f"{name}.sqlite"
-           for name in ("schools", "district")]
+    dbs = [
+        make_db(root / f"{name}.sqlite") if not (root / f"{name}.sqlite").exists() else root / f"{name}.sqlite"
+        for name in ("schools", "district")
+    ]
     long_text = " ".join(["enrollment"] * long_words)
 
     def make(prefix: str, i: int, long: bool) -> Example:
         db = dbs[i % 2]
-        return Example(id=f"{prefix}{i}", db_id=db.stem, db_path=str(db), gold_sql=GOLD[recipe],
-                       question=f"How many schools are in Fresno? (variant {prefix}{i})",
-                       evidence=long_text if long else "")
+        return Example(
+            id=f"{prefix}{i}",
+            db_id=db.stem,
+            db_path=str(db),
+            gold_sql=GOLD[recipe],
+            question=f"How many schools are in Fresno? (variant {prefix}{i})",
+            evidence=long_text if long else "",
+        )
 
     train = [make("t", i, i >= n_train - long_train) for i in range(n_train)]
     val = [make("v", i, i >= n_val - long_val) for i in range(n_val)]
@@ -132,8 +140,9 @@ def project_config(recipe: str, run_dir: Path, overrides: list[str]) -> Any:
     from training.config import TrainConfig
 
     with initialize_config_module(config_module="recipes", version_base=None):
-        dcfg = compose(config_name="config",
-                       overrides=[f"recipe={recipe}", "engine=verl", f"run_dir={run_dir}", *overrides])
+        dcfg = compose(
+            config_name="config", overrides=[f"recipe={recipe}", "engine=verl", f"run_dir={run_dir}", *overrides]
+        )
     return TrainConfig.from_mapping(OmegaConf.to_container(dcfg, resolve=True))
 
 
@@ -149,8 +158,9 @@ TEST_VERL = [
 and one reward worker, no dataloader subprocesses, sessions addressable by the server."""
 
 
-def verl_config(recipe: str, run_dir: Path, model_dir: Path, train: list[Any], val: list[Any],
-                overrides: list[str]) -> Any:
+def verl_config(
+    recipe: str, run_dir: Path, model_dir: Path, train: list[Any], val: list[Any], overrides: list[str]
+) -> Any:
     """Project config -> veRL config (the verl engine's own mapping) and its prompt files."""
     from training.engines.verl_config import verl_config_for
     from training.engines.verl_data import data_files, write_prompt_file
@@ -167,8 +177,9 @@ def verl_config(recipe: str, run_dir: Path, model_dir: Path, train: list[Any], v
     return verl_cfg
 
 
-def start_session(recipe: str, root: Path, base: Any, writers: dict[str, str],
-                  wrong: dict[str, list[str]] | None = None) -> FitSession:
+def start_session(
+    recipe: str, root: Path, base: Any, writers: dict[str, str], wrong: dict[str, list[str]] | None = None
+) -> FitSession:
     """Ray, TransferQueue, the generation server, veRL's reward and agent-loop managers."""
     import transfer_queue as tq
     from verl.experimental.reward_loop import RewardLoopManager
@@ -182,8 +193,12 @@ def start_session(recipe: str, root: Path, base: Any, writers: dict[str, str],
     tq.init(base.transfer_queue)
     servers = TinyServerManager(base, SCRIPTS[recipe], writers, wrong)
     rewards = RewardLoopManager(config=base, rm_resource_pool=None)
-    agent_loops = AgentLoopManagerTQ.create(config=base, llm_client=servers.get_client(), teacher_client=None,
-                                            reward_loop_worker_handles=rewards.reward_loop_worker_handles)
+    agent_loops = AgentLoopManagerTQ.create(
+        config=base,
+        llm_client=servers.get_client(),
+        teacher_client=None,
+        reward_loop_worker_handles=rewards.reward_loop_worker_handles,
+    )
     return FitSession(recipe, root, Path(base.actor_rollout_ref.model.path), base, servers, rewards, agent_loops)
 
 

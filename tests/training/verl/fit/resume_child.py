@@ -21,11 +21,22 @@ from pathlib import Path
 
 RECIPE = "think2sql"
 OVERRIDES = [
-    "algorithm.group_size=2", "algorithm.batch_size=2", "trainer.total_steps=4", "trainer.save_every=2",
-    "trainer.keep_checkpoints=2", "trainer.val_every=0", "trainer.eval_before_after=false",
-    "trainer.samples_per_step=4", "rollout.max_prompt_tokens=640", "rollout.max_response_tokens=256",
-    "rollout.max_new_tokens=48", "optim.lr=1e-3", "optim.warmup_ratio=0.0", "reward.exec_metric=ex",
-    "logger=[wandb]", "resume=auto",
+    "algorithm.group_size=2",
+    "algorithm.batch_size=2",
+    "trainer.total_steps=4",
+    "trainer.save_every=2",
+    "trainer.keep_checkpoints=2",
+    "trainer.val_every=0",
+    "trainer.eval_before_after=false",
+    "trainer.samples_per_step=4",
+    "rollout.max_prompt_tokens=640",
+    "rollout.max_response_tokens=256",
+    "rollout.max_new_tokens=48",
+    "optim.lr=1e-3",
+    "optim.warmup_ratio=0.0",
+    "reward.exec_metric=ex",
+    "logger=[wandb]",
+    "resume=auto",
 ]
 
 

@@ -27,10 +27,23 @@ def config(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
     root = tmp_path_factory.mktemp("doubles")
     train, val = H.examples(root, "think2sql", n_train=2, n_val=1)
-    cfg = H.verl_config("think2sql", root / "run", H.tiny_model_dir(root), train, val,
-                        ["algorithm.group_size=2", "algorithm.batch_size=2", "optim.lr=1e-2",
-                         "optim.weight_decay=0.0", "optim.warmup_ratio=0.0", "rollout.max_prompt_tokens=64",
-                         "rollout.max_response_tokens=32", "logger=[]"])
+    cfg = H.verl_config(
+        "think2sql",
+        root / "run",
+        H.tiny_model_dir(root),
+        train,
+        val,
+        [
+            "algorithm.group_size=2",
+            "algorithm.batch_size=2",
+            "optim.lr=1e-2",
+            "optim.weight_decay=0.0",
+            "optim.warmup_ratio=0.0",
+            "rollout.max_prompt_tokens=64",
+            "rollout.max_response_tokens=32",
+            "logger=[]",
+        ],
+    )
     H._process_group()
     yield H.with_changes(cfg, {"actor_rollout_ref.actor.optim.total_training_steps": 10})
     dist.destroy_process_group()
@@ -38,8 +51,11 @@ def config(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def make_server(config: Any, writers: dict[str, str]) -> Any:
     rollout = config.actor_rollout_ref.rollout
-    values = {"max_model_len": rollout.max_model_len, "prompt_length": rollout.prompt_length,
-              "response_length": rollout.response_length}
+    values = {
+        "max_model_len": rollout.max_model_len,
+        "prompt_length": rollout.prompt_length,
+        "response_length": rollout.response_length,
+    }
     return TinyServer.__ray_actor_class__(str(config.actor_rollout_ref.model.path), values, THINK2SQL, writers)
 
 
@@ -82,7 +98,7 @@ def test_sampled_log_probs_are_the_synced_weights(config: Any) -> None:
     ids = torch.tensor(prompt + out.token_ids)
     with torch.no_grad():
         actor, _ = sequence_logprobs(group.model, ids, 0.7)
-    response = actor[len(prompt) - 1:len(ids) - 1]  # position t holds token t+1
+    response = actor[len(prompt) - 1 : len(ids) - 1]  # position t holds token t+1
     torch.testing.assert_close(torch.tensor(out.log_probs), response, atol=1e-4, rtol=1e-4)
 
 
@@ -95,16 +111,27 @@ def batch(group: TinyActorWorkerGroup, n: int, advantage: float) -> Any:
         ids = torch.cat([prompt, response])
         with torch.no_grad():
             old, _ = sequence_logprobs(group.model, ids, 1.0)
-        rows.append({
-            "input_ids": ids, "prompts": prompt, "responses": response,
-            "response_mask": torch.ones(len(response), dtype=torch.int64),
-            "loss_mask": torch.ones(len(response), dtype=torch.int64),
-            "old_log_probs": old[len(prompt) - 1:len(ids) - 1],
-            "advantages": torch.full((len(response),), advantage),
-        })
+        rows.append(
+            {
+                "input_ids": ids,
+                "prompts": prompt,
+                "responses": response,
+                "response_mask": torch.ones(len(response), dtype=torch.int64),
+                "loss_mask": torch.ones(len(response), dtype=torch.int64),
+                "old_log_probs": old[len(prompt) - 1 : len(ids) - 1],
+                "advantages": torch.full((len(response),), advantage),
+            }
+        )
     data = tu.list_of_dict_to_tensordict(rows)
-    tu.assign_non_tensor(data, temperature=1.0, calculate_entropy=False, epochs=1, seed=1,
-                         dataloader_kwargs={"shuffle": False}, global_batch_size=n)
+    tu.assign_non_tensor(
+        data,
+        temperature=1.0,
+        calculate_entropy=False,
+        epochs=1,
+        seed=1,
+        dataloader_kwargs={"shuffle": False},
+        global_batch_size=n,
+    )
     return data
 
 
@@ -141,8 +168,13 @@ def test_checkpoint_layout_and_round_trip(config: Any, tmp_path: Path) -> None:
     group.save_checkpoint(str(tmp_path / "global_step_1" / "actor"), global_step=1)
     actor = tmp_path / "global_step_1" / "actor"
     names = {p.name for p in actor.iterdir()}
-    assert {"model_world_size_1_rank_0.pt", "optim_world_size_1_rank_0.pt", "extra_state_world_size_1_rank_0.pt",
-            "fsdp_config.json", "huggingface"} <= names
+    assert {
+        "model_world_size_1_rank_0.pt",
+        "optim_world_size_1_rank_0.pt",
+        "extra_state_world_size_1_rank_0.pt",
+        "fsdp_config.json",
+        "huggingface",
+    } <= names
     other = TinyActorWorkerGroup(config, dp_size=2)
     other.load_checkpoint(str(actor))
     assert weights_changed(group.state_dict(), other.state_dict()) == 0.0

@@ -28,10 +28,20 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 RECIPE = "dualsql"
 WRONG = {**DUALSQL, "generator": [*DUALSQL["generator"][:-1], DUALSQL["generator"][-1].replace("MAX", "MIN")]}
 OVERRIDES = [
-    "algorithm.group_size=2", "algorithm.batch_size=2", "algorithm.mini_batches=1", "trainer.total_steps=3",
-    "trainer.save_every=100", "trainer.val_every=0", "trainer.eval_before_after=true",
-    "rollout.max_prompt_tokens=3328", "rollout.max_response_tokens=768", "rollout.max_new_tokens=160",
-    "rollout.top_k=0", "optim.lr=1e-3", "optim.warmup_ratio=0.0", "logger=[]",
+    "algorithm.group_size=2",
+    "algorithm.batch_size=2",
+    "algorithm.mini_batches=1",
+    "trainer.total_steps=3",
+    "trainer.save_every=100",
+    "trainer.val_every=0",
+    "trainer.eval_before_after=true",
+    "rollout.max_prompt_tokens=3328",
+    "rollout.max_response_tokens=768",
+    "rollout.max_new_tokens=160",
+    "rollout.top_k=0",
+    "optim.lr=1e-3",
+    "optim.warmup_ratio=0.0",
+    "logger=[]",
 ]
 
 

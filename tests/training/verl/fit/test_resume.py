@@ -36,8 +36,9 @@ def job(root: Path, kill_at: int | None = None) -> subprocess.CompletedProcess:
     if kill_at is not None:
         env["SQLAGENT_TEST_KILL_SAVE_AT"] = str(kill_at)
     command = [sys.executable, "-m", "tests.training.verl.fit.resume_child", str(root)]
-    proc = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         out, err = proc.communicate(timeout=1200)
     finally:
@@ -73,8 +74,9 @@ def test_a_job_killed_mid_save_continues_from_the_last_complete_checkpoint(tmp_p
     assert train == {1: 1, 2: 1, 3: 1, 4: 1}  # the same step count, each step once
     samples = Counter(r["step"] for r in records(run_dir / "samples.jsonl"))
     assert sorted(samples) == [1, 2, 3, 4] and len(set(samples.values())) == 1
-    verl_steps = Counter(r["step"] for r in records(run_dir / "verl_metrics.jsonl")
-                         if "training/global_step" in r["data"])
+    verl_steps = Counter(
+        r["step"] for r in records(run_dir / "verl_metrics.jsonl") if "training/global_step" in r["data"]
+    )
     assert verl_steps == {1: 1, 2: 1, 3: 1, 4: 1}
     assert [(c.step, c.complete) for c in R.verl_step_checkpoints(ckpt)] == [(2, True), (4, True)]
     assert (ckpt / R.VERL_TRACKER).read_text() == "4"

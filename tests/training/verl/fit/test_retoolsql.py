@@ -29,11 +29,23 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 RECIPE = "retoolsql"
 OVERRIDES = [
-    "algorithm.group_size=2", "algorithm.batch_size=2", "algorithm.dynamic_sampling.oversample=2",
-    "algorithm.kl_schedule=[[0,0.005],[1,0.001],[2,0.0]]", "trainer.total_steps=3", "trainer.save_every=100",
-    "trainer.val_every=0", "trainer.eval_before_after=false", "agent.max_turns=2", "agent.num_few_shot=1",
-    "+agent.schema_format=compact", "rollout.max_prompt_tokens=3072", "rollout.max_response_tokens=1024",
-    "rollout.max_new_tokens=128", "rollout.observation_max_tokens=128", "optim.lr=1e-3", "optim.warmup_ratio=0.0",
+    "algorithm.group_size=2",
+    "algorithm.batch_size=2",
+    "algorithm.dynamic_sampling.oversample=2",
+    "algorithm.kl_schedule=[[0,0.005],[1,0.001],[2,0.0]]",
+    "trainer.total_steps=3",
+    "trainer.save_every=100",
+    "trainer.val_every=0",
+    "trainer.eval_before_after=false",
+    "agent.max_turns=2",
+    "agent.num_few_shot=1",
+    "+agent.schema_format=compact",
+    "rollout.max_prompt_tokens=3072",
+    "rollout.max_response_tokens=1024",
+    "rollout.max_new_tokens=128",
+    "rollout.observation_max_tokens=128",
+    "optim.lr=1e-3",
+    "optim.warmup_ratio=0.0",
     "logger=[]",
 ]
 
@@ -80,8 +92,9 @@ def test_one_draw_keeps_informative_groups_and_zero_masks_the_rest(run: dict[str
 
 
 def test_few_shot_pool_comes_from_the_training_file(run: dict[str, Any]) -> None:
-    inputs = [json.loads(line)["input"] for path in sorted((run["root"] / "rollouts").glob("*.jsonl"))
-              for line in path.open()]
+    inputs = [
+        json.loads(line)["input"] for path in sorted((run["root"] / "rollouts").glob("*.jsonl")) for line in path.open()
+    ]
     assert inputs
     by_db = {ex.question: ex.db_id for ex in run["train"]}
     for text in inputs:

@@ -30,10 +30,20 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 RECIPE = "think2sql"
 OVERRIDES = [
-    "algorithm.group_size=2", "algorithm.batch_size=2", "trainer.total_steps=3", "trainer.save_every=1",
-    "trainer.keep_checkpoints=2", "trainer.val_every=0", "trainer.eval_before_after=true",
-    "rollout.max_prompt_tokens=640", "rollout.max_response_tokens=256", "rollout.max_new_tokens=48",
-    "optim.lr=1e-3", "optim.warmup_ratio=0.0", "reward.exec_metric=ex", "logger=[]",
+    "algorithm.group_size=2",
+    "algorithm.batch_size=2",
+    "trainer.total_steps=3",
+    "trainer.save_every=1",
+    "trainer.keep_checkpoints=2",
+    "trainer.val_every=0",
+    "trainer.eval_before_after=true",
+    "rollout.max_prompt_tokens=640",
+    "rollout.max_response_tokens=256",
+    "rollout.max_new_tokens=48",
+    "optim.lr=1e-3",
+    "optim.warmup_ratio=0.0",
+    "reward.exec_metric=ex",
+    "logger=[]",
 ]
 
 
@@ -96,11 +106,14 @@ def test_checkpoints_rotate_and_validation_runs_before_and_after(first: dict[str
 
 def test_resume_continues_from_the_checkpoint_weights(session: H.FitSession, first: dict[str, Any]) -> None:
     end_of_first = first["trainer"].actor_rollout_wg.state_dict()
-    config = H.with_changes(first["config"], {"trainer.resume_mode": "auto", "trainer.total_training_steps": 4,
-                                              "trainer.val_before_train": False})
+    config = H.with_changes(
+        first["config"],
+        {"trainer.resume_mode": "auto", "trainer.total_training_steps": 4, "trainer.val_before_train": False},
+    )
     seen: dict[str, Any] = {}
-    resumed = H.run_fit(session, config, before_fit=lambda t: seen.update(
-        step=t.global_steps, weights=t.actor_rollout_wg.state_dict()))
+    resumed = H.run_fit(
+        session, config, before_fit=lambda t: seen.update(step=t.global_steps, weights=t.actor_rollout_wg.state_dict())
+    )
     assert seen["step"] == 3
     assert weights_changed(end_of_first, seen["weights"]) == 0.0
     run_dir = Path(config.sqlagent.run_dir)
@@ -112,12 +125,19 @@ def test_zero_variance_batches_leave_the_weights_unchanged(session: H.FitSession
     import ray
 
     run_dir = H.fresh(session.root / "control")
-    config = H.with_changes(session.base, {
-        "sqlagent.run_dir": str(run_dir), "sqlagent.final_dir": None,
-        "trainer.default_local_dir": str(run_dir / "checkpoints"), "trainer.total_training_steps": 2,
-        "trainer.save_freq": -1, "trainer.val_before_train": False, "sqlagent.eval_after": False,
-        "actor_rollout_ref.actor.optim.weight_decay": 0.0,
-    })
+    config = H.with_changes(
+        session.base,
+        {
+            "sqlagent.run_dir": str(run_dir),
+            "sqlagent.final_dir": None,
+            "trainer.default_local_dir": str(run_dir / "checkpoints"),
+            "trainer.total_training_steps": 2,
+            "trainer.save_freq": -1,
+            "trainer.val_before_train": False,
+            "sqlagent.eval_after": False,
+            "actor_rollout_ref.actor.optim.weight_decay": 0.0,
+        },
+    )
     ray.get(session.servers.server.set_writers.remote({"*": "script"}))
     try:
         seen: dict[str, Any] = {}
@@ -138,15 +158,28 @@ def test_refill_mode_evicts_groups_without_spread(session: H.FitSession) -> None
     classification. The over-long question's group (its rows are dropped, so it has no
     spread) is evicted and replaced until B = 2 groups with spread are finished."""
     run_dir = H.fresh(session.root / "refill")
-    config = H.with_changes(session.base, {
-        "sqlagent.run_dir": str(run_dir), "sqlagent.final_dir": None,
-        "trainer.default_local_dir": str(run_dir / "checkpoints"), "trainer.total_training_steps": 1,
-        "trainer.save_freq": -1, "trainer.val_before_train": False, "sqlagent.eval_after": False,
-        "sqlagent.dynamic_sampling": {"enable": True, "refill": True, "metric": "exec", "min_std": 0.1,
-                                      "oversample": 2},
-        "algorithm.filter_groups.enable": True, "algorithm.filter_groups.metric": "exec",
-        "algorithm.filter_groups.max_inflight_gen_batches": 2,
-    })
+    config = H.with_changes(
+        session.base,
+        {
+            "sqlagent.run_dir": str(run_dir),
+            "sqlagent.final_dir": None,
+            "trainer.default_local_dir": str(run_dir / "checkpoints"),
+            "trainer.total_training_steps": 1,
+            "trainer.save_freq": -1,
+            "trainer.val_before_train": False,
+            "sqlagent.eval_after": False,
+            "sqlagent.dynamic_sampling": {
+                "enable": True,
+                "refill": True,
+                "metric": "exec",
+                "min_std": 0.1,
+                "oversample": 2,
+            },
+            "algorithm.filter_groups.enable": True,
+            "algorithm.filter_groups.metric": "exec",
+            "algorithm.filter_groups.max_inflight_gen_batches": 2,
+        },
+    )
     H.run_fit(session, config)
     (data,) = H.step_metrics(run_dir).values()
     assert data["training/filter_groups/evicted_samples"] >= 1
@@ -159,11 +192,19 @@ def test_eight_ranks_with_a_batch_smaller_than_the_ranks(session: H.FitSession) 
     (``ppo_mini_batch_size x n`` = 4 rows) trips the worker's ``mini_batch_size % dp``
     assertion; rows padded to ``mini_batches x dp`` make one update of 8 rows."""
     run_dir = H.fresh(session.root / "eight")
-    config = H.with_changes(session.base, {
-        "sqlagent.run_dir": str(run_dir), "sqlagent.final_dir": None, "trainer.n_gpus_per_node": 8,
-        "trainer.default_local_dir": str(run_dir / "checkpoints"), "trainer.total_training_steps": 1,
-        "trainer.save_freq": -1, "trainer.val_before_train": False, "sqlagent.eval_after": False,
-    })
+    config = H.with_changes(
+        session.base,
+        {
+            "sqlagent.run_dir": str(run_dir),
+            "sqlagent.final_dir": None,
+            "trainer.n_gpus_per_node": 8,
+            "trainer.default_local_dir": str(run_dir / "checkpoints"),
+            "trainer.total_training_steps": 1,
+            "trainer.save_freq": -1,
+            "trainer.val_before_train": False,
+            "sqlagent.eval_after": False,
+        },
+    )
     trainer = H.run_fit(session, config)
     assert trainer.actor_rollout_wg.updates == [{"rows": 8, "mini_batch_size": 8, "optimizer_steps": 1}]
 
@@ -176,11 +217,17 @@ def test_a_validation_batch_of_dropped_prompts(session: H.FitSession) -> None:
     run_dir = H.fresh(session.root / "all_dropped")
     _, val = H.examples(session.root, RECIPE, n_train=0, n_val=2, long_val=2, long_words=400)
     val_file = write_prompt_file(val, run_dir / "val.parquet")
-    config = H.with_changes(session.base, {
-        "sqlagent.run_dir": str(run_dir), "sqlagent.final_dir": None, "data.val_files": str(val_file),
-        "trainer.default_local_dir": str(run_dir / "checkpoints"), "trainer.val_before_train": True,
-        "trainer.val_only": True,
-    })
+    config = H.with_changes(
+        session.base,
+        {
+            "sqlagent.run_dir": str(run_dir),
+            "sqlagent.final_dir": None,
+            "data.val_files": str(val_file),
+            "trainer.default_local_dir": str(run_dir / "checkpoints"),
+            "trainer.val_before_train": True,
+            "trainer.val_only": True,
+        },
+    )
     H.run_fit(session, config)
     (record,) = [r["data"] for r in H.verl_records(run_dir)]
     assert [v for k, v in record.items() if k.endswith("/exec/mean@1")] == [0.0]

@@ -26,10 +26,20 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 RECIPE = "trustsql"
 OVERRIDES = [
-    "algorithm.group_size=2", "algorithm.batch_size=2", "trainer.total_steps=3", "trainer.save_every=100",
-    "trainer.val_every=0", "trainer.eval_before_after=true", "agent.max_turns=5",
-    "rollout.max_prompt_tokens=1536", "rollout.max_response_tokens=1536", "rollout.max_new_tokens=96",
-    "rollout.observation_max_tokens=128", "optim.lr=1e-3", "optim.warmup_ratio=0.0", "logger=[]",
+    "algorithm.group_size=2",
+    "algorithm.batch_size=2",
+    "trainer.total_steps=3",
+    "trainer.save_every=100",
+    "trainer.val_every=0",
+    "trainer.eval_before_after=true",
+    "agent.max_turns=5",
+    "rollout.max_prompt_tokens=1536",
+    "rollout.max_response_tokens=1536",
+    "rollout.max_new_tokens=96",
+    "rollout.observation_max_tokens=128",
+    "optim.lr=1e-3",
+    "optim.warmup_ratio=0.0",
+    "logger=[]",
     "trainer.samples_per_step=3",
 ]
 
@@ -39,8 +49,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("fit_trustsql")
     train, val = H.examples(root, RECIPE, n_train=2, n_val=1)
     base = H.verl_config(RECIPE, root / "run", H.tiny_model_dir(root), train, val, OVERRIDES)
-    base = H.with_changes(base, {"trainer.rollout_data_dir": str(root / "rollouts"),
-                                 "trainer.validation_data_dir": str(root / "validation")})
+    base = H.with_changes(
+        base,
+        {"trainer.rollout_data_dir": str(root / "rollouts"), "trainer.validation_data_dir": str(root / "validation")},
+    )
     session = H.start_session(RECIPE, root, base, writers={"0": "script", "1": "sample"})
     try:
         seen: dict[str, Any] = {}
@@ -74,10 +86,29 @@ def test_samples_are_the_local_engines_records_with_the_masks_of_the_update(run:
 
     run_dir = Path(run["config"].sqlagent.run_dir)
     samples = _samples(run_dir)
-    local = sample_record(step=1, engine="local", design="trustsql", example={"id": "x"}, role="agent", group="g",
-                          sample=0, prompt="p", tokens=["a"], turn_index=[0], response_mask=[1], loss_masks=None,
-                          advantages=None, reward=0.0, components={}, tracks={}, reward_error=None, outcome=None,
-                          final_sql=None, end_reason="answer", turns=[{"index": 0}])
+    local = sample_record(
+        step=1,
+        engine="local",
+        design="trustsql",
+        example={"id": "x"},
+        role="agent",
+        group="g",
+        sample=0,
+        prompt="p",
+        tokens=["a"],
+        turn_index=[0],
+        response_mask=[1],
+        loss_masks=None,
+        advantages=None,
+        reward=0.0,
+        components={},
+        tracks={},
+        reward_error=None,
+        outcome=None,
+        final_sql=None,
+        end_reason="answer",
+        turns=[{"index": 0}],
+    )
     assert all(set(s) == set(local) and s["engine"] == "verl" for s in samples)
     assert all(set(t) == set(local["turns"][0]) for s in samples for t in s["turns"])
     train_steps = [r["step"] for r in map(json.loads, (run_dir / "metrics.jsonl").open()) if r["kind"] == "train"]
@@ -90,8 +121,12 @@ def test_samples_are_the_local_engines_records_with_the_masks_of_the_update(run:
     tokenizer, checked = run["trainer"].tokenizer, 0
     # zip(strict=False): the worker may hold batches of steps the samples skip
     for step, batch in zip(train_steps, run["trainer"].actor_rollout_wg.batches, strict=False):
-        trained = {(prompt_id(p), tuple(tokenizer.batch_decode([[x] for x in r]))): (m, a)
-                   for p, r, m, a in zip(batch["prompts"], batch["responses"], batch["loss_mask"], batch["advantages"], strict=True)}
+        trained = {
+            (prompt_id(p), tuple(tokenizer.batch_decode([[x] for x in r]))): (m, a)
+            for p, r, m, a in zip(
+                batch["prompts"], batch["responses"], batch["loss_mask"], batch["advantages"], strict=True
+            )
+        }
         for s in (s for s in samples if s["step"] == step):
             n = len(s["tokens"])
             key = next(k for k in trained if k[0] == s["prompt_id"] and k[1][:n] == tuple(s["tokens"]))

@@ -267,3 +267,10 @@ class RewardBreakdown:
 
 RewardFn = Callable[[Trajectory, Example, "Database"], RewardBreakdown]
 """``get_reward(name, **options)`` returns one of these."""
+
+
+def final_sql(trajectories: Sequence[Trajectory]) -> str | None:
+    """A request's prediction: the last of its episodes' final SQL that exists (DualSQL's
+    linker episode has none, its generator's is the answer); None when no episode has one."""
+    sqls = [t.result.final_sql for t in trajectories if t.result.final_sql]
+    return sqls[-1] if sqls else None

@@ -360,8 +360,6 @@ def run_model(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> d
     cfg, device, laptop = policy_config(raw, explicit, say)
     torch.manual_seed(cfg.seed)
     if cfg.model.base_url:  # an OpenAI-compatible endpoint (training/generation.py), no weights loaded
-        from training.generation import evaluate_endpoint
-
         decoding, settings = _decoding_and_settings(cfg, requested, explicit, laptop, None, say)
         examples = _load_eval_examples(cfg.data, decoding.questions, cfg.seed, say)
         agent, options = _eval_agent(cfg, say)
@@ -399,7 +397,7 @@ def policy_config(raw: Mapping[str, Any], explicit: set[str], say: Say = print) 
     questions, turns and token lengths - are applied and printed; values set on the command
     line are kept."""
     from training.config import TrainConfig, apply_laptop_profile, list_recipes
-    from training.run import resolve_device
+    from training.prepare import resolve_device
 
     if not raw.get("recipe_name"):
         raise ConfigError(
@@ -614,10 +612,76 @@ def run(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> dict[st
 
 
 def _hydra_main() -> None:
-    from training.run import hydra_entry
+    from training.prepare import hydra_entry
 
     hydra_entry("eval", run)
 
 
 if __name__ == "__main__":
     _hydra_main()
+
+
+def evaluate_endpoint(
+    cfg: Any,
+    settings: Any,
+    decoding: Any,
+    examples: Sequence[Example],
+    agent: Any,
+    options: Mapping[str, Any],
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """``eval.run model.base_url=... model.name=...``: score an OpenAI-compatible endpoint
+    with the design's agent, exactly like a local model (same sampling, limits, records).
+    Up to ``model.concurrency`` requests are in flight, each episode at its own pace
+    (``training/concurrent_episodes.py``); ``model.concurrency=1`` is the sequential path."""
+    from transformers import AutoTokenizer
+
+    from training.concurrent_episodes import ConcurrentTextGenerate, questions_per_batch
+    from training.generation import EndpointSource, EndpointSpec, reasoning_tag
+    from training.model import prepare_tokenizer, resolve_model_path
+
+    m = cfg.model
+    spec = EndpointSpec(
+        base_url=m.base_url,
+        model=m.name,
+        api_key_env=m.api_key_env,
+        timeout_s=m.timeout_s,
+        concurrency=m.concurrency,
+        reasoning_tag=reasoning_tag(cfg.agent.name),
+    )
+    source = EndpointSource(spec)
+    tokenizer = prepare_tokenizer(
+        AutoTokenizer.from_pretrained(
+            resolve_model_path(m.path, say, tokenizer_only=True), trust_remote_code=m.trust_remote_code
+        )
+    )
+    sampling, limits = sampling_and_limits(decoding)  # the recipe's evaluation decoding (eval/run.py)
+    name = f"{cfg.recipe_name}-{m.name.replace('/', '_')}"
+    out = settings.out_dir or default_out_dir(name, cfg.data.kind, cfg.data.eval_split, settings)
+    info = {
+        "recipe": cfg.recipe_name,
+        "model": f"{m.name} @ {m.base_url}",
+        "data_kind": cfg.data.kind,
+        "data_root": cfg.data.root,
+        "split": cfg.data.eval_split,
+        "agent_options": _plain_options(options),
+        "seed": cfg.seed,
+        **dataclasses.asdict(decoding),
+    }
+    settings = dataclasses.replace(
+        settings, batch_size=questions_per_batch(settings.batch_size, m.concurrency, settings.num_samples)
+    )
+    say(
+        f"[eval] scoring the endpoint {m.base_url} (model {m.name}), up to {m.concurrency} requests in flight "
+        f"(model.concurrency); tools run here, text carried by the "
+        f"{resolve_model_path(m.path, lambda _: None, tokenizer_only=True)} tokenizer"
+    )
+    generate = ConcurrentTextGenerate(source, m.concurrency)
+    try:
+        summary = evaluate_policy(examples, agent, tokenizer, generate, sampling, limits, out, settings, info, say)
+    finally:
+        source.close()
+    if generate.failed or source.stats["failed"]:
+        say(f"[eval] {len(generate.failed)} samples had a failed request (no answer); endpoint stats {source.stats}")
+    summary["endpoint"] = {**source.stats, "failed_samples": len(generate.failed), "concurrency": m.concurrency}
+    return summary

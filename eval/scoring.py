@@ -12,11 +12,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from agents.types import Example, Trajectory
+from agents.types import Example, Trajectory, final_sql
 from eval.voting import unique_sql, vote
 from rex import ExecScorer, score_results
 from tools import get_database
-from training.rollout_setup import final_sql
 
 MODES = ("greedy", "sc", "passk")
 MISSING = "missing"
@@ -44,7 +43,7 @@ LAST_TURN_CHARS = 2000
 
 def sample_from_trajectories(trajectories: Sequence[Trajectory]) -> Sample:
     """One sample = the episodes of one request (DualSQL: linker then generator); its SQL is
-    ``training.rollout_setup.final_sql``, as in training's held-out EX."""
+    ``agents.types.final_sql``, as in training's held-out EX."""
     turns = [turn for t in trajectories for turn in t.result.turns]
     flags: dict[str, Any] = {}
     for t in trajectories:

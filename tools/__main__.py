@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tools.connection import get_database
-from tools.errors import ToolkitError
+from tools.errors import ConfigError, ToolkitError
 from tools.limits import PRESETS
 from tools.toolbox import TOOLS, ToolBox
 
@@ -96,7 +96,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tools.build_cache import main as build_cache
 
         try:
-            return build_cache(args.overrides, args.db_paths, args.only, args.bm25_columns)
+            if args.overrides and args.db_paths:
+                raise ConfigError("pass data=<kind> [data.<key>=<value> ...] or --db PATH, not both")
+            paths = args.db_paths
+            if not paths:  # a benchmark's databases: the data layer resolves them (this entry point sits on top)
+                from eval.data.databases import databases_of_data
+
+                paths = databases_of_data(args.overrides or ["data=minibird"])
+            return build_cache(paths, args.only, args.bm25_columns)
         except ToolkitError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

@@ -217,34 +217,8 @@ def _step(bar: Any) -> None:
         bar.update(1)
 
 
-# ----------------------------------------------------------------------------- which databases
-
-
-def databases_of_data(overrides: Sequence[str], say: Say = print) -> list[str]:
-    """The database files of a benchmark's training and held-out splits (``data=bird
-    data.root=PATH``, the same Hydra overrides as training), loaded the way training loads
-    them (which also fills the gold-SQL cache training reads at start)."""
-    from eval.data import load_examples  # lazy: the data layer sits above the tools
-    from eval.data.__main__ import compose_data
-
-    data = compose_data(overrides)
-    paths: dict[str, None] = {}
-    splits = dict.fromkeys([(data["split"], data.get("limit")), (data.get("eval_split"), data.get("eval_limit"))])
-    for split, limit in splits:
-        if not split:
-            continue
-        examples = load_examples(data["kind"], data["root"], split, bool(data.get("drop_failing_gold")), limit)
-        found = dict.fromkeys(ex.db_path for ex in examples)
-        say(f"[build-cache] data={data['kind']} split {split}: {len(examples)} questions on {len(found)} database(s)")
-        paths.update(found)
-    return list(paths)
-
-
-def main(overrides: Sequence[str], db_paths: Sequence[str], only: str | None, bm25_columns: str) -> int:
-    """The ``build-cache`` subcommand (``python -m tools``)."""
+def main(db_paths: Sequence[str], only: str | None, bm25_columns: str) -> int:
+    """The ``build-cache`` subcommand (``python -m tools``) on resolved database files."""
     kinds = check_kinds(only.split(",")) if only else KINDS
-    if overrides and db_paths:
-        raise ConfigError("pass data=<kind> [data.<key>=<value> ...] or --db PATH, not both")
-    paths = list(db_paths) if db_paths else databases_of_data(overrides or ["data=minibird"])
-    build(paths, kinds, bm25_columns)
+    build(list(db_paths), kinds, bm25_columns)
     return 0

@@ -302,7 +302,7 @@ def run_checks(raw: dict[str, Any], explicit: set[str], say: Say = print) -> lis
     alone, on the running cluster (the same overrides as the training command)."""
     from tools.build_cache import manifest_files
     from training.engines.verl_config import verl_config_for
-    from training.run import prepare_config
+    from training.prepare import prepare_config
 
     cfg = prepare_config({**raw, "engine": {**raw["engine"], "name": "verl"}}, explicit, say)
     verl_cfg = verl_config_for(cfg, num_train_examples=cfg.algorithm.batch_size)
@@ -333,6 +333,6 @@ def training_databases(cfg: Any) -> list[str]:
 
 
 if __name__ == "__main__":
-    from training.run import hydra_entry
+    from training.prepare import hydra_entry
 
     hydra_entry("config", run_checks)

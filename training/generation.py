@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from agents.types import Example, Message, Trajectory
@@ -389,72 +389,3 @@ def endpoint_from_mapping(raw: Mapping[str, Any], agent_name: str) -> EndpointSp
         raise ConfigError(f"unknown endpoint option(s) {bad}; known: {', '.join(sorted(known))}")
     spec = EndpointSpec(**{"reasoning_tag": reasoning_tag(agent_name), **dict(raw)})
     return replace(spec)
-
-
-# ----------------------------------------------------------------------------- eval.run
-
-
-def evaluate_endpoint(
-    cfg: Any,
-    settings: Any,
-    decoding: Any,
-    examples: Sequence[Example],
-    agent: Any,
-    options: Mapping[str, Any],
-    say: Callable[[str], None] = print,
-) -> dict[str, Any]:
-    """``eval.run model.base_url=... model.name=...``: score an OpenAI-compatible endpoint
-    with the design's agent, exactly like a local model (same sampling, limits, records).
-    Up to ``model.concurrency`` requests are in flight, each episode at its own pace
-    (``training/concurrent_episodes.py``); ``model.concurrency=1`` is the sequential path."""
-    from transformers import AutoTokenizer
-
-    from eval.run import _plain_options, default_out_dir, evaluate_policy, sampling_and_limits
-    from training.concurrent_episodes import ConcurrentTextGenerate, questions_per_batch
-    from training.model import prepare_tokenizer, resolve_model_path
-
-    m = cfg.model
-    spec = EndpointSpec(
-        base_url=m.base_url,
-        model=m.name,
-        api_key_env=m.api_key_env,
-        timeout_s=m.timeout_s,
-        concurrency=m.concurrency,
-        reasoning_tag=reasoning_tag(cfg.agent.name),
-    )
-    source = EndpointSource(spec)
-    tokenizer = prepare_tokenizer(
-        AutoTokenizer.from_pretrained(
-            resolve_model_path(m.path, say, tokenizer_only=True), trust_remote_code=m.trust_remote_code
-        )
-    )
-    sampling, limits = sampling_and_limits(decoding)  # the recipe's evaluation decoding (eval/run.py)
-    name = f"{cfg.recipe_name}-{m.name.replace('/', '_')}"
-    out = settings.out_dir or default_out_dir(name, cfg.data.kind, cfg.data.eval_split, settings)
-    info = {
-        "recipe": cfg.recipe_name,
-        "model": f"{m.name} @ {m.base_url}",
-        "data_kind": cfg.data.kind,
-        "data_root": cfg.data.root,
-        "split": cfg.data.eval_split,
-        "agent_options": _plain_options(options),
-        "seed": cfg.seed,
-        **asdict(decoding),
-    }
-    settings = replace(
-        settings, batch_size=questions_per_batch(settings.batch_size, m.concurrency, settings.num_samples)
-    )
-    say(
-        f"[eval] scoring the endpoint {m.base_url} (model {m.name}), up to {m.concurrency} requests in flight "
-        f"(model.concurrency); tools run here, text carried by the "
-        f"{resolve_model_path(m.path, lambda _: None, tokenizer_only=True)} tokenizer"
-    )
-    generate = ConcurrentTextGenerate(source, m.concurrency)
-    try:
-        summary = evaluate_policy(examples, agent, tokenizer, generate, sampling, limits, out, settings, info, say)
-    finally:
-        source.close()
-    if generate.failed or source.stats["failed"]:
-        say(f"[eval] {len(generate.failed)} samples had a failed request (no answer); endpoint stats {source.stats}")
-    summary["endpoint"] = {**source.stats, "failed_samples": len(generate.failed), "concurrency": m.concurrency}
-    return summary

@@ -431,6 +431,6 @@ def main(raw: dict[str, Any], explicit: set[str], say: Callable[[str], None] = p
 
 
 if __name__ == "__main__":
-    from training.run import hydra_entry
+    from training.prepare import hydra_entry
 
     hydra_entry("config", main)

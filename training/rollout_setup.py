@@ -5,7 +5,6 @@
   cap, never more than the model's context);
 - ``hf_generate``: the batched ``GenerateFn`` over a HF model (prompts sorted by length,
   generated in chunks of similar length);
-- ``final_sql``: the prediction of one request (DualSQL: linker then generator episodes);
 - ``fixed_subset``: the seeded subset of questions (held-out EX, the warm start's and the
   supervised chain's questions, ``eval.run``'s ``eval.limit``).
 
@@ -19,7 +18,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from agents.types import Trajectory
     from training.rollout import GenerateFn, RolloutLimits, SamplingParams
 
 T = TypeVar("T")
@@ -111,13 +109,6 @@ def hf_generate(
         return out
 
     return generate
-
-
-def final_sql(trajectories: Sequence[Trajectory]) -> str | None:
-    """A request's prediction: the last of its episodes' final SQL that exists (DualSQL's
-    linker episode has none, its generator's is the answer); None when no episode has one."""
-    sqls = [t.result.final_sql for t in trajectories if t.result.final_sql]
-    return sqls[-1] if sqls else None
 
 
 def fixed_subset(examples: Sequence[T], limit: int | None, seed: int) -> list[T]:

@@ -49,9 +49,9 @@ def rollout_metrics(trajectories: Sequence[Any], rewards: Sequence[Any]) -> dict
 
 def execution_accuracy(examples: Sequence[Any], trajectories: Sequence[Any]) -> dict[str, Any]:
     """Greedy EX: one prediction per example (``training.rollout_setup.final_sql``), BIRD EX."""
+    from agents.types import final_sql
     from rex import ExecScorer
     from tools import get_database
-    from training.rollout_setup import final_sql
 
     final: dict[str, str | None] = {}
     by_example: dict[str, list[Any]] = defaultdict(list)

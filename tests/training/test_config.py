@@ -217,7 +217,7 @@ def _wrong_value(hint: Any) -> Any:
     base = args[0] if typing.get_origin(hint) is not list and args else hint
     if base in (int, float, dict) or typing.get_origin(base) in (dict, list) or base is list:
         return "abc"
-    if base is bool:
+    if base is bool and str not in args:  # with text allowed too (resume: true | auto ...), "maybe" is text
         return "maybe"
     return ["not", "text"]  # text fields and nested groups
 
@@ -297,7 +297,7 @@ def test_trustsql_with_plain_grpo_has_no_clamp() -> None:
 
 
 @pytest.mark.parametrize(
-    "module", ["training.config", "training.run", "training.model", "training.engines.local_state", "eval.units"]
+    "module", ["training.config", "training.prepare", "training.model", "training.engines.local_state", "eval.units"]
 )
 def test_docstring_examples_run(module: str) -> None:
     import doctest

@@ -72,7 +72,9 @@ def test_a_config_that_cannot_fit_is_refused_with_what_to_change() -> None:
     cfg = project_config("retoolsql", "hardware=h100x8")  # Gemma 4 31B: 57 GiB of sharded state on 8 GPUs
     with pytest.raises(ConfigError, match=r"actor update needs ~\d+\.\d GiB per GPU, over 71\.6 GiB usable.*add GPUs"):
         L.describe(cfg)
-    text = L.describe(project_config("retoolsql", "hardware=h100x8", "hardware.nnodes=2"))
+    text = L.describe(
+        project_config("retoolsql", "hardware=h100x8", "hardware.nnodes=2", "trainer.shared_run_dir_check=false")
+    )
     assert "# sizing: update, per GPU of 79.6 GiB" in text and "16 GPU(s)" in text
     with pytest.raises(ConfigError, match=r"vLLM refuses to start\. Set hardware\.param_offload=true"):
         L.describe(

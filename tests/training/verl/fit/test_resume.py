@@ -46,7 +46,27 @@ def job(root: Path, kill_at: int | None = None) -> subprocess.CompletedProcess:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        stop_wandb_service_of(proc.pid)
     return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+def stop_wandb_service_of(pid: int) -> None:
+    """wandb's service runs in a session of its own (``wandb-core ... --pid <job>``) and only
+    notices its job died after a while; until then it holds the run id, and the requeued job
+    would meet "run ID ... is in use". On a preempted node it dies with the node: end it here."""
+    import psutil
+
+    services = []
+    for candidate in psutil.process_iter(["cmdline"]):
+        cmdline = candidate.info.get("cmdline") or []
+        if any(i + 1 < len(cmdline) and arg == "--pid" and cmdline[i + 1] == str(pid) for i, arg in enumerate(cmdline)):
+            services.append(candidate)
+    for service in services:
+        try:
+            service.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(services, timeout=30)
 
 
 def records(path: Path) -> list[dict]:

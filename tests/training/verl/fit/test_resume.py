@@ -33,6 +33,11 @@ REPO = Path(__file__).resolve().parents[4]
 def job(root: Path, kill_at: int | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO), WANDB_MODE="offline", TOKENIZERS_PARALLELISM="false")
     env.pop("SQLAGENT_TEST_KILL_SAVE_AT", None)
+    # a fresh job on a fresh node: no wandb service or run of this test process (wandb puts
+    # WANDB_SERVICE in os.environ, and a child would join that service, where the killed job's
+    # run id stays in use)
+    for key in ("WANDB_SERVICE", "WANDB_RUN_ID", "WANDB_RESUME", "WANDB_DIR", "WANDB_RUN_GROUP", "WANDB_TAGS"):
+        env.pop(key, None)
     if kill_at is not None:
         env["SQLAGENT_TEST_KILL_SAVE_AT"] = str(kill_at)
     command = [sys.executable, "-m", "tests.training.verl.fit.resume_child", str(root)]

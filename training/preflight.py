@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from training.backbones import BACKBONES, Architecture
+from training.run_dir import LOCAL_ONLY_PREFIXES, SHARED_FILESYSTEMS
 
 # Oldest Linux driver per CUDA major (CUDA release notes, "minor version compatibility").
 MIN_DRIVER = {"11": "450.80.02", "12": "525.60.13", "13": "580.65.06"}
-SHARED_FS = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "ceph", "glusterfs", "wekafs", "fuse")
 MEMORY_SLACK = 0.97  # a device may report a little less than the group's figure
 FIELDS = ("max_position_embeddings", "num_attention_heads", "num_key_value_heads", "vocab_size")
 
@@ -187,20 +187,12 @@ def _chat_renders(model: str) -> dict[str, Any]:
 
 
 def _filesystem(path: str) -> dict[str, Any]:
-    """The mount holding ``path`` (its nearest existing parent), from /proc/mounts."""
-    target = Path(path).resolve()
-    while not target.exists() and target != target.parent:
-        target = target.parent
-    best = ("/", "unknown")
-    try:
-        for line in Path("/proc/mounts").read_text().splitlines():
-            parts = line.split()
-            mount, fstype = parts[1], parts[2]
-            if (str(target) == mount or str(target).startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best[0]):
-                best = (mount, fstype)
-    except OSError:
-        pass
-    return {"path": str(Path(path).resolve()), "mount": best[0], "fstype": best[1]}
+    """The mount holding ``path`` (the launch's own lookup, ``training.run_dir.mount_of``)."""
+    from training.run_dir import mount_of
+
+    resolved = Path(path).resolve()
+    mount, fstype = mount_of(resolved)
+    return {"path": str(resolved), "mount": mount or "/", "fstype": fstype}
 
 
 # ----------------------------------------------------------------------------- checks (facts -> verdicts)
@@ -378,7 +370,9 @@ def check_shared_storage(facts: dict[str, Any], ctx: Context) -> Check:
     fs = facts["run_dir_fs"]
     if ctx.nnodes <= 1:
         return Check("shared storage", "SKIP", f"one node: run_dir {fs['path']} is on {fs['fstype']} ({fs['mount']})")
-    if fs["fstype"].split(".")[0] in SHARED_FS:
+    if fs["fstype"] in SHARED_FILESYSTEMS and not any(
+        fs["path"] == p or fs["path"].startswith(p + "/") for p in LOCAL_ONLY_PREFIXES
+    ):  # the same rule the launch applies (training/run_dir.py)
         return Check("shared storage", "OK", f"run_dir {fs['path']} is on {fs['fstype']} ({fs['mount']})")
     return Check(
         "shared storage",

@@ -104,13 +104,13 @@ def _set_existing(cfg: DictConfig, dotted: str, value: Any) -> None:
 
 
 def _closest_key(cfg: DictConfig, dotted: str) -> str:
-    import difflib
-
     from omegaconf import OmegaConf
+
+    from tools.spelling import close_matches
 
     container = OmegaConf.to_container(cfg, resolve=False)
     keys = list(_flatten({str(k): v for k, v in container.items()}).keys()) if isinstance(container, dict) else []
-    close = difflib.get_close_matches(dotted, keys, n=1, cutoff=0.6)
+    close = close_matches(dotted, keys, n=1)
     return f"; did you mean verl.{close[0]}?" if close else "; see `engine=verl dry_run=true` for every key"
 
 

@@ -56,8 +56,9 @@ def make_config(recipe: str, run_dir: Path, overrides: Sequence[str], say: Any) 
 
 def warm_start(recipe: str, out: Path, args: argparse.Namespace, say: Any) -> tuple[Path, list[str], dict]:
     """Train (or reuse) the design's format warm start; its directory and question ids."""
-    from training.engines.local import LocalTrainer, TrainerInputs, fixed_subset
-    from training.engines.local_warm_start import run_warm_start, warm_start_dir
+    from training.engines.local import LocalTrainer, TrainerInputs
+    from training.engines.local_warm_start import warm_start_dir
+    from training.rollout_setup import fixed_subset
 
     cfg = make_config(
         recipe,
@@ -71,13 +72,13 @@ def warm_start(recipe: str, out: Path, args: argparse.Namespace, say: Any) -> tu
         say,
     )
     trainer = LocalTrainer(cfg, TrainerInputs(), say)
-    result = run_warm_start(trainer)
+    result = trainer.run_warm_start()  # SFT (or the finished one reloaded)
     ids = [ex.id for ex in fixed_subset(trainer.train_examples, args.warm_examples, args.seed + 1)]
     return warm_start_dir(out / "warm"), ids, result
 
 
 def measure(recipe: str, args: argparse.Namespace, say: Any) -> dict[str, Any]:
-    from training.engines.local import fixed_subset
+    from training.rollout_setup import fixed_subset
     from training.stages.runner import run_stage
 
     out = Path(args.out) / recipe

@@ -616,3 +616,23 @@ def test_samples_records_match_the_update_and_the_metrics_step(tmp_path: Path, e
             assert "o" in s["why"]["full"] and "p" in s["why"]["schema"]
     prompts = [json.loads(x) for x in (tmp_path / "prompts.jsonl").read_text().splitlines()]
     assert len(prompts) == len({p["prompt_id"] for p in prompts}) == len({s["prompt_id"] for s in samples})
+
+
+def test_a_recorded_evaluation_from_other_inputs_is_not_reused(tmp_path: Path, examples: list[Example]) -> None:
+    """A run directory reused with other held-out questions (or weights, or settings) must
+    not report the old run's EX before as its own."""
+    extra = ("trainer.eval_before_after=true", "algorithm.dynamic_sampling.enable=false")
+    first = trainer("think2sql", tmp_path, examples, *extra)
+
+    def killed(*args: Any) -> Any:
+        raise KeyboardInterrupt("killed after the first evaluation")
+
+    first.train_step = killed  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        first.fit()
+    again = trainer("think2sql", tmp_path, examples, *extra, "resume=true")
+    again.eval_examples = examples[1:2]
+    summary = again.fit()
+    befores = [r for r in records(tmp_path) if r["kind"] == "eval_before"]
+    assert [r["n"] for r in befores] == [2, 1] and befores[0]["inputs"] != befores[1]["inputs"]
+    assert summary["eval_questions"] == 1

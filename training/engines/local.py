@@ -519,17 +519,30 @@ class LocalTrainer:
     def _eval_logged(self, tag: str) -> dict[str, Any]:
         result = self.evaluate(tag)
         if result:
-            self.logger.log(self.step, {k: v for k, v in result.items() if not isinstance(v, dict)}, kind=f"eval_{tag}")
+            record = {k: v for k, v in result.items() if not isinstance(v, dict)}
+            self.logger.log(self.step, {**record, "inputs": self._eval_inputs(tag)}, kind=f"eval_{tag}")
         return result
 
     def _eval_once(self, tag: str) -> dict[str, Any]:
         """Evaluate and log, unless a resumed run already recorded this evaluation at this
-        step (killed after it): then that record is the result, and no duplicate is written."""
+        step (killed after it) from the same inputs: then that record is the result, and no
+        duplicate is written."""
         if self.cfg.resume != "never":
             found = rd.recorded(self.cfg.run_dir, f"eval_{tag}", self.step)
-            if found:
+            if found and found.get("inputs") == self._eval_inputs(tag):
                 return found
+            if found:
+                self._say(
+                    f"[resume] the eval_{tag} record at step {self.step} in {self.cfg.run_dir} was made from other "
+                    "weights, questions or settings: evaluating again"
+                )
         return self._eval_logged(tag)
+
+    def _eval_inputs(self, tag: str) -> str:
+        settings = [tag, self.eval_sampling, self.limits, self.cfg.agent, self.cfg.evaluation]
+        if tag == "warm_start":
+            settings.append(self.cfg.stage.warm_start)
+        return rd.eval_inputs(self.model_source, [ex.id for ex in self.eval_examples], settings)
 
     def _save_final(self) -> Path:
         return rd.save_final(self.cfg.run_dir, self.step, self.model, self.tokenizer)

@@ -72,6 +72,26 @@ def recorded(run_dir: str | Path, kind: str, step: int) -> dict[str, Any]:
     return found[-1] if found else {}
 
 
+def weights_identity(model_source: str) -> list[Any]:
+    """A model directory's weight files by name, size and modification time (a retrained
+    directory at the same path is other weights); other sources by their name."""
+    folder = Path(model_source)
+    if not folder.is_dir():
+        return [model_source]
+    files = sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin"))
+    return [model_source, *([p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files)]
+
+
+def eval_inputs(model_source: str, question_ids: Sequence[str], settings: Any) -> str:
+    """What an evaluation is made from, as a digest kept in its record: a resumed run reuses
+    a recorded evaluation only when it was made from the same weights, held-out questions
+    and settings (a run directory reused with other data or another model evaluates anew)."""
+    import hashlib
+
+    text = json.dumps([weights_identity(model_source), list(question_ids), settings], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def relabel_records(path: Path, kind: str, new_kind: str, before_step: int) -> None:
     """Rename ``kind`` records before ``before_step`` (a finished run continued with more
     steps: its old final evaluation is now a validation record), atomically."""

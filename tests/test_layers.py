@@ -41,7 +41,6 @@ PENDING_SPLIT = {
     "training/engines/local.py": 577,
     "training/engines/verl_trainer.py": 555,
     "training/rollout.py": 554,
-    "training/stages/runner.py": 558,
     "tests/eval/test_run.py": 651,
     "tests/training/test_local_engine.py": 618,
     "tests/training/test_rollout.py": 617,

@@ -273,7 +273,7 @@ def data_config(cfg: Any) -> Any:
 
 def describe_data(cfg: Any) -> str:
     """``engine=verl stage=data dry_run=true``: where the traces come from and where they land."""
-    from training.stages.runner import chain_of
+    from training.stages.context import chain_of
 
     sup, data = cfg.supervised, dataset_file(cfg)
     ep = sup.policy_endpoint

@@ -127,3 +127,99 @@ def bird_root(tmp_path: Path) -> Path:
 def minibird_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One minibird build shared by the tests of this session."""
     return minibird.build(tmp_path_factory.mktemp("minibird") / "a")
+
+
+# ----------------------------------------------------------------------------- eval.run cases
+# Questions and a predictions file that between them give every outcome (match, mismatch,
+# pred_error, pred_timeout, gold_error, missing), shared by the eval.evaluate and eval.run tests.
+
+INFINITE = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT MAX(x) FROM c"
+
+OUTCOME_RECORDS = [
+    {
+        "question_id": 10,
+        "db_id": "music",
+        "question": "How many singers?",
+        "evidence": "",
+        "SQL": "SELECT COUNT(*) FROM singer",
+        "difficulty": "simple",
+    },
+    {
+        "question_id": 11,
+        "db_id": "music",
+        "question": "Singers from Spain?",
+        "evidence": "",
+        "SQL": "SELECT name FROM singer WHERE country = 'Spain'",
+        "difficulty": "simple",
+    },
+    {
+        "question_id": 12,
+        "db_id": "music",
+        "question": "Venues by year?",
+        "evidence": "",
+        "SQL": "SELECT year, venue FROM concert ORDER BY year",
+        "difficulty": "moderate",
+    },
+    {
+        "question_id": 13,
+        "db_id": "shop",
+        "question": "Item labels?",
+        "evidence": "",
+        "SQL": "SELECT label FROM item",
+        "difficulty": "simple",
+    },
+    {
+        "question_id": 14,
+        "db_id": "music",
+        "question": "Broken gold",
+        "evidence": "",
+        "SQL": "SELECT no_such_function(name) FROM singer",
+        "difficulty": "challenging",
+    },
+    {
+        "question_id": 15,
+        "db_id": "music",
+        "question": "Countries?",
+        "evidence": "",
+        "SQL": "SELECT DISTINCT country FROM singer",
+        "difficulty": "challenging",
+    },
+    {
+        "question_id": 16,
+        "db_id": "music",
+        "question": "Known venues?",
+        "evidence": "",
+        "SQL": "SELECT venue FROM concert WHERE venue IS NOT NULL",
+        "difficulty": "moderate",
+    },
+]
+
+PREDICTIONS = [
+    {"question_id": 10, "db_id": "music", "sql": "SELECT COUNT(singer_id) FROM singer"},  # match
+    {"question_id": 11, "db_id": "music", "sql": "SELECT name FROM singer WHERE country = 'Brazil'"},  # mismatch
+    {
+        "id": "12",
+        "db_id": "music",
+        "sql": "SELECT year, venue FROM concert ORDER BY year DESC",
+    },  # match (EX ignores order)
+    {"question_id": 13, "db_id": "shop", "sql": "SELECT labl FROM item"},  # pred_error
+    {"question_id": 14, "db_id": "music", "sql": "SELECT name FROM singer"},  # gold_error
+    # 15 is missing
+    {"question_id": 16, "db_id": "music", "sql": INFINITE},  # pred_timeout
+]
+
+
+@pytest.fixture
+def bird(tmp_path: Path) -> Path:
+    """A BIRD-layout dev split of ``OUTCOME_RECORDS``, the questions ``PREDICTIONS`` answers."""
+    write_bird(tmp_path / "bird", records=OUTCOME_RECORDS)
+    return tmp_path / "bird"
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def quiet(_: str) -> None:
+    """A ``say`` that prints nothing."""

@@ -14,7 +14,7 @@ import pytest
 
 from eval.compare import compare, load_run
 from eval.data import load_examples
-from eval.run import evaluate_predictions
+from eval.evaluate import evaluate_predictions
 from tests.eval.conftest import write_bird
 from tools.errors import DataError
 

@@ -8,6 +8,9 @@ requests (HTTP errors, timeouts) are counted, never raised."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,7 @@ from tools import get_database
 from training.concurrent_episodes import questions_per_batch, run_concurrent_episodes
 from training.rollout import SamplingParams
 
+REPO = Path(__file__).resolve().parents[2]
 DELAY_S = 0.05
 
 
@@ -75,10 +79,10 @@ def scripted_server(recipe: str, examples: list[Example], fail: str | None = Non
     return reply
 
 
-def run_eval(recipe: str, data_root: Path, tokenizer_dir: Path, out: Path, base_url: str, *extra: str) -> dict:
-    from eval.run import run
-
-    overrides = [
+def eval_overrides(
+    recipe: str, data_root: Path, tokenizer_dir: Path, out: Path, base_url: str, *extra: str
+) -> list[str]:
+    return [
         f"recipe={recipe}",
         f"model.path={tokenizer_dir}",
         f"model.base_url={base_url}",
@@ -90,6 +94,12 @@ def run_eval(recipe: str, data_root: Path, tokenizer_dir: Path, out: Path, base_
         f"eval.out_dir={out}",
         *extra,
     ]
+
+
+def run_eval(recipe: str, data_root: Path, tokenizer_dir: Path, out: Path, base_url: str, *extra: str) -> dict:
+    from eval.run import run
+
+    overrides = eval_overrides(recipe, data_root, tokenizer_dir, out, base_url, *extra)
     with initialize_config_module("recipes", version_base=None):
         raw = OmegaConf.to_container(compose("eval", overrides=overrides), resolve=True)
     return run(raw, {o.split("=", 1)[0] for o in overrides}, lambda _: None)
@@ -134,6 +144,29 @@ def test_failed_requests_are_counted_not_raised(data_root: Path, tokenizer_dir: 
     by_id = {r["id"]: r for r in records(tmp_path / "out")}
     assert by_id["q2"]["sql"] is None and by_id["q2"]["outcome"] == "pred_error"  # q2 asks about Fresno High
     assert all(by_id[q]["ex"] == 1 for q in ("q0", "q1", "q3"))
+
+
+def test_the_command_line_scores_an_endpoint_as_run_does(data_root: Path, tokenizer_dir: Path, tmp_path: Path) -> None:
+    """``python -m eval.run model.base_url=...`` (the README's command) in a subprocess
+    reaches the endpoint evaluation and writes the records ``run`` writes in-process."""
+    examples = load_examples("jsonl", data_root, "dev")
+    env = dict(os.environ, PYTHONPATH=str(REPO), WANDB_MODE="offline")
+    with FakeOpenAI(scripted_server("think2sql", examples)) as server:
+        args = eval_overrides("think2sql", data_root, tokenizer_dir, tmp_path / "cli", server.base_url)
+        proc = subprocess.run(
+            [sys.executable, "-m", "eval.run", *args],
+            check=False,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
+        run_eval("think2sql", data_root, tokenizer_dir, tmp_path / "in_process", server.base_url)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"[eval] scoring the endpoint {server.base_url}" in proc.stdout
+    assert len(records(tmp_path / "cli")) == len(QUESTIONS)
+    assert records(tmp_path / "cli") == records(tmp_path / "in_process")
 
 
 def test_timeouts_and_server_errors_drop_only_their_episodes(data_root: Path) -> None:

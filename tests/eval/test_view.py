@@ -145,7 +145,7 @@ def test_serve_answers_on_loopback(trained: tuple[Path, list[Any]]) -> None:
 
 def test_eval_run_records_open_too(tmp_path: Path) -> None:
     from eval.data import load_examples
-    from eval.run import evaluate_predictions
+    from eval.evaluate import evaluate_predictions
     from tests.eval.conftest import write_bird
 
     bird = write_bird(tmp_path / "bird").parent

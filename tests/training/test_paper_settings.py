@@ -44,7 +44,8 @@ def test_laptop_profile_keeps_a_printed_cpu_cap() -> None:
 
 def test_no_cap_reaches_the_rollout_limits_of_training_and_evaluation() -> None:
     """The same value drives the local trainer's limits and eval.run's."""
-    from eval.run import EvalSettings, resolve_decoding, sampling_and_limits
+    from eval.decoding import resolve_decoding, sampling_and_limits
+    from eval.settings import EvalSettings
 
     cfg = recipe("dualsql")
     decoding = resolve_decoding(cfg, EvalSettings(), set(), laptop=False, model_context=None)
@@ -74,7 +75,8 @@ def test_trustsql_infers_with_15_turns_greedy_and_votes_at_t08() -> None:
 
 
 def test_max_tokens_never_exceed_the_model_context_minus_the_prompt() -> None:
-    from eval.run import EvalSettings, resolve_decoding
+    from eval.decoding import resolve_decoding
+    from eval.settings import EvalSettings
 
     d = resolve_decoding(recipe("think2sql"), EvalSettings(), set(), laptop=False, model_context=32768)
     assert (d.mode, d.temperature, d.top_p) == ("sample", 0.7, 0.95)

@@ -86,7 +86,8 @@ def test_the_readme_subsets_of_minibird_are_pinned() -> None:
 def test_eval_run_limits_keep_the_context_it_prints(name: str, model_context: int | None) -> None:
     """eval.run's limits come from the shared ``rollout_limits``: the context they carry is
     the one its settings print (prompt + response caps, within the model's context)."""
-    from eval.run import EvalSettings, resolve_decoding, sampling_and_limits
+    from eval.decoding import resolve_decoding, sampling_and_limits
+    from eval.settings import EvalSettings
 
     decoding = resolve_decoding(recipe(name), EvalSettings(), set(), laptop=False, model_context=model_context)
     sampling, limits = sampling_and_limits(decoding)

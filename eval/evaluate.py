@@ -1,0 +1,241 @@
+"""The evaluation loop: answers for a batch of questions (from a predictions file, or a
+policy through the rollout driver) are scored and appended to a ``RunStore`` batch by
+batch, then the summary, report.md and BIRD's predict.json are written over all of them."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agents.types import Example
+from eval.predictions import BIRD_SEPARATOR, pair_predictions, read_predictions
+from eval.records import REPORT, SUMMARY, RunStore
+from eval.report import console_summary, markdown, summarize
+from eval.scoring import Sample, sample_from_trajectories, score_question
+from eval.settings import EvalSettings, Say
+from tools.errors import ConfigError
+
+Producer = Callable[[Sequence[Example]], dict[str, list[Sample]]]
+"""Answers for a batch of questions: example id -> its samples, in sample order."""
+
+
+def select_examples(examples: Sequence[Example], limit: int | None, seed: int = 0) -> list[Example]:
+    """A fixed seeded subset of ``limit`` questions - the same one training's before/after EX
+    uses for ``data.eval_limit`` with the same seed - or all of them."""
+    from training.rollout_setup import fixed_subset
+
+    return fixed_subset(examples, limit, seed)
+
+
+def load_eval_examples(data: Any, limit: int | None, seed: int, say: Say) -> list[Example]:
+    """The evaluated split (``data.eval_split``), cut to the seeded subset of ``limit``."""
+    from eval.data import load_examples
+
+    examples = load_examples(data.kind, data.root, data.eval_split, bool(data.drop_failing_gold), None)
+    chosen = select_examples(examples, limit, seed)
+    say(f"[data] {data.kind}/{data.eval_split}: evaluating {len(chosen)} of {len(examples)} questions")
+    return chosen
+
+
+def evaluate(
+    examples: Sequence[Example],
+    produce: Producer,
+    store: RunStore,
+    settings: EvalSettings,
+    say: Say = print,
+    missing: frozenset[str] = frozenset(),
+    progress: bool = True,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Score every example not yet in ``store`` batch by batch (records are on disk after
+    each batch), then write the summary (plus ``extra``) and the report over all of them."""
+    from rex import ExecScorer
+
+    scorer = ExecScorer(timeout_s=settings.timeout_s)
+    done = store.done
+    pending = [ex for ex in examples if ex.id not in done]
+    if len(pending) < len(examples):
+        say(f"[eval] resuming {store.dir}: {len(examples) - len(pending)} of {len(examples)} questions already scored")
+    bar = _bar(len(examples), len(examples) - len(pending)) if progress else None
+    try:
+        for start in range(0, len(pending), settings.batch_size):
+            batch = pending[start : start + settings.batch_size]
+            answers = produce(batch)
+            store.append(
+                score_question(
+                    ex, answers[ex.id], scorer, settings.mode or "greedy", ex.id in missing, settings.ex_metric or "ex"
+                )
+                for ex in batch
+            )
+            if bar is not None:
+                bar.update(len(batch))
+    finally:
+        if bar is not None:
+            bar.close()
+    summary = summarize(store.records([ex.id for ex in examples]), _settings_of(store))
+    summary.update(extra or {})
+    import json
+
+    store.write(SUMMARY, json.dumps(summary, indent=2, sort_keys=False))
+    store.write(REPORT, markdown(summary) + decoding_section(summary.get("settings", {})))
+    store.write(PREDICT, json.dumps(official_predictions(store.records([ex.id for ex in examples])), indent=2))
+    say(console_summary(summary))
+    say(f"[eval] wrote {store.records_path}, {store.dir / SUMMARY}, {store.dir / REPORT}, {store.dir / PREDICT}")
+    return summary
+
+
+PREDICT = "predict.json"
+
+DECODING_KEYS = (
+    "ex_metric",
+    "mode",
+    "samples",
+    "temperature",
+    "top_p",
+    "top_k",
+    "max_new_tokens",
+    "max_response_tokens",
+    "max_context_tokens",
+    "model_context",
+    "observation_max_tokens",
+    "turn_budgets",
+    "questions",
+    "laptop_profile",
+    "overridden",
+)
+
+
+def decoding_section(settings: Mapping[str, Any]) -> str:
+    """The evaluation settings the run used, as a Markdown list (appended to report.md)."""
+    rows = [f"- {k}: {settings[k]}" for k in DECODING_KEYS if k in settings]
+    return "\n## Evaluation settings\n\n" + "\n".join(rows) + "\n" if rows else ""
+
+
+def official_predictions(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The chosen SQL of every question in BIRD's ``predict_dev.json`` format (keyed by
+    question id, which is the position in BIRD's dev.json), so the official
+    ``evaluation.py`` can be run on a model's answers too; no answer is written as ''."""
+    return {str(r["id"]): f"{r['sql'] or ''}{BIRD_SEPARATOR}{r['db_id']}" for r in records}
+
+
+def _settings_of(store: RunStore) -> dict[str, Any]:
+    import json
+
+    return json.loads((store.dir / "run.json").read_text(encoding="utf-8"))
+
+
+def _bar(total: int, initial: int) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc="eval", unit="q", dynamic_ncols=True)
+
+
+# ----------------------------------------------------------------------------- mode B: a file
+
+
+def _split_of(examples: Sequence[Example]) -> dict[str, str]:
+    """The split named by the examples themselves (the config's names take precedence)."""
+    splits = sorted({ex.split for ex in examples if ex.split})
+    return {"split": splits[0]} if len(splits) == 1 else {}
+
+
+def _file_hash(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def evaluate_predictions(
+    examples: Sequence[Example],
+    predictions: str | Path,
+    out_dir: str | Path,
+    settings: EvalSettings = EvalSettings(),
+    data_info: Mapping[str, Any] | None = None,
+    say: Say = print,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Score a predictions file against ``examples`` (paired by question id, db_id checked)."""
+    if settings.mode not in (None, "greedy"):
+        raise ConfigError(f"eval.mode={settings.mode!r} needs a model; a predictions file has one SQL per question")
+    pairing = pair_predictions(examples, read_predictions(predictions))
+    if pairing.missing:
+        say(
+            f"[eval] {len(pairing.missing)} of {len(examples)} questions have no prediction (counted as missing): "
+            f"{', '.join(pairing.missing[:10])}{' ...' if len(pairing.missing) > 10 else ''}"
+        )
+    if pairing.unmatched:
+        say(
+            f"[eval] {len(pairing.unmatched)} predictions are for questions outside this evaluation (ignored): "
+            f"{', '.join(pairing.unmatched[:10])}{' ...' if len(pairing.unmatched) > 10 else ''}"
+        )
+    run_settings = {
+        "mode": "greedy",
+        "samples": 1,
+        "predictions": str(predictions),
+        "predictions_sha256": _file_hash(predictions),
+        **_split_of(examples),
+        **(data_info or {}),
+    }
+    store = RunStore(out_dir, run_settings, fresh=settings.fresh)
+
+    def produce(batch: Sequence[Example]) -> dict[str, list[Sample]]:
+        return {ex.id: [Sample(sql=pairing.sql[ex.id])] for ex in batch}
+
+    return evaluate(
+        examples,
+        produce,
+        store,
+        settings,
+        say,
+        frozenset(pairing.missing),
+        progress,
+        extra={"unmatched_predictions": len(pairing.unmatched)},
+    )
+
+
+# ----------------------------------------------------------------------------- mode A: a model
+
+
+def evaluate_policy(
+    examples: Sequence[Example],
+    agent: Any,
+    tokenizer: Any,
+    generate: Any,
+    sampling: Any,
+    limits: Any,
+    out_dir: str | Path,
+    settings: EvalSettings = EvalSettings(),
+    info: Mapping[str, Any] | None = None,
+    say: Say = print,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run ``agent`` on every example (``settings.num_samples`` requests each) through the
+    rollout driver with ``generate``, and score the answers. ``sampling`` is used as given
+    (greedy: temperature 0)."""
+    from tools import get_database
+    from training.rollout import run_episodes
+
+    n = settings.num_samples
+    run_settings = {
+        "mode": settings.mode,
+        "samples": n,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "top_k": sampling.top_k,
+        "max_new_tokens": sampling.max_new_tokens,
+        "agent": getattr(agent, "name", type(agent).__name__),
+        **_split_of(examples),
+        **(info or {}),
+    }
+    store = RunStore(out_dir, run_settings, fresh=settings.fresh)
+
+    def produce(batch: Sequence[Example]) -> dict[str, list[Sample]]:
+        requests = [(ex, get_database(ex.db_path), s) for ex in batch for s in range(n)]
+        episodes = getattr(generate, "run_episodes", run_episodes)  # a text source drives its own episodes
+        trajectories = episodes(agent, requests, tokenizer, generate, sampling, limits)
+        grouped: dict[tuple[str, int], list[Any]] = {}
+        for t in trajectories:
+            grouped.setdefault((t.example_id, t.sample_index), []).append(t)
+        return {ex.id: [sample_from_trajectories(grouped.get((ex.id, s), [])) for s in range(n)] for ex in batch}
+
+    return evaluate(examples, produce, store, settings, say, progress=progress)

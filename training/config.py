@@ -285,6 +285,11 @@ class DataConfig:
     eval_split: str = _f("dev", "held-out split for validation and before/after EX")
     drop_failing_gold: bool = _f(True, "skip examples whose gold SQL fails to execute")
     limit: int | None = _f(None, "use at most this many training examples")
+    train_ids: str | None = _f(
+        None,
+        "a JSON file of training question ids narrowing the split (the RL filter of stage=sft_rl "
+        "writes supervised/rl_filter/questions.json); null = the whole split",
+    )
     eval_limit: int | None = _f(None, "evaluate on a fixed subset of this many held-out examples")
     ex_metric: str = _f(
         "ex",

@@ -418,11 +418,22 @@ def _drop_failing(examples: list[Example], caches: Mapping[str, _GoldCache], lab
 def load_from_config(data: Any, which: str = "train") -> list[Example]:
     """The examples a ``data`` config names (a mapping or the typed dataclass).
 
-    ``which="train"`` uses ``split`` and ``limit``; ``which="eval"`` uses ``eval_split``
+    ``which="train"`` uses ``split``, ``train_ids`` (a file of ids narrowing the split,
+    ``eval/data/question_ids.py``) and ``limit``; ``which="eval"`` uses ``eval_split``
     and ``eval_limit``.
     """
     get = (lambda k: data[k]) if isinstance(data, Mapping) else (lambda k: getattr(data, k))
     if which not in ("train", "eval"):
         raise ConfigError(f"which={which!r}: use 'train' or 'eval'")
     split, limit = (get("split"), get("limit")) if which == "train" else (get("eval_split"), get("eval_limit"))
-    return load_examples(get("kind"), get("root"), split, bool(get("drop_failing_gold")), limit)
+    ids_file = _optional(data, "train_ids") if which == "train" else None
+    if not ids_file:
+        return load_examples(get("kind"), get("root"), split, bool(get("drop_failing_gold")), limit)
+    from eval.data.question_ids import keep_ids
+
+    kept = keep_ids(load_examples(get("kind"), get("root"), split, bool(get("drop_failing_gold")), None), ids_file)
+    return kept[:limit] if limit else kept
+
+
+def _optional(data: Any, key: str) -> Any:
+    return data.get(key) if isinstance(data, Mapping) else getattr(data, key, None)

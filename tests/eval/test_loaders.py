@@ -297,6 +297,7 @@ def test_load_from_config_and_compose(bird_root: Path) -> None:
         "eval_split": "dev",
         "drop_failing_gold": True,
         "limit": 3,
+        "train_ids": None,
         "eval_limit": None,
         "ex_metric": "ex",
     }
@@ -308,7 +309,7 @@ def test_load_from_config_and_compose(bird_root: Path) -> None:
 
 
 def test_every_data_config_has_the_same_keys() -> None:
-    keys = {"kind", "root", "split", "eval_split", "drop_failing_gold", "limit", "eval_limit", "ex_metric"}
+    keys = {"kind", "root", "split", "eval_split", "drop_failing_gold", "limit", "train_ids", "eval_limit", "ex_metric"}
     for kind in ("minibird", "bird", "spider", "jsonl"):
         data = compose_data([f"data={kind}"])
         assert set(data) == keys and data["kind"] == kind and data["root"] is None
@@ -359,3 +360,31 @@ def test_stats_command_runs_from_any_directory(bird_root: Path, tmp_path: Path) 
         timeout=120,
     )
     assert bad.returncode == 2 and "does not exist" in bad.stderr
+
+
+def test_train_ids_narrow_the_training_split(bird_root: Path, tmp_path: Path) -> None:
+    """``data.train_ids`` (the RL filter's file, or the user's): the split's order, then the limit;
+    a file from another split, an empty list or a malformed file is refused by name."""
+    data = {
+        "kind": "bird",
+        "root": str(bird_root),
+        "split": "dev",
+        "eval_split": "dev",
+        "drop_failing_gold": False,
+        "limit": None,
+        "eval_limit": None,
+    }
+    ids = tmp_path / "ids.json"
+    ids.write_text(json.dumps({"ids": ["12", "10"], "questions": 3}))
+    assert [e.id for e in load_from_config({**data, "train_ids": str(ids)}, "train")] == ["10", "12"]
+    assert [e.id for e in load_from_config({**data, "train_ids": str(ids), "limit": 1}, "train")] == ["10"]
+    assert len(load_from_config({**data, "train_ids": str(ids)}, "eval")) == 4  # held-out data is never narrowed
+    ids.write_text(json.dumps(["10", "99"]))
+    with pytest.raises(ConfigError, match=r"data.train_ids=.*1 of its 2 ids are not in this split \(e.g. 99\)"):
+        load_from_config({**data, "train_ids": str(ids)}, "train")
+    ids.write_text("[]")
+    with pytest.raises(ConfigError, match="lists no question"):
+        load_from_config({**data, "train_ids": str(ids)}, "train")
+    ids.write_text("{not json")
+    with pytest.raises(ConfigError, match="cannot read a JSON list of question ids"):
+        load_from_config({**data, "train_ids": str(ids)}, "train")

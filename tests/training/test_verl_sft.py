@@ -283,3 +283,83 @@ def test_eval_run_scores_an_endpoint(data_root: Path, tokenizer_dir: Path, tmp_p
     assert summary["n"] == 2 and summary["ex"] == 1.0
     assert summary["endpoint"]["failed_samples"] == 0 and server.requests[0]["model"] == "served-model"
     assert summary["settings"]["model"] == f"served-model @ {server.base_url}"
+
+
+def test_verl_sft_rl_runs_rl_only_on_the_questions_the_filter_keeps(
+    data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``engine=verl stage=sft_rl`` for TRUST-SQL: after veRL's SFT trainer (a double that writes
+    its HF checkpoint, as ``verl.trainer.sft_trainer`` does on GPUs) the SFT policy samples
+    each supervised question through the local chain, and the RL launch writes prompt files
+    with only the questions it solved fewer than ``rl_filter_pass`` of ``rl_filter_samples``
+    times."""
+    import pandas as pd
+
+    from training.config import TrainConfig
+    from training.engines import verl_common, verl_launch
+
+    base = tmp_path / "base"
+    tiny_tokenizer().save_pretrained(base)
+    tiny_model(seed=1).save_pretrained(base)
+    run_dir = tmp_path / "run"
+    overrides = [
+        "recipe=trustsql",
+        "engine=verl",
+        "stage=sft_rl",
+        f"run_dir={run_dir}",
+        f"model.path={base}",
+        "data=jsonl",
+        f"data.root={data_root}",
+        "data.eval_limit=2",
+        "logger=[]",
+        "trainer.eval_before_after=false",
+        "rollout.max_new_tokens=200",
+        "rollout.max_prompt_tokens=2048",
+        "rollout.max_response_tokens=2048",
+        "algorithm.batch_size=2",
+        "algorithm.group_size=4",
+        "supervised.samples=1",
+        "supervised.rl_filter_samples=2",
+        "supervised.rl_filter_pass=2",
+    ]
+    with initialize_config_module("recipes", version_base=None):
+        cfg = TrainConfig.from_mapping(OmegaConf.to_container(compose("config", overrides=overrides), resolve=True))
+    examples = load_examples("jsonl", data_root, "train")
+    policy = ScriptedPolicy("trustsql", examples, always_good=lambda ex, k: ex.id in {"q0", "q2"})
+
+    def verl_sft_trainer(command: list[str], check: bool) -> None:
+        assert "verl.trainer.sft_trainer" in command and check
+        out = run_dir / "supervised" / "sft_verl" / "global_step_1" / "huggingface"
+        tiny_tokenizer().save_pretrained(out)
+        tiny_model(seed=2).save_pretrained(out)
+
+    launched: dict[str, Any] = {}
+
+    def rl_launch(rl_cfg: Any, say: Any) -> dict[str, Any]:
+        launched["cfg"] = rl_cfg
+        return {"engine": "verl"}
+
+    monkeypatch.setattr(verl_sft, "gpu_count", lambda: 1)
+    monkeypatch.setattr(verl_sft.subprocess, "run", verl_sft_trainer)
+    monkeypatch.setattr(verl_launch, "train", rl_launch)
+    log: list[str] = []
+    summary = verl_sft.train(cfg, log.append, TrainerInputs(generate=policy))
+    hf = run_dir / "supervised" / "sft_verl" / "global_step_1" / "huggingface"
+    assert summary == {"sft_checkpoint": str(hf), "rl": {"engine": "verl"}}
+    assert any("[rl filter] 2 of 4 questions solved < 2/2 times" in line for line in log), "\n".join(log)
+    rl_cfg = launched["cfg"]
+    assert rl_cfg.stage.name == "rl" and rl_cfg.stage.init_from == str(hf)
+    kept = json.loads(Path(rl_cfg.data.train_ids).read_text())
+    assert kept == {"ids": ["q1", "q3"], "questions": 4}
+    # the RL launch's own preparation reads data.train_ids: only those questions become prompts
+    _, prepared = verl_launch.prepare(rl_cfg, say=lambda _: None, check_devices=False)
+    train_file, _ = verl_common_data_files(run_dir)
+    rows = pd.read_parquet(train_file)
+    ids = [verl_common.example_from_json(e["example"]).id for e in rows["extra_info"]]
+    assert prepared["train_examples"] == 2 and ids == ["q1", "q3"]
+
+
+def verl_common_data_files(run_dir: Path) -> tuple[Path, Path]:
+    from training.engines.verl_data import data_files
+
+    return data_files(run_dir)

@@ -148,15 +148,13 @@ class LocalTrainer:
 
     # ------------------------------------------------------------------ setup
     def _load_data(self) -> None:
-        from eval.data import load_examples
+        from eval.data import load_examples, load_from_config
 
         d = self.cfg.data
         if self.inputs.train_examples is not None:
             self.train_examples = list(self.inputs.train_examples)
-        else:
-            self.train_examples = load_examples(
-                kind=d.kind, root=d.root, split=d.split, drop_failing_gold=d.drop_failing_gold, limit=d.limit
-            )
+        else:  # the split, narrowed by data.train_ids (the RL filter's questions) when set
+            self.train_examples = load_from_config(d, "train")
         if self.inputs.eval_examples is not None:
             self.eval_examples = list(self.inputs.eval_examples)
         else:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eval.data import load_from_config
 from tools.errors import ConfigError, ToolkitError
 from training.engines.verl_common import VERL_METRICS_FILE
 from training.engines.verl_config import PPO_CONFIG_MODULE, checkpoint_dir, policy_path, to_yaml, verl_config_for
@@ -29,7 +30,6 @@ from training.run_dir import ResumeDecision, check_shared_storage
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-    from agents.types import Example
     from training.backbones import ModelCard
     from training.config import TrainConfig
 
@@ -48,7 +48,7 @@ def describe(cfg: TrainConfig) -> str:
     notes: list[str] = []
     with quiet_verl_import():
         try:
-            count: int | None = len(_load(cfg, cfg.data.split, cfg.data.limit))
+            count: int | None = len(load_from_config(cfg.data, "train"))
         except ToolkitError as err:
             count = cfg.algorithm.batch_size * (cfg.trainer.total_steps or 1)
             notes.append(f"data unreadable here ({err}); trainer.total_epochs assumes {count} training prompts")
@@ -164,8 +164,8 @@ def prepare(cfg: TrainConfig, say: Say = print, check_devices: bool = True) -> t
     from training.engines.verl_data import data_files, write_prompt_file
     from training.records import write_config_record
 
-    train_examples = _load(cfg, cfg.data.split, cfg.data.limit)
-    val_examples = _load(cfg, cfg.data.eval_split, cfg.data.eval_limit)
+    train_examples = load_from_config(cfg.data, "train")  # data.train_ids narrows it (the RL filter)
+    val_examples = load_from_config(cfg.data, "eval")
     if not (cfg.model.path or cfg.stage.init_from) and cfg.gpu_backbone:
         say(
             f"[verl] model.path is null: training recipe {cfg.recipe_name}'s GPU backbone {cfg.gpu_backbone} "
@@ -228,15 +228,6 @@ def launch(cfg: DictConfig) -> None:
 
     auto_set_device(cfg)
     run_ppo(cfg, task_runner_class=TaskRunnerV1)
-
-
-def _load(cfg: TrainConfig, split: str, limit: int | None) -> list[Example]:
-    from eval.data import load_examples
-
-    data = cfg.data
-    return load_examples(
-        kind=data.kind, root=data.root, drop_failing_gold=data.drop_failing_gold, split=split, limit=limit
-    )
 
 
 def _verl_version() -> str:

@@ -12,7 +12,9 @@ Everything it needs to rebuild the agent travels in the ``data.sqlagent`` block.
 (``stage=data``), then launches ``torchrun -m verl.trainer.sft_trainer`` with the composed
 config; ``dry_run=true`` prints that config. With ``stage=sft_rl`` the SFT run saves a HF
 copy (``checkpoint.save_contents`` includes ``hf_model``) and GRPO then starts from it on
-the veRL engine (``stage.init_from``), so the SFT weights are also the KL reference.
+the veRL engine (``stage.init_from``), so the SFT weights are also the KL reference. With
+``supervised.rl_filter`` (TRUST-SQL) the local chain first samples each supervised question
+with the SFT checkpoint on this node's GPU, and GRPO reads the kept ids as ``data.train_ids``.
 
 Mining on GPU (``engine=verl stage=data``): the policy's k samples per question come from
 a served copy of it — ``vllm serve MODEL`` and ``supervised.policy_endpoint={base_url,
@@ -293,21 +295,21 @@ def describe_data(cfg: Any) -> str:
     )
 
 
-def train(cfg: Any, say: Any = print) -> dict[str, Any]:
-    """Dataset (local chain), then veRL's SFT trainer under torchrun; sft_rl then runs GRPO."""
-    import torch
-
+def train(cfg: Any, say: Any = print, inputs: Any = None) -> dict[str, Any]:
+    """Dataset (local chain), then veRL's SFT trainer under torchrun; sft_rl then runs GRPO
+    from its checkpoint, on the RL filter's questions when the design filters (TRUST-SQL).
+    ``inputs``: the local chain's trainer inputs (tests script the policy's answers)."""
     from tools.errors import ConfigError
     from training.model import resolve_model_path
     from training.stages.runner import run_stage
 
     if cfg.stage.name == "data":
-        return run_stage(data_config(cfg), None, say)
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return run_stage(data_config(cfg), inputs, say)
+    gpus = gpu_count()
     if not gpus:
         raise ConfigError("engine=verl stage=sft needs CUDA GPUs; on CPU use engine=local")
     if not cfg.supervised.dataset:
-        run_stage(data_config(cfg), None, say)
+        run_stage(data_config(cfg), inputs, say)
     model_path = resolve_model_path(cfg.stage.init_from or cfg.model.path, say)
     config_file = write_sft_config(cfg, model_path)
     command = [
@@ -326,11 +328,36 @@ def train(cfg: Any, say: Any = print) -> dict[str, Any]:
     hf = latest_hf_checkpoint(Path(cfg.run_dir) / "supervised" / "sft_verl")
     summary: dict[str, Any] = {"sft_checkpoint": str(hf)}
     if cfg.stage.name == "sft_rl":
-        from training.engines import verl_launch
-
-        rl = dataclasses.replace(cfg, stage=dataclasses.replace(cfg.stage, name="rl", init_from=str(hf)))
-        summary["rl"] = verl_launch.train(rl, say)
+        summary["rl"] = reinforce(cfg, hf, say, inputs)
     return summary
+
+
+def gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def reinforce(cfg: Any, sft_checkpoint: Path, say: Any = print, inputs: Any = None) -> dict[str, Any]:
+    """GRPO on veRL from the SFT checkpoint (also the KL reference). With
+    ``supervised.rl_filter`` the SFT policy first samples each supervised question
+    ``rl_filter_samples`` times, through the local chain on this node (as ``stage=data``),
+    and RL reads the kept ids as ``data.train_ids``."""
+    from training.engines import verl_launch
+    from training.stages.runner import rl_filter_file
+
+    data = cfg.data
+    if cfg.supervised.rl_filter:
+        local = data_config(cfg)
+        local = dataclasses.replace(local, stage=dataclasses.replace(local.stage, init_from=str(sft_checkpoint)))
+        kept = rl_filter_file(local, inputs, say)
+        if kept is None:
+            return {"skipped": "no question left after the RL filter"}
+        data = dataclasses.replace(cfg.data, train_ids=str(kept))
+    rl = dataclasses.replace(
+        cfg, data=data, stage=dataclasses.replace(cfg.stage, name="rl", init_from=str(sft_checkpoint))
+    )
+    return verl_launch.train(rl, say)
 
 
 def latest_hf_checkpoint(folder: Path) -> Path:

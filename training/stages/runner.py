@@ -137,6 +137,7 @@ class Chain(DatasetStage):
                 self.t._sync_generation_copy()
             self.say(f"[sft] reusing the finished SFT in {stage.path}")
             return {**saved, "fingerprint": digest(fp)}
+        stage.open()  # before training, so a stale directory is announced and cleared first
         rows = ds.read_rows(data["path"]) if data["rows"] else []
         trajectories, dropped = ds.replay(
             self.t.agent, rows, self.by_id, self.t.tokenizer, self.t.limits, sup.drop_phases
@@ -146,7 +147,6 @@ class Chain(DatasetStage):
                 f"[sft] 0 conversations to train on ({data['rows']} rows, replay drops: {counts(dropped)}): "
                 "SFT skipped, the policy is unchanged (nothing is padded in)"
             )
-            stage.open()
             return {
                 **stage.finish({"steps": 0, "conversations": 0, "replay_dropped": dropped}),
                 "fingerprint": digest(fp),
@@ -170,7 +170,6 @@ class Chain(DatasetStage):
             f"[sft] {int(result['steps'])} steps, NLL {result['nll_first']:.3f} -> {result['nll_last']:.3f} "
             f"on {int(result['policy_tokens'])} policy tokens ({result['duration_s']:.0f}s) -> {stage.path}"
         )
-        stage.open()
         save_warm_start(self.t.model, self.t.tokenizer, stage.path, {"note": "see done.json"}, result)
         return {**stage.finish(result), "fingerprint": digest(fp)}
 
@@ -179,20 +178,10 @@ class Chain(DatasetStage):
         """GRPO from the SFT weights (the KL reference too), on the RL filter's questions."""
         from training.engines.local import LocalTrainer, TrainerInputs
 
-        pool = list(self.t.train_examples)
-        if self.sup.rl_filter:
-            k, need = self.sup.rl_filter_samples, self.sup.rl_filter_pass
-            records = self.mine(
-                "rl_filter", k, self.questions, {"sft": str(self.sft_dir), "sft_done": _read_done(self.sft_dir)}
-            )
-            pool = [ex for ex in self.questions if records[ex.id]["correct"] < need]
-            self.say(
-                f"[rl filter] {len(pool)} of {len(self.questions)} questions solved < {need}/{k} times by the "
-                "SFT policy go to RL"
-            )
-            if not pool:
-                self.say("[rl filter] no question left for RL: the SFT policy solves them all; RL skipped")
-                return {"skipped": "no question left after the RL filter", "ex_before": None, "ex_after": None}
+        pool = self.rl_pool({"sft": str(self.sft_dir), "sft_done": _read_done(self.sft_dir)})
+        if not pool:
+            self.say("[rl filter] no question left for RL: the SFT policy solves them all; RL skipped")
+            return {"skipped": "no question left after the RL filter", "ex_before": None, "ex_after": None}
         cfg = dataclasses.replace(
             self.cfg,
             stage=dataclasses.replace(
@@ -214,6 +203,43 @@ class Chain(DatasetStage):
         summary = LocalTrainer(cfg, rl_inputs, self.say).fit()
         summary["questions"] = len(pool)
         return summary
+
+    def rl_pool(self, sft: dict[str, Any]) -> list[Any]:
+        """The questions RL trains on: with ``supervised.rl_filter``, those of the supervised
+        subset the current (SFT) policy solves fewer than ``rl_filter_pass`` of
+        ``rl_filter_samples`` times (``sft`` names the weights, for the stage's fingerprint);
+        without it, the whole training split."""
+        if not self.sup.rl_filter:
+            return list(self.t.train_examples)
+        k, need = self.sup.rl_filter_samples, self.sup.rl_filter_pass
+        records = self.mine("rl_filter", k, self.questions, sft)
+        pool = [ex for ex in self.questions if records[ex.id]["correct"] < need]
+        self.say(
+            f"[rl filter] {len(pool)} of {len(self.questions)} questions solved < {need}/{k} times by the "
+            "SFT policy go to RL"
+        )
+        return pool
+
+
+def rl_filter_file(cfg: Any, inputs: Any = None, say: Any = print) -> Path | None:
+    """The RL filter of an ``engine=verl`` chain: ``cfg`` is the local stage config whose
+    ``stage.init_from`` is veRL's SFT checkpoint (on this node's GPU when it has one, as
+    ``stage=data`` runs). Writes the kept ids to ``supervised/rl_filter/questions.json`` for
+    the RL run's ``data.train_ids``; None when the SFT policy solves every question."""
+    from training.engines.local import LocalTrainer, TrainerInputs
+    from training.engines.local_run import weights_identity
+
+    base = dataclasses.replace(
+        cfg, stage=dataclasses.replace(cfg.stage, warm_start=dataclasses.replace(cfg.stage.warm_start, enable=False))
+    )
+    chain = Chain(LocalTrainer(base, inputs or TrainerInputs(), say), Path(cfg.run_dir) / SUPERVISED, say)
+    pool = chain.rl_pool({"sft": weights_identity(str(cfg.stage.init_from))})
+    if not pool:
+        say("[rl filter] no question left for RL: the SFT policy solves them all; RL skipped")
+        return None
+    out = chain.root / "rl_filter" / "questions.json"
+    write_json_atomic(out, {"ids": [ex.id for ex in pool], "questions": len(chain.questions)})
+    return out
 
 
 def _read_done(path: Path | None) -> Any:

@@ -37,10 +37,8 @@ DATA_TABLES = {
 
 PENDING_SPLIT = {
     "training/config.py": 639,
-    "training/engines/local.py": 577,
     "training/engines/verl_trainer.py": 555,
     "training/rollout.py": 554,
-    "tests/training/test_local_engine.py": 618,
     "tests/training/test_rollout.py": 617,
     "tests/training/verl/fit/doubles.py": 515,
 }

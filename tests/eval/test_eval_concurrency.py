@@ -23,10 +23,10 @@ from agents import make_agent
 from agents.types import Example
 from eval.data import load_examples
 from tests.helpers.fake_openai import FakeOpenAI, Reply, choice, completion
+from tests.helpers.schools import QUESTIONS, make_db, turn_text
 from tests.helpers.tiny_model import tiny_tokenizer
 from tests.training.test_demonstrations import LIMITS
 from tests.training.test_generation import client
-from tests.training.test_local_engine import QUESTIONS, make_db, turn_text
 from tools import get_database
 from training.concurrent_episodes import questions_per_batch, run_concurrent_episodes
 from training.rollout import SamplingParams

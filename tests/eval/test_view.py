@@ -15,7 +15,7 @@ import pytest
 from eval.view import load_rows, serve, write_view
 from eval.view_page import PAGE_SIZE
 from tests.helpers.browser import chromium, console_errors
-from tests.training.test_local_engine import examples, fit_keeping_buffers, trainer  # noqa: F401 - the fixture is used below
+from tests.helpers.local_trainer import examples, fit_keeping_buffers, trainer  # noqa: F401 - the fixture is used below
 
 
 @pytest.fixture(scope="module")

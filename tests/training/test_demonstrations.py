@@ -9,8 +9,8 @@ import pytest
 
 from agents import make_agent
 from agents.types import Example
+from tests.helpers.schools import QUESTIONS, make_db
 from tests.helpers.tiny_model import tiny_tokenizer
-from tests.training.test_local_engine import QUESTIONS, make_db
 from tools import get_database
 from tools.errors import ConfigError
 from training.demonstrations import get_script, record_demonstrations, register_script

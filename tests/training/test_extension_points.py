@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from agents.types import Example
+from tests.helpers.local_trainer import changed, config, weights
 from tests.helpers.registries import import_plugins
+from tests.helpers.schools import make_db
 from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
-from tests.training.test_local_engine import changed, config, make_db, weights
 from training.engines.local import LocalTrainer, TrainerInputs
 from training.rollout import GenerationOutput
 

@@ -12,34 +12,15 @@ import pytest
 from agents import make_agent
 from agents.types import Example
 from tests.helpers.fake_openai import FakeOpenAI, Reply, choice, completion
+from tests.helpers.schools import turn_text
 from tests.helpers.tiny_model import tiny_tokenizer
 from tests.training.test_demonstrations import AGENTS, LIMITS
-from tests.training.test_local_engine import QUESTIONS, make_db, turn_text
 from tools import get_database
 from training.generation import EndpointSource, EndpointSpec, restore_stop, run_source_episodes, with_reasoning
 from training.rollout import SamplingParams
 
 PARAMS = SamplingParams(temperature=0.7, max_new_tokens=400, stop=("</tool_call>", "</answer>"))
 MESSAGES = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture(scope="module")
-def examples(tmp_path_factory: pytest.TempPathFactory) -> list[Example]:
-    db = make_db(tmp_path_factory.mktemp("db") / "schools.sqlite")
-    return [
-        Example(
-            id=f"q{i}",
-            db_id="schools",
-            db_path=str(db),
-            question=q,
-            gold_sql=sql,
-            difficulty="simple",
-            gold_tables=t,
-            gold_columns=c,
-            split="train",
-        )
-        for i, (q, sql, t, c) in enumerate(QUESTIONS)
-    ]
 
 
 def client(server: FakeOpenAI, **kw: Any) -> EndpointSource:

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from agents.types import Example
+from tests.helpers.local_trainer import config, tiny_inputs, trainer
 from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
-from tests.training.test_local_engine import ScriptedPolicy, config, examples, trainer  # noqa: F401 - fixture
 from training.config import RolloutCorrectionConfig
 from training.engines import local_policy as lp
-from training.engines.local import LocalTrainer, TrainerInputs
+from training.engines.local import LocalTrainer
 from training.engines.local_batch import build_buffer
 from training.engines.local_update import apply_rollout_correction
 
@@ -124,10 +124,7 @@ def _model_generate_trainer(tmp_path: Path, examples: list[Example], *extra: str
         "rollout.max_response_tokens=64",
         *extra,
     )
-    inputs = TrainerInputs(
-        model=tiny_model(seed=1), tokenizer=tiny_tokenizer(), train_examples=examples, eval_examples=examples[:2]
-    )
-    return LocalTrainer(cfg, inputs, say=lambda _: None)
+    return LocalTrainer(cfg, tiny_inputs(examples, examples[:2]), say=lambda _: None)
 
 
 def test_mismatch_metric_is_zero_when_generation_and_training_share_weights(

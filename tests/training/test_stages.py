@@ -17,35 +17,15 @@ import pytest
 
 from agents.types import Example
 from tests.helpers.fake_openai import FakeOpenAI, Reply
-from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
+from tests.helpers.local_trainer import config, tiny_inputs
+from tests.helpers.schools import ScriptedPolicy
 from tests.training.test_generation import teacher_reply
-from tests.training.test_local_engine import QUESTIONS, ScriptedPolicy, config, make_db
-from training.engines.local import TrainerInputs
 from training.stages import filters as flt
 from training.stages.runner import run_stage
 from training.stages.store import KeyedJsonl
 
 REPO = Path(__file__).resolve().parents[2]
 GOLD = "SELECT name FROM schools ORDER BY enrollment DESC LIMIT 1"
-
-
-@pytest.fixture(scope="module")
-def examples(tmp_path_factory: pytest.TempPathFactory) -> list[Example]:
-    db = make_db(tmp_path_factory.mktemp("db") / "schools.sqlite")
-    return [
-        Example(
-            id=f"q{i}",
-            db_id="schools",
-            db_path=str(db),
-            question=q,
-            gold_sql=sql,
-            difficulty="simple",
-            gold_tables=t,
-            gold_columns=c,
-            split="train",
-        )
-        for i, (q, sql, t, c) in enumerate(QUESTIONS)
-    ]
 
 
 # ----------------------------------------------------------------------------- filters and store
@@ -167,13 +147,7 @@ def test_each_design_chain_on_the_tiny_model(recipe: str, tmp_path: Path, exampl
 
     def run(*extra: str) -> tuple[dict, list[str]]:
         cfg = chain_config(recipe, tmp_path, server.base_url, *extra)
-        inputs = TrainerInputs(
-            model=tiny_model(seed=1),
-            tokenizer=tiny_tokenizer(),
-            train_examples=two,
-            eval_examples=two,
-            generate=wrong_policy(recipe, two),
-        )
+        inputs = tiny_inputs(two, two, wrong_policy(recipe, two))
         log: list[str] = []
         return run_stage(cfg, inputs, log.append), log
 
@@ -217,13 +191,7 @@ def test_zero_surviving_traces_are_reported_as_zero(tmp_path: Path, examples: li
             "supervised.passk_after=true",
             f"supervised.teachers=[{{base_url:'{server.base_url}',model:fake,retries:0}}]",
         )
-        inputs = TrainerInputs(
-            model=tiny_model(seed=1),
-            tokenizer=tiny_tokenizer(),
-            train_examples=two,
-            eval_examples=two,
-            generate=wrong_policy("think2sql", two),
-        )
+        inputs = tiny_inputs(two, two, wrong_policy("think2sql", two))
         log: list[str] = []
         summary = run_stage(cfg, inputs, log.append)
     assert summary["rows"] == 0 and summary["dropped"] == {"request_failed": 2}
@@ -238,21 +206,18 @@ def test_zero_surviving_traces_are_reported_as_zero(tmp_path: Path, examples: li
 CHILD = """
 import sys, time
 sys.path.insert(0, {repo!r})
-from agents.types import Example
-from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
-from tests.training.test_local_engine import QUESTIONS, ScriptedPolicy
+from pathlib import Path
+from tests.helpers.local_trainer import tiny_inputs
+from tests.helpers.schools import ScriptedPolicy, school_examples
 from tests.training.test_stages import mining_config
-from training.engines.local import TrainerInputs
 from training.stages.runner import run_stage
 
-examples = [Example(id=f"q{{i}}", db_id="schools", db_path={db!r}, question=q, gold_sql=sql, difficulty="simple",
-                    gold_tables=t, gold_columns=c, split="train") for i, (q, sql, t, c) in enumerate(QUESTIONS)]
+examples = school_examples(Path({db!r}))
 policy = ScriptedPolicy("think2sql", examples, always_good=True)
 def slow(prompts, params):
     time.sleep({delay})
     return policy(prompts, params)
-inputs = TrainerInputs(model=tiny_model(seed=1), tokenizer=tiny_tokenizer(), train_examples=examples,
-                       eval_examples=examples[:1], generate=slow)
+inputs = tiny_inputs(examples, examples[:1], slow)
 run_stage(mining_config({run_dir!r}), inputs, say=lambda line: print(line, flush=True))
 """
 
@@ -339,7 +304,7 @@ def test_users_bring_their_own_dataset(tmp_path: Path, examples: list[Example]) 
         "supervised.epochs=1",
         "trainer.eval_before_after=false",
     )
-    inputs = TrainerInputs(model=tiny_model(seed=1), tokenizer=tiny_tokenizer(), train_examples=examples)
+    inputs = tiny_inputs(examples)
     summary = run_stage(cfg, inputs, lambda _: None)
     assert summary["rows"] == 3 and summary["sft"]["episodes"] == 2.0
     assert sum(summary["sft"]["replay_dropped"].values()) == 1

@@ -17,8 +17,9 @@ from omegaconf import OmegaConf
 
 from agents import make_agent, training_spec
 from agents.types import ERROR_TURN_MASK, Example, TrainingSpec
+from tests.helpers.local_trainer import changed, config, weights
+from tests.helpers.schools import QUESTIONS, make_db, schema_json
 from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
-from tests.training.test_local_engine import QUESTIONS, changed, config, make_db, schema_json, weights
 from tools.errors import ConfigError
 from training.engines import verl_common as C
 from training.engines.local import LocalTrainer, TrainerInputs

@@ -15,9 +15,10 @@ from omegaconf import OmegaConf
 
 from eval.data import load_examples
 from tests.helpers.fake_openai import FakeOpenAI
+from tests.helpers.local_trainer import config
+from tests.helpers.schools import QUESTIONS, ScriptedPolicy, make_db
 from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
 from tests.training.test_generation import teacher_reply
-from tests.training.test_local_engine import QUESTIONS, ScriptedPolicy, config, make_db
 from training.engines import verl_sft
 from training.engines.local import TrainerInputs
 from training.stages.runner import run_stage
@@ -170,7 +171,7 @@ def served_policy(recipe: str, examples: list, solved: set[str]) -> Any:
     wrong on the others, stop strings stripped as servers do; its first answer is an HTTP
     503 (retried by the client)."""
     from tests.helpers.fake_openai import Reply, choice, completion
-    from tests.training.test_local_engine import turn_text
+    from tests.helpers.schools import turn_text
 
     calls = {"n": 0}
 

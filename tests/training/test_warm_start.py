@@ -12,10 +12,10 @@ import torch
 
 from agents import make_agent
 from agents.types import Example
+from tests.helpers.local_trainer import changed, trainer, weights
 from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
 from tests.training.test_demonstrations import AGENTS, LIMITS
 from tests.training.test_demonstrations import examples as examples
-from tests.training.test_local_engine import changed, trainer, weights
 from training.demonstrations import get_script, record_demonstrations
 from training.engines.local_warm_start import DONE, warm_start_dir
 from training.warm_start import WarmStartSettings, nll_sum, supervised_fine_tune

@@ -14,9 +14,9 @@ on demonstrations of the design's protocol (local_warm_start.py), then runs GRPO
 there; the summary reports greedy EX before, after the warm start and after RL.
 
 The pieces: the model bundle (local_model.py: policy, bf16 generation copy, reference),
-the updater (local_update.py: AdamW, log-prob passes, loss), the run directory
-(local_run.py, with the start policy of ``training.run_dir``); this module is the
-loop that drives them.
+the updater (local_update.py: AdamW, log-prob passes, loss), one step (local_step.py),
+checkpoints and resume (local_resume.py), the run directory (local_run.py, with the start
+policy of ``training.run_dir``); this module builds them and is the loop that drives them.
 """
 
 from __future__ import annotations
@@ -34,8 +34,10 @@ from training.config import TrainConfig, to_yaml_tree
 from training.engines import local_policy as lp
 from training.engines import local_run as rd
 from training.engines import local_state as st
-from training.engines.local_batch import CandidatePool, StepBuffer, build_buffer, unkept_to_return
+from training.engines.local_batch import CandidatePool
 from training.engines.local_model import PolicyModels
+from training.engines.local_resume import Checkpoints
+from training.engines.local_step import TrainStep
 from training.engines.local_update import Stopwatch, Updater
 from training.kl import KLSchedule
 
@@ -89,19 +91,11 @@ class TrainerInputs:
     generate: Callable[..., Any] | None = None  # a GenerateFn replacing the model's generate
 
 
-def _latest_local_checkpoint(run_dir: Path) -> Any:
-    """The local engine's newest checkpoint as the run-directory policy sees it (its saves are
-    atomic renames, so the newest one is complete)."""
-    from training.run_dir import StepCheckpoint
-
-    path = st.latest_checkpoint(run_dir)
-    return None if path is None else StepCheckpoint(step=st.read_meta(path).step, path=path)
-
-
 @dataclass
-class LocalTrainer:
+class LocalTrainer(TrainStep, Checkpoints):
     """One run: the model bundle (``models``), the updater, the data, agents, reward and
-    loggers, and the loop that drives them."""
+    loggers, and the loop that drives them (one step: ``TrainStep``; checkpoints and
+    resume: ``Checkpoints``)."""
 
     cfg: TrainConfig
     inputs: TrainerInputs = field(default_factory=TrainerInputs)
@@ -233,125 +227,6 @@ class LocalTrainer:
         per_step = a.batch_size * (a.dynamic_sampling.oversample if a.dynamic_sampling.enable else 1)
         return max(1, math.ceil(len(self.train_examples) / per_step))
 
-    # ------------------------------------------------------------------ generation
-    def _timed_generate(self, prompts: list[list[int]], params: Any) -> list[Any]:
-        with self.watch.measure("generation"):
-            return self.generate(prompts, params)
-
-    def rollout(
-        self, examples: Sequence[Any], group_size: int, agent: Any, sampling: Any, progress: bool = False
-    ) -> list[Any]:
-        """Trajectories for every (example, sample) pair, through the rollout driver."""
-        from tools import get_database
-        from training.rollout import run_episodes
-
-        requests = [(ex, get_database(ex.db_path), g) for ex in examples for g in range(group_size)]
-        return run_episodes(
-            agent, requests, self.tokenizer, self._timed_generate, sampling, self.limits, progress=progress
-        )
-
-    # ------------------------------------------------------------------ one step
-    def train_step(self) -> dict[str, Any]:
-        """Roll out, score, filter, update; returns the step's metrics."""
-        a = self.cfg.algorithm
-        self.watch.reset()
-        start = time.perf_counter()
-        count = a.batch_size * (a.dynamic_sampling.oversample if a.dynamic_sampling.enable else 1)
-        drawn = self.sampler.take(count)
-        examples = [self.train_examples[i] for i in drawn]
-        with self.watch.measure("rollout"):
-            trajectories = self.rollout(examples, a.group_size, self.agent, self.sampling)
-        trajectories, too_long = drop_over_long(trajectories)
-        by_id = {ex.id: ex for ex in examples}
-        with self.watch.measure("rewards"):
-            rewards = [self._score(t, by_id[t.example_id]) for t in trajectories]
-        buffer = build_buffer(trajectories, rewards, self.cfg, target_questions=a.batch_size)
-        self.last_buffer = buffer
-        if a.dynamic_sampling.enable:
-            back = set(unkept_to_return(buffer, a.dynamic_sampling.return_unkept))
-            self.sampler.give_back([i for i in drawn if self.train_examples[i].id in back])
-        self._step_examples = examples
-        self._write_samples(trajectories, rewards, buffer)  # step: the metrics row's (self.step + 1)
-        beta = self.kl.beta(self.step)
-        update_metrics = self.update(buffer, beta) if buffer.size else {"update/skipped": 1.0}
-        self.step += 1
-        metrics = step_metrics(trajectories, rewards, buffer, beta)
-        metrics["sampling/prompts_too_long"] = float(too_long)
-        metrics.update(update_metrics)
-        metrics["lr"] = self.scheduler.get_last_lr()[0]
-        times = dict(self.watch.totals)
-        times["tools"] = max(0.0, times.get("rollout", 0.0) - times.get("generation", 0.0))
-        for key in ("generation", "tools", "rewards", "logprob", "update"):
-            metrics[f"time/{key}"] = times.get(key, 0.0)
-        metrics["time/step"] = time.perf_counter() - start
-        return metrics
-
-    def _write_samples(self, trajectories: Sequence[Any], rewards: Sequence[Any], buffer: StepBuffer) -> None:
-        """Append the step's first ``trainer.samples_per_step`` rollouts (whole groups, in
-        order) to samples.jsonl with the masks the update used (training/records.py)."""
-        from rex import ExecScorer
-        from training.records import SampleWriter, result_tables, trajectory_records
-
-        count = self.cfg.trainer.samples_per_step
-        if count == 0:
-            return
-        picked = list(zip(trajectories, rewards, strict=True))[:count]
-        row = {id(t): j for j, t in enumerate(buffer.trajectories)}  # rows of the update
-        loss = {
-            i: (
-                {k: v[row[id(t)]] for k, v in buffer.masks.items()},
-                {k: v[row[id(t)]] for k, v in buffer.advantages.items()},
-            )
-            for i, (t, _) in enumerate(picked)
-            if id(t) in row
-        }
-        scorer = ExecScorer()
-        examples = {ex.id: ex for ex in self._step_examples}
-        tables = {
-            i: result_tables(examples[t.example_id], t.result.final_sql, scorer) for i, (t, _) in enumerate(picked)
-        }
-        records, prompts = trajectory_records(
-            step=self.step + 1,
-            engine="local",
-            design=self.cfg.agent.name,
-            trajectories=[t for t, _ in picked],
-            rewards=[r for _, r in picked],
-            examples=examples,
-            tokenizer=self.tokenizer,
-            loss=loss,
-            tables=tables,
-        )
-        if self._samples is None:
-            self._samples = SampleWriter(self.cfg.run_dir)
-        self._samples.write(records, prompts)
-        wandb_run = getattr(self.logger, "wandb_run", None)
-        if wandb_run is not None:  # the "samples" table the wandb report's sample panel shows
-            from training.records import samples_table
-
-            wandb_run.log({"samples": samples_table(records)}, step=self.step + 1)
-
-    def _score(self, trajectory: Any, example: Any) -> Any:
-        from tools import get_database
-
-        return self.reward_fn(trajectory, example, get_database(example.db_path))
-
-    # ------------------------------------------------------------------ update
-    def update(self, buffer: StepBuffer, beta: float) -> dict[str, float]:
-        """One optimizer pass over the buffer (``Updater.update``), with the KL reference
-        loaded while beta > 0 now or later."""
-        self.models.keep_reference(self.kl.needs_reference(self.step), self._reference_path(), self._say, self.step)
-        return self.updater.update(buffer, beta)
-
-    def _reference_path(self) -> str | None:
-        """The KL reference: the warm-started weights when this run made them, else the
-        weights the run started from."""
-        from training.engines.local_warm_start import DONE, warm_start_dir
-
-        warm = warm_start_dir(self.cfg.run_dir)
-        if self.cfg.stage.warm_start.enable and (warm / DONE).exists():
-            return str(warm)
-        return self.cfg.stage.init_from or self.cfg.model.path
-
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, tag: str) -> dict[str, Any]:
         """Greedy EX of the current policy on the fixed held-out subset."""
@@ -374,65 +249,6 @@ class LocalTrainer:
             f"({pct(result['executable'], 0)} executable, {result['duration_s']:.0f}s)"
         )
         return result
-
-    # ------------------------------------------------------------------ checkpoints
-    def save(self) -> Path:
-        meta = st.CheckpointMeta(
-            step=self.step, sampler=self.sampler.state_dict(), wandb_id=self.wandb_id, model_source=self.model_source
-        )
-        return st.save_checkpoint(
-            self.cfg.run_dir,
-            meta,
-            self.model,
-            self.optimizer,
-            self.scheduler,
-            keep=self.cfg.trainer.keep_checkpoints,
-            save_weights=self.cfg.trainer.save_weights,
-            tokenizer=self.tokenizer,
-        )
-
-    def restore(self) -> bool:
-        """Continue from the latest checkpoint; False when there is none."""
-        path = st.latest_checkpoint(self.cfg.run_dir)
-        if path is None:
-            return False
-        meta = st.load_checkpoint(path, self.model, self.optimizer, self.scheduler)
-        self._sync_generation_copy()
-        self.step, self.wandb_id = meta.step, meta.wandb_id
-        self.sampler.load_state_dict(meta.sampler)
-        self.say(f"[resume] continuing from {path} (step {self.step})")
-        return True
-
-    def _prepare_run_dir(self) -> dict[str, Any] | None:
-        """Clear, resume or refuse an existing run directory (the policy of ``training.run_dir``,
-        shared with the veRL engine); a finished run resumed returns its summary (and nothing
-        is changed)."""
-        from training.run_dir import resume_decision, resume_mode
-
-        cfg = self.cfg
-        if cfg.fresh:
-            rd.clear_run(cfg.run_dir)
-            return None
-        mode = resume_mode(cfg.resume)
-        finished = rd.finished_summary(cfg.run_dir, self.total_steps) if mode != "never" else None
-        if finished is not None:
-            self.say(
-                f"[resume] {cfg.run_dir} is finished ({finished.get('steps')} steps; trainer.total_steps="
-                f"{self.total_steps}): nothing to do, nothing changed. Pass a larger trainer.total_steps to "
-                "continue it, or fresh=true to start over."
-            )
-            return finished
-        decision = resume_decision(
-            cfg.run_dir, mode, latest=_latest_local_checkpoint, any_checkpoint=st.latest_checkpoint
-        )
-        if decision.action != "resume":
-            if mode != "never":
-                self.say(decision.message)
-            return None
-        self.restore()
-        if self.step < self.total_steps:
-            rd.relabel_records(Path(cfg.run_dir) / rd.METRICS, "eval_after", "eval_val", before_step=self.total_steps)
-        return None
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, Any]:
@@ -558,31 +374,3 @@ class LocalTrainer:
         summary, parts = rd.write_summary(self.cfg.run_dir, head, before, after, warm, final_dir, self.logger.wandb_dir)
         self.say(rd.summary_text(summary, parts))
         return summary
-
-
-# ----------------------------------------------------------------------------- helpers
-
-
-def step_metrics(
-    trajectories: Sequence[Any], rewards: Sequence[Any], buffer: StepBuffer, beta: float
-) -> dict[str, Any]:
-    """Reward and every component, EX, lengths, turns, tool calls, format failures."""
-    from training.engines.local_eval import rollout_metrics
-
-    metrics = rollout_metrics(trajectories, rewards)
-    metrics["kl/beta"] = beta
-    metrics["sampling/fill_rate"] = buffer.fill_rate
-    metrics["sampling/groups_kept"] = buffer.groups_kept
-    metrics["sampling/zero_variance_groups"] = buffer.zero_variance_groups
-    metrics["sampling/trajectories_updated"] = buffer.size
-    metrics.update(buffer.flags)
-    return metrics
-
-
-def drop_over_long(trajectories: Sequence[Any]) -> tuple[list[Any], int]:
-    """Trajectories whose prompt exceeded ``rollout.max_prompt_tokens`` (flag
-    ``prompt_too_long``, no tokens generated) leave their group - dropped, never truncated,
-    as on the verl engine; returns the rest and how many questions were dropped."""
-    kept = [t for t in trajectories if "prompt_too_long" not in t.result.flags]
-    dropped = {t.example_id for t in trajectories} - {t.example_id for t in kept}
-    return kept, len(dropped)

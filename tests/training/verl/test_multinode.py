@@ -133,7 +133,8 @@ def test_a_node_without_the_plugin_or_the_shared_cache_is_named(
 def test_the_verl_launch_checks_a_two_node_config(ray_cluster: Any, shared: dict[str, Any], tmp_path: Path) -> None:
     import json
 
-    from tests.training.test_local_engine import QUESTIONS, config
+    from tests.helpers.local_trainer import config
+    from tests.helpers.schools import QUESTIONS
     from training.engines.verl_config import verl_config_for
 
     root = Path(shared["dbs"][0]).parent

@@ -37,7 +37,6 @@ DATA_TABLES = {
 
 PENDING_SPLIT = {
     "eval/run.py": 687,
-    "training/config.py": 639,
     "training/engines/local.py": 577,
     "training/engines/verl_trainer.py": 555,
     "training/rollout.py": 554,

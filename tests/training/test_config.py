@@ -297,7 +297,8 @@ def test_trustsql_with_plain_grpo_has_no_clamp() -> None:
 
 
 @pytest.mark.parametrize(
-    "module", ["training.config", "training.prepare", "training.model", "training.engines.local_state", "eval.units"]
+    "module",
+    ["training.config_algorithm", "training.prepare", "training.model", "training.engines.local_state", "eval.units"],
 )
 def test_docstring_examples_run(module: str) -> None:
     import doctest

@@ -50,8 +50,9 @@ def run_concurrent_episodes(
 ) -> EpisodeBatch:
     """Every request's episodes with ``source``, at most ``concurrency`` requests in flight;
     trajectories in request order (DualSQL: linker then generator), failures listed."""
+    from training.chat_segments import ChatSegments
     from training.demonstrations import _turn_end_token
-    from training.rollout import ChatSegments, GenerationOutput, _Slot
+    from training.rollout import GenerationOutput, _Slot
 
     if not isinstance(concurrency, int) or concurrency < 1:
         raise ConfigError(f"concurrency={concurrency!r}: the most requests in flight, a positive integer")

@@ -172,7 +172,8 @@ def record_demonstrations(
     the format check; the reason for each drop is counted.
     """
     from tools import get_database
-    from training.rollout import ChatSegments, GenerationOutput, SamplingParams, _Slot
+    from training.chat_segments import ChatSegments
+    from training.rollout import GenerationOutput, SamplingParams, _Slot
 
     segments = ChatSegments(tokenizer)
     eos = _turn_end_token(segments, tokenizer)

@@ -331,8 +331,9 @@ def run_text_episodes(
     Each round asks once per distinct (conversation, sampling) with ``n`` = how many
     episodes share it (the k samples of one question share their first prompt).
     """
+    from training.chat_segments import ChatSegments
     from training.demonstrations import _turn_end_token
-    from training.rollout import ChatSegments, GenerationOutput, _Slot
+    from training.rollout import GenerationOutput, _Slot
 
     segments = ChatSegments(tokenizer)
     eos = _turn_end_token(segments, tokenizer)

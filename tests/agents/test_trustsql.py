@@ -144,7 +144,9 @@ def test_schema_prefill_is_one_synthetic_explore_turn_then_the_same_protocol(exa
 def test_schema_prefill_renders_through_the_rollout_driver(example, db) -> None:
     """The prefilled observation renders as observations do (tool role or wrapped user)."""
     from tests.helpers.tiny_model import tiny_tokenizer
-    from training.rollout import ChatSegments, EpisodeRunner, RolloutLimits, SamplingParams
+    from training.chat_segments import ChatSegments
+    from training.episode_runner import EpisodeRunner
+    from training.rollout import RolloutLimits, SamplingParams
 
     tok = tiny_tokenizer()
     episode = make_agent("trustsql", schema_prefill=True).start(example, db)

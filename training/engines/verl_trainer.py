@@ -5,17 +5,13 @@ the project's advantages, KL schedule and dynamic sampling.
 - Dynamic sampling: :mod:`training.engines.verl_sampling` (SPEC's one draw or veRL's refill).
 - One optimizer step per mini-batch of questions, whatever the rows per question (DualSQL).
 - The project's records: ``metrics.jsonl`` rows per step and evaluation, and the first
-  ``trainer.samples_per_step`` rollouts of each step in ``samples.jsonl`` (the local
-  engine's record builder, with the loss masks of the update).
+  ``trainer.samples_per_step`` rollouts of each step in ``samples.jsonl``
+  (:mod:`training.engines.verl_records`, which also keeps them and veRL's metrics file
+  right across a resume).
 - Every requested step (veRL's loop also stops at ``trainer.total_epochs``), the final
-  weights exported, the post-training evaluation logged to veRL's loggers, and veRL's
-  metrics file kept across a resume.
-
-KL schedule: veRL's ``kl_loss_coef`` is fixed, and ``ActorConfig`` is frozen. At each
-``on_step_begin`` the trainer reads the project's ``KLSchedule`` and, when beta changes,
-sends the actor workers a new loss function (``set_loss_fn``) built from a
-``dataclasses.replace``-d config; once beta is 0 for good, the KL term and the reference
-log-prob pass are switched off.
+  weights exported, and the post-training evaluation logged to veRL's loggers.
+- KL schedule: :mod:`training.engines.verl_kl` (a new loss sent to the actor workers when
+  beta changes).
 
 The registered name is ours, but veRL also branches on ``trainer_mode == "sync"``; this
 trainer behaves as veRL's sync trainer.
@@ -23,13 +19,8 @@ trainer behaves as veRL's sync trainer.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import math
-import os
-from collections.abc import Sequence
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -38,29 +29,15 @@ from omegaconf import open_dict
 from verl.protocol import DataProto
 from verl.trainer.distillation import is_distillation_enabled
 from verl.trainer.ppo.v1.trainer_base import register_trainer
-from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.metric import reduce_metrics
 from verl.utils.py_functional import rename_dict
 from verl.utils.skip import SkipManager
 
 from tools.errors import ConfigError
-from training.engines.verl_advantages import (
-    UPDATE_KEY,
-    _field,
-    _like,
-    eval_record,
-    phase_aware_advantages,
-    sample_rows,
-    step_record,
-)
-from training.engines.verl_common import (
-    EPISODE_KEY,
-    REWARD_KEY,
-    TRAINER_MODE,
-    VALIDATION_MARK,
-    AdvantageSettings,
-    WorkerSettings,
-)
+from training.engines.verl_advantages import _like, eval_record, phase_aware_advantages, step_record
+from training.engines.verl_common import EPISODE_KEY, TRAINER_MODE, VALIDATION_MARK, AdvantageSettings, WorkerSettings
+from training.engines.verl_kl import KLScheduleMixin
+from training.engines.verl_records import RunRecordsMixin
 from training.engines.verl_sampling import ZERO_MASK_TAG, SqlAgentReplayBuffer
 
 log = logging.getLogger(__name__)
@@ -95,7 +72,7 @@ class ValidationRows:
 
 
 @register_trainer(TRAINER_MODE)
-class SqlAgentTrainer(PPOTrainerSync):
+class SqlAgentTrainer(RunRecordsMixin, KLScheduleMixin):
     """veRL's sync trainer with the project's advantages, KL schedule and dynamic sampling,
     one optimizer step per mini-batch of questions, every requested step, and logs that
     survive a resume."""
@@ -265,86 +242,7 @@ class SqlAgentTrainer(PPOTrainerSync):
             keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(output, batch_size=len(batch))
         )
 
-    # ------------------------------------------------------------------ project metrics
-
-    def _project_logger(self) -> Any:
-        """A JSONL-only ``RunLogger`` on ``run_dir/metrics.jsonl`` (the project's format),
-        or None when the config names no run directory."""
-        logger = getattr(self, "_metrics_logger", None)
-        run_dir = self.settings.run_dir
-        if logger is None and run_dir:
-            from training.logging_utils import RunLogger
-
-            logger = RunLogger(run_dir, sinks=(), total_steps=int(getattr(self, "total_training_steps", 0) or 0))
-            self._metrics_logger = logger
-        return logger
-
-    def _remember_step(self, proto: DataProto, is_padding: Sequence[bool]) -> None:
-        extra = proto.non_tensor_batch["extra_fields"]
-        real = [
-            i for i, pad in enumerate(is_padding) if not pad and not _field(extra[i], EPISODE_KEY, i).get("dropped")
-        ]
-        records = [_field(extra[i], EPISODE_KEY, i) for i in real]
-        rewards = [_field(extra[i], REWARD_KEY, i) for i in real]
-        self._step_values: dict[str, float] | None = step_record(records, rewards)
-
-    def _write_samples(self, batch: Any, proto: DataProto, is_padding: Sequence[bool]) -> None:
-        """Append the step's first ``trainer.samples_per_step`` rows (veRL's padding rows
-        left out) to samples.jsonl with the masks and advantages of the update, through the
-        record builder the local engine uses (training/records.py). The step is veRL's
-        ``global_steps``, the ``step`` of this step's metrics.jsonl row."""
-        import transfer_queue as tq
-
-        from rex import ExecScorer
-        from training.records import SampleWriter
-
-        count, run_dir = self.settings.samples_per_step, self.settings.run_dir
-        if count <= 0 or not run_dir:
-            return
-        rows = [i for i, pad in enumerate(is_padding) if not pad]
-        ids = tq.kv_batch_get(
-            keys=[batch.keys[i] for i in rows], partition_id=batch.partition_id, select_fields=["prompts", "responses"]
-        )
-        update = proto.meta_info.get(UPDATE_KEY, {})
-        scorer = ExecScorer()
-        records, prompts = sample_rows(
-            step=int(self.global_steps),
-            design=self.settings.agent,
-            extra=[proto.non_tensor_batch["extra_fields"][i] for i in rows],
-            keys=[str(batch.keys[i]) for i in rows],
-            prompts=[_ids(t) for t in _rows(ids["prompts"])],
-            responses=[_ids(t) for t in _rows(ids["responses"])],
-            update={j: update[i] for j, i in enumerate(rows) if i in update},
-            examples=self._examples(),
-            tokenizer=self.tokenizer,
-            count=count,
-            tables=partial(_result_tables, scorer=scorer),
-        )
-        writer = getattr(self, "_sample_writer", None)
-        if writer is None:
-            writer = self._sample_writer = SampleWriter(run_dir)
-        writer.write(records, prompts)
-
-    def _examples(self) -> dict[str, Any]:
-        """The training examples by id (read once from veRL's training files, which the
-        driver writes one example per row)."""
-        cached = getattr(self, "_examples_by_id", None)
-        if cached is None:
-            from training.engines.verl_common import examples_from_parquet
-
-            files = self.config.data.train_files
-            files = [files] if isinstance(files, str) else list(files)
-            cached = self._examples_by_id = {ex.id: ex for path in files for ex in examples_from_parquet(str(path))}
-        return cached
-
-    def on_step_end(self) -> None:
-        super().on_step_end()
-        self._last_step = int(self.global_steps)
-        values = getattr(self, "_step_values", None)
-        logger = self._project_logger()
-        if values and logger is not None:
-            logger.log(int(self.global_steps), values, kind="train")
-        self._step_values = None
+    # ------------------------------------------------------------------ validation and the run's end
 
     def _validate(self) -> dict[str, float]:
         """veRL's validation with rows marked as validation (the agent's inference mode),
@@ -385,39 +283,7 @@ class SqlAgentTrainer(PPOTrainerSync):
         if logger is not None:
             logger.close()
 
-    def on_train_begin(self) -> None:
-        super().on_train_begin()
-        self._restore_metrics_file()
-
-    # ------------------------------------------------------------------ resume and export
-
-    def _read_metrics_file(self) -> bytes:
-        """veRL's metrics JSONL up to the resumed step: veRL's ``FileLogger`` reopens it with
-        "wb" (truncating it), so the records of the steps this run continues from are kept
-        here and written back first (records of later steps, which this run redoes, are not)."""
-        path = os.environ.get("VERL_FILE_LOGGER_PATH")
-        if not path or "file" not in list(self.config.trainer.logger) or not os.path.exists(path):
-            return b""
-        if int(self.global_steps) <= 0:
-            return b""
-        kept = []
-        with open(path, "rb") as handle:
-            for line in handle:
-                try:
-                    step = int(json.loads(line).get("step", 0))
-                except (ValueError, AttributeError):
-                    continue  # a line cut by a crash
-                if step <= int(self.global_steps):
-                    kept.append(line if line.endswith(b"\n") else line + b"\n")
-        return b"".join(kept)
-
-    def _restore_metrics_file(self) -> None:
-        previous = getattr(self, "_previous_file_log", b"")
-        tracking = getattr(self, "logger", None)
-        file_logger = getattr(tracking, "logger", {}).get("file") if tracking is not None else None
-        if previous and file_logger is not None:
-            file_logger.fp.write(previous)
-            self._previous_file_log = b""
+    # ------------------------------------------------------------------ export
 
     def _export_final(self, last: int) -> None:
         """The last step as a HF model in ``final_dir`` (saving that step's checkpoint first
@@ -456,100 +322,3 @@ class SqlAgentTrainer(PPOTrainerSync):
         keep = self.config.trainer.get("max_actor_ckpt_to_keep", None)
         for path in prune_verl_checkpoints(self.config.trainer.default_local_dir, keep):
             log.info("removed %s (trainer.keep_checkpoints=%s)", path, keep)
-
-    def _drop_records_after_resume(self) -> None:
-        """A resumed run redoes the steps after its checkpoint: the records a killed process
-        wrote for them (metrics.jsonl, samples.jsonl) are removed first, so no step is
-        recorded twice."""
-        from pathlib import Path
-
-        from training.run_dir import drop_records_after
-
-        run_dir = self.settings.run_dir
-        if run_dir and int(self.global_steps) > 0:
-            for name in ("metrics.jsonl", "samples.jsonl"):
-                dropped = drop_records_after(Path(run_dir) / name, int(self.global_steps))
-                if dropped:
-                    log.info(
-                        "%s: %d record(s) of steps after %d removed (redone now)", name, dropped, self.global_steps
-                    )
-
-    # ------------------------------------------------------------------ KL schedule
-
-    def on_init_end(self) -> None:
-        super().on_init_end()
-        self.init_kl_schedule()
-
-    def init_kl_schedule(self) -> None:
-        """Read the project's schedule and the KL settings the actor workers started with."""
-        from training.kl import KLSchedule
-
-        self.kl_schedule = KLSchedule.from_pairs([list(p) for p in self.settings.kl_schedule])
-        actor = self.config.actor_rollout_ref.actor
-        self._kl_state = (bool(actor.use_kl_loss), float(actor.kl_loss_coef))
-
-    def on_step_begin(self) -> None:
-        super().on_step_begin()
-        self.apply_kl_schedule(self.global_steps - 1)  # veRL counts steps from 1
-
-    def apply_kl_schedule(self, step: int) -> tuple[bool, float]:
-        """Send the actor a loss with this step's beta when it differs from the current one."""
-        use_kl, coef = self._kl_state
-        beta = self.kl_schedule.beta(step)
-        if not use_kl or beta == coef:
-            return self._kl_state
-        keep_kl = self.kl_schedule.needs_reference(step)
-        self.actor_rollout_wg.set_loss_fn(kl_loss_fn(self._actor_config(), beta, keep_kl))
-        if not keep_kl:
-            self.use_reference_policy = False  # beta is 0 from here on: skip the reference pass
-        self._kl_state = (keep_kl, beta)
-        log.info("KL schedule: step %d beta %.6g (reference pass %s)", step, beta, "on" if keep_kl else "off")
-        return self._kl_state
-
-    def _actor_config(self) -> Any:
-        cached = getattr(self, "_cached_actor_config", None)
-        if cached is None:
-            cached = actor_config_from(self.config)
-            self._cached_actor_config = cached
-        return cached
-
-
-def _rows(tensor: torch.Tensor) -> list[torch.Tensor]:
-    """The rows of a TransferQueue field: jagged (each its own length) or dense."""
-    return list(tensor.unbind(0))
-
-
-def _ids(row: torch.Tensor) -> list[int]:
-    return [int(x) for x in row.tolist()]
-
-
-def _result_tables(example: Any, final_sql: str | None, scorer: Any) -> dict[str, Any]:
-    """Gold and predicted tables and the EX outcome (as the local engine records them), when
-    the example's database is readable from the trainer's process; else none."""
-    from pathlib import Path
-
-    from training.records import result_tables
-
-    if not Path(example.db_path).is_file():
-        return {}
-    return result_tables(example, final_sql, scorer)
-
-
-def actor_config_from(config: Any, with_model: bool = True) -> Any:
-    """The ``ActorConfig`` the actor worker builds at init (model config attached, which
-    loads the tokenizer and HF config from the model path)."""
-    from verl.utils.config import omega_conf_to_dataclass
-
-    actor = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
-    if with_model:
-        actor.model_config = omega_conf_to_dataclass(config.actor_rollout_ref.model)
-    return actor
-
-
-def kl_loss_fn(actor_config: Any, beta: float, use_kl: bool = True) -> Any:
-    """veRL's PPO loss bound to a copy of ``actor_config`` with this KL coefficient."""
-    from verl.workers.utils.losses import ppo_loss
-
-    updated = dataclasses.replace(actor_config, kl_loss_coef=float(beta), use_kl_loss=bool(use_kl))
-    updated.model_config = getattr(actor_config, "model_config", None)
-    return partial(ppo_loss, config=updated)

@@ -14,11 +14,12 @@ The seam: the trainer is built through its real constructor and its real ``init(
 placement group that asks for GPUs, the FSDP worker group, the vLLM replicas and the
 checkpoint engine. :class:`CpuTrainer` overrides only ``_setup``: it runs veRL's own
 ``_init_tokenizer``, ``_init_dataloader``, ``_init_dump_executor`` and
-``_load_checkpoint`` in veRL's order and puts the doubles of ``doubles.py`` where the GPU
-pieces would be (``actor_rollout_wg``, ``llm_server_manager``, ``checkpoint_manager``),
-plus ``_get_n_gpus_for_throughput`` (veRL asks the resource pool). Everything else is
-inherited. The driver sequence is ``TaskRunnerV1.run``'s: resolve the config, build the
-trainer, ``init()``, ``fit(agent_loop_manager)``, ``Tracking.finish``.
+``_load_checkpoint`` in veRL's order and puts the doubles of ``fsdp_double.py`` and
+``vllm_double.py`` where the GPU pieces would be (``actor_rollout_wg``,
+``llm_server_manager``, ``checkpoint_manager``), plus ``_get_n_gpus_for_throughput``
+(veRL asks the resource pool). Everything else is inherited. The driver sequence is
+``TaskRunnerV1.run``'s: resolve the config, build the trainer, ``init()``,
+``fit(agent_loop_manager)``, ``Tracking.finish``.
 
 One Ray and TransferQueue session per test module (:func:`start_session`): the reward
 and agent-loop workers and the generation server are created once and serve every
@@ -40,12 +41,8 @@ from omegaconf import OmegaConf, open_dict
 from tests.agents.conftest import COUNT_SQL, JOIN_SQL, make_db
 from tests.agents.scripts import SCRIPTS
 from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
-from tests.training.verl.fit.doubles import (
-    TinyActorWorkerGroup,
-    TinyCheckpointEngine,
-    TinyServerManager,
-    env_for_workers,
-)
+from tests.training.verl.fit.fsdp_double import TinyActorWorkerGroup
+from tests.training.verl.fit.vllm_double import TinyCheckpointEngine, TinyServerManager
 from training.engines.verl_trainer import SqlAgentTrainer
 
 REPO = Path(__file__).resolve().parents[4]
@@ -175,6 +172,17 @@ def verl_config(
         verl_cfg.transfer_queue.backend.SimpleStorage.num_data_storage_units = 1
     OmegaConf.resolve(verl_cfg)
     return verl_cfg
+
+
+def env_for_workers(repo: Path, cache: Path) -> dict[str, str]:
+    """Environment of the Ray workers: the project importable, caches in the test's temp dir."""
+    return {
+        "PYTHONPATH": str(repo),
+        "SQLAGENT_RL_CACHE": str(cache),
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",
+        "VERL_LOGGING_LEVEL": os.environ.get("VERL_LOGGING_LEVEL", "WARN"),
+    }
 
 
 def start_session(

@@ -16,7 +16,8 @@ from verl.utils import tensordict_utils as tu
 
 from tests.agents.scripts import THINK2SQL
 from tests.training.verl.fit import harness as H
-from tests.training.verl.fit.doubles import TinyActorWorkerGroup, TinyServer, sequence_logprobs, weights_changed
+from tests.training.verl.fit.fsdp_double import TinyActorWorkerGroup, sequence_logprobs, weights_changed
+from tests.training.verl.fit.vllm_double import TinyServer
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -9,7 +9,8 @@ and the linker groups none. The recipe's rollout correction (sequence-level IS a
 rejection sampling) runs on every step.
 
 The trainer runs veRL's own loop with only the GPU pieces replaced; the seam (a
-``_setup`` override) and the doubles are described in ``harness.py`` and ``doubles.py``.
+``_setup`` override) and the doubles are described in ``harness.py``,
+``fsdp_double.py`` and ``vllm_double.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 
 from tests.agents.scripts import DUALSQL
 from tests.training.verl.fit import harness as H
-from tests.training.verl.fit.doubles import weights_changed
+from tests.training.verl.fit.fsdp_double import weights_changed
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 

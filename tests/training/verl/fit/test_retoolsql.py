@@ -10,7 +10,8 @@ from the training file: questions live on two databases, so each prompt shows a 
 of the other one.
 
 The trainer runs veRL's own loop with only the GPU pieces replaced; the seam (a
-``_setup`` override) and the doubles are described in ``harness.py`` and ``doubles.py``.
+``_setup`` override) and the doubles are described in ``harness.py``,
+``fsdp_double.py`` and ``vllm_double.py``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 
 from tests.training.verl.fit import harness as H
-from tests.training.verl.fit.doubles import weights_changed
+from tests.training.verl.fit.fsdp_double import weights_changed
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 

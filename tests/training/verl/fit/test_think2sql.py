@@ -11,7 +11,8 @@ has zero variance and zero advantages; with no KL and no weight decay, the weigh
 not move.
 
 The trainer runs veRL's own loop with only the GPU pieces replaced; the seam (a
-``_setup`` override) and the doubles are described in ``harness.py`` and ``doubles.py``.
+``_setup`` override) and the doubles are described in ``harness.py``,
+``fsdp_double.py`` and ``vllm_double.py``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pytest
 import torch
 
 from tests.training.verl.fit import harness as H
-from tests.training.verl.fit.doubles import weights_changed
+from tests.training.verl.fit.fsdp_double import weights_changed
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 

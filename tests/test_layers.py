@@ -35,11 +35,6 @@ DATA_TABLES = {
 }
 """Modules allowed past ``MAX_LINES`` because they are data tables (with why)."""
 
-PENDING_SPLIT = {}
-"""Modules over the limit since the whole tree was run through ``ruff format`` (which
-unfolded long lines), each with the length it may not grow past until it is split (issue 12
-keeps this open). Not data tables: the list must shrink, never grow."""
-
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(REPO).with_suffix("").parts)
@@ -179,17 +174,13 @@ def test_no_module_is_longer_than_the_limit() -> None:
     paths = [p for top in (*PACKAGES, "tests", "benchmarks") for p in sorted((REPO / top).rglob("*.py"))]
     lengths = {p.relative_to(REPO).as_posix(): len(p.read_text(encoding="utf-8").splitlines()) for p in paths}
     too_long = [
-        f"{name}: {n} lines"
-        for name, n in sorted(lengths.items())
-        if n > MAX_LINES and name not in DATA_TABLES and n > PENDING_SPLIT.get(name, 0)
+        f"{name}: {n} lines" for name, n in sorted(lengths.items()) if n > MAX_LINES and name not in DATA_TABLES
     ]
     assert not too_long, f"modules over {MAX_LINES} lines (split them, or list a data table in DATA_TABLES):\n" + (
         "\n".join(too_long)
     )
     stale = sorted(name for name in DATA_TABLES if lengths.get(name, 0) <= MAX_LINES)
     assert not stale, f"DATA_TABLES lists modules that are no longer over the limit: {stale}"
-    split = sorted(name for name in PENDING_SPLIT if lengths.get(name, 0) <= MAX_LINES)
-    assert not split, f"PENDING_SPLIT lists modules now within the limit (remove them): {split}"
 
 
 def test_the_checks_see_what_they_check(tmp_path: Path) -> None:

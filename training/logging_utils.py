@@ -157,7 +157,7 @@ class RunLogger:
                 step=step,
             )
         if self.console:
-            line = f"[{kind} {step}] " + format_metrics(clean)
+            line = f"[{kind} {step}] " + format_metrics({k: v for k, v in clean.items() if k != "inputs"})
             if kind == "train" and self._bar is None:
                 self._bar = self._make_bar(*self._bar_range)
             if self._bar is not None and kind == "train":

@@ -365,15 +365,7 @@ def test_stats_command_runs_from_any_directory(bird_root: Path, tmp_path: Path) 
 def test_train_ids_narrow_the_training_split(bird_root: Path, tmp_path: Path) -> None:
     """``data.train_ids`` (the RL filter's file, or the user's): the split's order, then the limit;
     a file from another split, an empty list or a malformed file is refused by name."""
-    data = {
-        "kind": "bird",
-        "root": str(bird_root),
-        "split": "dev",
-        "eval_split": "dev",
-        "drop_failing_gold": False,
-        "limit": None,
-        "eval_limit": None,
-    }
+    data = compose_data(["data=bird", f"data.root={bird_root}", "data.split=dev"])
     ids = tmp_path / "ids.json"
     ids.write_text(json.dumps({"ids": ["12", "10"], "questions": 3}))
     assert [e.id for e in load_from_config({**data, "train_ids": str(ids)}, "train")] == ["10", "12"]

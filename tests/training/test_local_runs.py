@@ -142,14 +142,7 @@ def test_a_finished_run_continues_with_more_steps_and_keeps_its_records(
 
 def test_a_run_killed_after_its_final_evaluation_reuses_it(tmp_path: Path, examples: list[Example]) -> None:
     extra = ("trainer.eval_before_after=true", "algorithm.dynamic_sampling.enable=false")
-    t = trainer("think2sql", tmp_path, examples, *extra)
-
-    def killed(*args: Any) -> Any:
-        raise KeyboardInterrupt("killed before the summary")
-
-    t._save_final = killed  # type: ignore[method-assign]
-    with pytest.raises(KeyboardInterrupt):
-        t.fit()
+    fit_killed_at(trainer("think2sql", tmp_path, examples, *extra), "_save_final")  # before the summary
     summary = trainer("think2sql", tmp_path, examples, *extra, "resume=true").fit()
     assert [r["kind"] for r in records(tmp_path)] == ["eval_before", "train", "eval_after"]
     assert summary["ex_before"] is not None and summary["ex_after"] is not None
@@ -253,17 +246,21 @@ def test_a_recorded_evaluation_from_other_inputs_is_not_reused(tmp_path: Path, e
     """A run directory reused with other held-out questions (or weights, or settings) must
     not report the old run's EX before as its own."""
     extra = ("trainer.eval_before_after=true", "algorithm.dynamic_sampling.enable=false")
-    first = trainer("think2sql", tmp_path, examples, *extra)
-
-    def killed(*args: Any) -> Any:
-        raise KeyboardInterrupt("killed after the first evaluation")
-
-    first.train_step = killed  # type: ignore[method-assign]
-    with pytest.raises(KeyboardInterrupt):
-        first.fit()
+    fit_killed_at(trainer("think2sql", tmp_path, examples, *extra), "train_step")  # after the first evaluation
     again = trainer("think2sql", tmp_path, examples, *extra, "resume=true")
     again.eval_examples = examples[1:2]
     summary = again.fit()
     befores = [r for r in records(tmp_path) if r["kind"] == "eval_before"]
     assert [r["n"] for r in befores] == [2, 1] and befores[0]["inputs"] != befores[1]["inputs"]
     assert summary["eval_questions"] == 1
+
+
+def fit_killed_at(t: Any, method: str) -> None:
+    """``t.fit()`` killed (KeyboardInterrupt) when it reaches ``method``."""
+
+    def killed(*args: Any) -> Any:
+        raise KeyboardInterrupt(f"killed at {method}")
+
+    setattr(t, method, killed)
+    with pytest.raises(KeyboardInterrupt):
+        t.fit()

@@ -13,6 +13,7 @@ reads it from the environment the driver sets).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -47,10 +48,8 @@ def job(root: Path, kill_at: int | None = None) -> subprocess.CompletedProcess:
     try:
         out, err = proc.communicate(timeout=1200)
     finally:
-        try:  # what the job started (Ray, wandb) dies with it, as on a preempted node
+        with contextlib.suppress(ProcessLookupError):  # what the job started (Ray, wandb) dies with it
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         stop_wandb_service_of(proc.pid)
     return subprocess.CompletedProcess(command, proc.returncode, out, err)
 
@@ -67,10 +66,8 @@ def stop_wandb_service_of(pid: int) -> None:
         if any(i + 1 < len(cmdline) and arg == "--pid" and cmdline[i + 1] == str(pid) for i, arg in enumerate(cmdline)):
             services.append(candidate)
     for service in services:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):  # already gone
             service.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(services, timeout=30)
 
 

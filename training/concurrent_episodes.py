@@ -35,7 +35,7 @@ from typing import Any
 
 from agents.types import Message, Trajectory
 from tools.errors import ConfigError
-from training.generation import EpisodeBatch, TextSource, Transform, _ask
+from training.generation import EpisodeBatch, TextSource, Transform, ask_source
 
 
 def run_concurrent_episodes(
@@ -51,14 +51,14 @@ def run_concurrent_episodes(
     """Every request's episodes with ``source``, at most ``concurrency`` requests in flight;
     trajectories in request order (DualSQL: linker then generator), failures listed."""
     from training.chat_segments import ChatSegments
-    from training.demonstrations import _turn_end_token
-    from training.rollout import GenerationOutput, _Slot
+    from training.demonstrations import turn_end_token
+    from training.rollout import EpisodeSlot, GenerationOutput
 
     if not isinstance(concurrency, int) or concurrency < 1:
         raise ConfigError(f"concurrency={concurrency!r}: the most requests in flight, a positive integer")
     segments = ChatSegments(tokenizer)
-    eos = _turn_end_token(segments, tokenizer)
-    slots = [_Slot(ex, db, index) for ex, db, index in requests]
+    eos = turn_end_token(segments, tokenizer)
+    slots = [EpisodeSlot(ex, db, index) for ex, db, index in requests]
     waiting: OrderedDict[str, tuple[list[Message], Any, list[int]]] = OrderedDict()
     failed: set[int] = set()
 
@@ -85,7 +85,7 @@ def run_concurrent_episodes(
         while waiting or in_flight:
             while waiting and len(in_flight) < concurrency:
                 _, (messages, params, members) = waiting.popitem(last=False)
-                in_flight[pool.submit(_ask, source, messages, params, len(members))] = members
+                in_flight[pool.submit(ask_source, source, messages, params, len(members))] = members
             done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
             for future in done:
                 members = in_flight.pop(future)

@@ -173,15 +173,15 @@ def record_demonstrations(
     """
     from tools import get_database
     from training.chat_segments import ChatSegments
-    from training.rollout import GenerationOutput, SamplingParams, _Slot
+    from training.rollout import EpisodeSlot, GenerationOutput, SamplingParams
 
     segments = ChatSegments(tokenizer)
-    eos = _turn_end_token(segments, tokenizer)
+    eos = turn_end_token(segments, tokenizer)
     sampling = SamplingParams(temperature=0.0)
     kept: list[Trajectory] = []
     dropped: dict[str, int] = {}
     for ex in examples:
-        slot = _Slot(ex, get_database(ex.db_path), 0)
+        slot = EpisodeSlot(ex, get_database(ex.db_path), 0)
         slot.advance(agent, segments, sampling, limits)
         while slot.runner is not None:
             runner = slot.runner
@@ -199,7 +199,7 @@ def record_demonstrations(
     return Demonstrations(kept, len(examples) - sum(dropped.values()), dropped)
 
 
-def _turn_end_token(segments: Any, tokenizer: Any) -> list[int]:
+def turn_end_token(segments: Any, tokenizer: Any) -> list[int]:
     """The token a model ends its turn with: the chat template's end-of-turn token when
     it is a stop token (``<|im_end|>``), else the tokenizer's EOS."""
     first = segments.encode(segments.end_of_turn)[:1]

@@ -332,12 +332,12 @@ def run_text_episodes(
     episodes share it (the k samples of one question share their first prompt).
     """
     from training.chat_segments import ChatSegments
-    from training.demonstrations import _turn_end_token
-    from training.rollout import GenerationOutput, _Slot
+    from training.demonstrations import turn_end_token
+    from training.rollout import EpisodeSlot, GenerationOutput
 
     segments = ChatSegments(tokenizer)
-    eos = _turn_end_token(segments, tokenizer)
-    slots = [_Slot(ex, db, index) for ex, db, index in requests]
+    eos = turn_end_token(segments, tokenizer)
+    slots = [EpisodeSlot(ex, db, index) for ex, db, index in requests]
     failed: set[int] = set()
     for slot in slots:
         slot.advance(agent, segments, sampling, limits)
@@ -359,7 +359,7 @@ def run_text_episodes(
                 key = json.dumps([messages, repr(params)], sort_keys=True)
                 groups.setdefault(key, []).append(i)
                 asks[key] = (messages, params)
-            futures = {key: pool.submit(_ask, source, *asks[key], len(members)) for key, members in groups.items()}
+            futures = {key: pool.submit(ask_source, source, *asks[key], len(ms)) for key, ms in groups.items()}
             for key, members in groups.items():
                 texts = futures[key].result()
                 for i, text in zip(members, texts, strict=True):
@@ -374,7 +374,8 @@ def run_text_episodes(
     return EpisodeBatch(done, [(slots[i].example.id, slots[i].sample_index) for i in sorted(failed)])
 
 
-def _ask(source: TextSource, messages: list[Message], params: Any, n: int) -> list[str | None]:
+def ask_source(source: TextSource, messages: list[Message], params: Any, n: int) -> list[str | None]:
+    """``n`` completions of one prompt; a failed request gives ``None`` for each (counted, never raised)."""
     try:
         texts = source.complete(messages, params, n)
     except RequestFailed:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AsyncGenerateFn",
+    "EpisodeSlot",
     "GenerateFn",
     "GenerationOutput",
     "Request",
@@ -66,8 +67,12 @@ def _runner(
 
 
 @dataclass
-class _Slot:
-    """One request's progress through its episodes (DualSQL: linker, then generator)."""
+class EpisodeSlot:
+    """One request's progress through its episodes (DualSQL: linker, then generator).
+
+    Shared by every loop that schedules episodes: ``run_episodes`` here, the concurrent
+    generation loops and the demonstration replay.
+    """
 
     example: Example
     db: Database
@@ -107,7 +112,7 @@ def run_episodes(
     cuts its own output to its own budget.
     """
     segments = ChatSegments(tokenizer, eos_token_ids)
-    slots = [_Slot(example, db, index) for example, db, index in requests]
+    slots = [EpisodeSlot(example, db, index) for example, db, index in requests]
     for slot in slots:
         slot.advance(agent, segments, sampling, limits)
     bar = _progress_bar(len(slots)) if progress else None

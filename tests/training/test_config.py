@@ -306,3 +306,12 @@ def test_docstring_examples_run(module: str) -> None:
 
     result = doctest.testmod(importlib.import_module(module))
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_the_type_descriptions_match_their_documented_examples() -> None:
+    import doctest
+
+    import training.config_fields
+
+    outcome = doctest.testmod(training.config_fields)
+    assert outcome.attempted >= 2 and outcome.failed == 0, outcome

@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from agents.types import Example
-from tests.helpers.local_trainer import changed, config, weights
+from tests.helpers.local_trainer import changed, config, tiny_inputs, weights
 from tests.helpers.registries import import_plugins
 from tests.helpers.schools import make_db
-from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
-from training.engines.local import LocalTrainer, TrainerInputs
+from tests.helpers.tiny_model import tiny_tokenizer
+from training.engines.local import LocalTrainer
 from training.rollout import GenerationOutput
 
 PLUGINS = "tests.training.example_plugins"
@@ -90,14 +90,7 @@ def step(plugins: ModuleType, examples: list[Example], tmp_path_factory: pytest.
         "algorithm.dynamic_sampling.enable=false",
         "trainer.samples_per_step=0",
     )
-    inputs = TrainerInputs(
-        model=tiny_model(seed=1),
-        tokenizer=tiny_tokenizer(),
-        train_examples=examples,
-        eval_examples=examples,
-        generate=FencePolicy(examples),
-    )
-    trainer = LocalTrainer(cfg, inputs, say=lambda _: None)
+    trainer = LocalTrainer(cfg, tiny_inputs(examples, examples, FencePolicy(examples)), say=lambda _: None)
     before = weights(trainer.model)
     metrics = trainer.train_step()
     return {"trainer": trainer, "metrics": metrics, "before": before, "estimated": estimated}

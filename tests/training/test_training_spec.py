@@ -17,12 +17,12 @@ from omegaconf import OmegaConf
 
 from agents import make_agent, training_spec
 from agents.types import ERROR_TURN_MASK, Example, TrainingSpec
-from tests.helpers.local_trainer import changed, config, weights
+from tests.helpers.local_trainer import changed, config, tiny_inputs, weights
 from tests.helpers.schools import QUESTIONS, make_db, schema_json
-from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
+from tests.helpers.tiny_model import tiny_tokenizer
 from tools.errors import ConfigError
 from training.engines import verl_common as C
-from training.engines.local import LocalTrainer, TrainerInputs
+from training.engines.local import LocalTrainer
 from training.engines.local_batch import track_masks
 from training.rollout import GenerationOutput
 
@@ -81,14 +81,7 @@ def test_dualsql_without_a_guardrails_key_trains_with_the_error_turn_mask(
 ) -> None:
     cfg = config("dualsql", tmp_path, "~agent.guardrails", "algorithm.dynamic_sampling.enable=false")
     assert "guardrails" not in cfg.agent.options  # the agent's default (on) decides
-    inputs = TrainerInputs(
-        model=tiny_model(seed=1),
-        tokenizer=tiny_tokenizer(),
-        train_examples=schools[:2],
-        eval_examples=schools[:2],
-        generate=GuardrailPolicy(schools),
-    )
-    trainer = LocalTrainer(cfg, inputs, say=lambda _: None)
+    trainer = LocalTrainer(cfg, tiny_inputs(schools[:2], schools[:2], GuardrailPolicy(schools)), say=lambda _: None)
     before = weights(trainer.model)
     metrics = trainer.train_step()
 

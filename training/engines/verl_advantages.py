@@ -62,13 +62,13 @@ def phase_aware_advantages(
     n, width = mask.shape
     extra = data.non_tensor_batch["extra_fields"]
     skip = list(excluded) if excluded is not None else [False] * n
-    dropped = [i for i in range(n) if not skip[i] and _field(extra[i], EPISODE_KEY, i).get("dropped")]
+    dropped = [i for i in range(n) if not skip[i] and extra_field(extra[i], EPISODE_KEY, i).get("dropped")]
     real = [i for i in range(n) if not skip[i] and i not in dropped]
     advantages = torch.zeros(n, width, dtype=torch.float32)  # [n, resp_len]
     metrics: dict[str, float] = {"sqlagent/dropped_rows": float(len(dropped))}
     if real:
-        records = [_field(extra[i], EPISODE_KEY, i) for i in real]
-        rewards = [_field(extra[i], REWARD_KEY, i) for i in real]
+        records = [extra_field(extra[i], EPISODE_KEY, i) for i in real]
+        rewards = [extra_field(extra[i], REWARD_KEY, i) for i in real]
         uids = [str(data.non_tensor_batch["uid"][i]) for i in real]
         groups = group_keys(uids, [r["role"] for r in records], settings.group_by)
         options = AdvantageOptions(
@@ -141,7 +141,7 @@ def _token_level(
     return adv, metrics
 
 
-def _like(padded: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def nested_like(padded: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``padded`` ``[n, resp_len]`` in the layout TransferQueue gave ``mask`` in: jagged rows
     (the usual case) or one dense tensor (when every row had the same length)."""
     from verl.workers.utils.padding import response_to_nested
@@ -151,7 +151,8 @@ def _like(padded: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return padded[:, : mask.shape[-1]]  # [n, resp_len]
 
 
-def _field(extra: Any, key: str, row: int) -> dict[str, Any]:
+def extra_field(extra: Any, key: str, row: int) -> dict[str, Any]:
+    """One row's record under ``key`` in the agent loop's ``extra_fields``; a clear error when absent."""
     extra = getattr(extra, "data", extra)
     if not isinstance(extra, Mapping) or key not in extra:
         raise ValueError(
@@ -261,7 +262,7 @@ def sample_rows(
     records: list[dict[str, Any]] = []
     prompt_texts: dict[str, Any] = {}
     for i in order[:count]:
-        ep, reward = _field(extra[i], EPISODE_KEY, i), _field(extra[i], REWARD_KEY, i)
+        ep, reward = extra_field(extra[i], EPISODE_KEY, i), extra_field(extra[i], REWARD_KEY, i)
         n = min(len(responses[i]), len(ep["policy_mask"]), len(ep["turn_index"]))  # dropped rows: n = 0
         key = prompt_id(prompts[i])
         prompt_texts.setdefault(key, [{"role": "prompt", "content": tokenizer.decode(list(prompts[i]))}])

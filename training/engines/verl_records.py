@@ -20,7 +20,7 @@ import torch
 from verl.protocol import DataProto
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from training.engines.verl_advantages import UPDATE_KEY, _field, sample_rows, step_record
+from training.engines.verl_advantages import UPDATE_KEY, extra_field, sample_rows, step_record
 from training.engines.verl_common import EPISODE_KEY, REWARD_KEY
 
 if TYPE_CHECKING:
@@ -51,11 +51,10 @@ class RunRecordsMixin(PPOTrainerSync):
 
     def _remember_step(self, proto: DataProto, is_padding: Sequence[bool]) -> None:
         extra = proto.non_tensor_batch["extra_fields"]
-        real = [
-            i for i, pad in enumerate(is_padding) if not pad and not _field(extra[i], EPISODE_KEY, i).get("dropped")
-        ]
-        records = [_field(extra[i], EPISODE_KEY, i) for i in real]
-        rewards = [_field(extra[i], REWARD_KEY, i) for i in real]
+        not_padding = [i for i, pad in enumerate(is_padding) if not pad]
+        real = [i for i in not_padding if not extra_field(extra[i], EPISODE_KEY, i).get("dropped")]
+        records = [extra_field(extra[i], EPISODE_KEY, i) for i in real]
+        rewards = [extra_field(extra[i], REWARD_KEY, i) for i in real]
         self._step_values: dict[str, float] | None = step_record(records, rewards)
 
     def _write_samples(self, batch: Any, proto: DataProto, is_padding: Sequence[bool]) -> None:

@@ -34,7 +34,7 @@ from verl.utils.py_functional import rename_dict
 from verl.utils.skip import SkipManager
 
 from tools.errors import ConfigError
-from training.engines.verl_advantages import _like, eval_record, phase_aware_advantages, step_record
+from training.engines.verl_advantages import eval_record, nested_like, phase_aware_advantages, step_record
 from training.engines.verl_common import EPISODE_KEY, TRAINER_MODE, VALIDATION_MARK, AdvantageSettings, WorkerSettings
 from training.engines.verl_kl import KLScheduleMixin
 from training.engines.verl_records import RunRecordsMixin
@@ -229,15 +229,15 @@ class SqlAgentTrainer(RunRecordsMixin, KLScheduleMixin):
         metrics.update(adv_metrics)
         self._remember_step(proto, is_padding)
         self._write_samples(batch, proto, is_padding)
-        output = {key: _like(proto.batch[key], nested_mask) for key in ("advantages", "returns")}
+        output = {key: nested_like(proto.batch[key], nested_mask) for key in ("advantages", "returns")}
         if corr is not None or any(zero):
             mask = proto.batch["response_mask"].clone()
             mask[torch.tensor(zero, dtype=torch.bool)] = 0
-            mask = _like(mask.to(nested_mask.dtype), nested_mask)
+            mask = nested_like(mask.to(nested_mask.dtype), nested_mask)
             output["response_mask"] = mask
             output["loss_mask"] = mask.clone()
             if "rollout_is_weights" in proto.batch:
-                output["rollout_is_weights"] = _like(proto.batch["rollout_is_weights"], nested_mask)
+                output["rollout_is_weights"] = nested_like(proto.batch["rollout_is_weights"], nested_mask)
         return tq.kv_batch_put(
             keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(output, batch_size=len(batch))
         )

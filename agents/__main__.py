@@ -43,9 +43,15 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--db", required=True, type=Path, help="SQLite database file")
     show.add_argument("--question", required=True)
     show.add_argument("--evidence", default="")
-    show.add_argument("--gold-sql", default="", help="gold SQL (Think2SQL restricts the schema to its tables)")
-    show.add_argument("--role", default=None, help="DualSQL: linker (default) or generator")
-    show.add_argument("--linked", default="", help="DualSQL generator: linked table.column list")
+    show.add_argument("--gold-sql", default="", help="gold SQL (an agent may restrict the schema to its tables)")
+    show.add_argument(
+        "--role",
+        default=None,
+        help="the episode role, for agents with several (e.g. linker, generator); default: the first",
+    )
+    show.add_argument(
+        "--linked", default="", help="a generator role's linked table.column list (the linker's result it starts from)"
+    )
     show.add_argument("--option", "-o", action="append", type=_option, default=[], help="agent option key=value")
     show.add_argument("--json", action="store_true", help="print the messages as JSON")
     return parser
@@ -81,7 +87,7 @@ def build_example(db_path: Path, question: str, evidence: str = "", gold_sql: st
 def prompt_messages(
     agent_name: str, example: Example, db: Any, options: dict[str, Any], role: str | None = None, linked: str = ""
 ) -> list[Message]:
-    """The first messages of ``agent_name``'s episode (``role`` picks a DualSQL episode)."""
+    """The first messages of ``agent_name``'s episode (``role`` picks the episode of an agent with several roles)."""
     agent = make_agent(agent_name, **options)
     previous: Sequence[EpisodeResult] = ()
     if role == "generator":
@@ -89,7 +95,7 @@ def prompt_messages(
         schema = SchemaSelection(tables=tuple(dict.fromkeys(c.split(".", 1)[0] for c in columns)), columns=columns)
         previous = (EpisodeResult("linker", None, schema if columns else None, [], "answer"),)
     elif role not in (None, "linker", "agent"):
-        raise ToolkitError(f"unknown role {role!r}; use linker or generator (DualSQL)")
+        raise ToolkitError(f"unknown role {role!r}; use linker or generator, or leave --role out")
     episode = agent.start(example, db, previous)
     if episode is None:
         raise ToolkitError(f"agent {agent_name!r} has no episode for role {role!r}")
@@ -101,8 +107,8 @@ def format_messages(messages: Sequence[Message]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
     try:
+        args = _parser().parse_args(argv)  # the parser lists the agents: a broken design fails here
         if args.command == "list":
             for name in list_agents():
                 opts = ", ".join(f"{k}={v!r}" for k, v in agent_options(name).items())

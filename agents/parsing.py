@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agents.types import SchemaSelection, ToolCall
-from tools.registry import Registry
+from tools.plugins import DESIGN_GROUP, Registry
 
 # ---------------------------------------------------------------------------- tags
 
@@ -126,7 +126,7 @@ def _load_json(text: str) -> tuple[Any, str]:
         return None, f"{type(exc).__name__}: {str(exc)[:120]}"
 
 
-PARSERS: Registry[Callable[[], ToolCallParser]] = Registry("tool-call parser")
+PARSERS: Registry[Callable[[], ToolCallParser]] = Registry("tool-call parser", plugins=DESIGN_GROUP)
 """``parser`` option name -> a zero-argument factory (usually the parser class)."""
 
 

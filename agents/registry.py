@@ -9,15 +9,15 @@ of valid ones, so a typo in a YAML file fails at start-up, not mid-training.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agents.types import Agent, TrainingSpec
+from agents.types import Agent, Example, TrainingSpec
 from tools.errors import ConfigError
-from tools.registry import Registry
+from tools.plugins import DESIGN_GROUP, Registry
 from tools.spelling import did_you_mean
 
-AGENTS: Registry[type] = Registry("agent")
+AGENTS: Registry[type] = Registry("agent", plugins=DESIGN_GROUP)
 
 
 def register_agent(name: str) -> Callable[[type], type]:
@@ -78,3 +78,24 @@ def training_spec(name: str, options: Mapping[str, Any] | None = None) -> Traini
             f"agent {name!r}: training_spec() returned {type(result).__name__}, not agents.types.TrainingSpec"
         )
     return result
+
+
+def runtime_options(
+    name: str,
+    options: Mapping[str, Any] | None = None,
+    *,
+    inference: bool = False,
+    few_shot_pool: Callable[[], Sequence[Example]] | None = None,
+) -> dict[str, Any]:
+    """The options agent ``name`` runs with: the configured ``options``, plus ``inference=True``
+    when evaluating and the agent has an inference mode, plus the few-shot pool when the
+    agent retrieves demonstrations (``few_shot_pool`` is called only then). Every caller -
+    both engines' training and validation, the SFT replay and ``eval.run`` - builds an
+    agent's options here."""
+    accepted = agent_options(name)
+    out = dict(options or {})
+    if inference and "inference" in accepted:
+        out["inference"] = True
+    if few_shot_pool is not None and "few_shot_pool" in accepted:
+        out["few_shot_pool"] = tuple(few_shot_pool())
+    return out

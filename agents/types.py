@@ -1,7 +1,7 @@
 """Shared types: the contracts between tools, rex, agents, eval.data and training.
 
 Everything here is plain data (no torch, no veRL), so every package can import it.
-See ARCHITECTURE.md "Contracts". Imports flow one way:
+See docs/architecture.md "Contracts". Imports flow one way:
 tools -> rex -> agents -> eval.data -> training -> eval.run / eval.compare.
 """
 
@@ -163,10 +163,21 @@ class Episode(Protocol):
 ERROR_TURN_MASK = "error_turn"
 """Mask name: when an episode ends in a failed turn, the loss on its earlier turns is masked,
 so the update concentrates on the error turn (DualSQL's guardrails end an episode at its
-first bad turn; SPEC §4)."""
+first bad turn; designs/dualsql/README.md)."""
 GROUP_KEYS = ("role", "question")
 SCHEMA_TRACK = "schema"
 """Track name: TRUST-SQL's schema track, trained on the turns up to its proposed schema."""
+
+
+def span_flag(track: str) -> str:
+    """The ``EpisodeResult.flags`` key where an episode records the last turn of track
+    ``track``'s token span (-1: the episode adds nothing to that track). An agent that names
+    a track in ``TrainingSpec.tracks`` records it; the masks read it (``training.algorithm.masks``).
+
+    >>> span_flag("schema")
+    'schema_span_turn'
+    """
+    return f"{track}_span_turn"
 
 
 @dataclass(frozen=True)
@@ -180,7 +191,8 @@ class TrainingSpec:
     groups when ``advantage.group_by`` does not say otherwise - ``role`` (one group per
     question and role) or ``question``. ``masks``: extra loss masks by name
     (``ERROR_TURN_MASK``). ``tracks``: reward tracks beyond ``full`` whose token span the
-    episodes mark (TRUST-SQL's ``schema``: the turns up to the proposed schema).
+    episodes mark, each in ``result.flags[span_flag(track)]`` (TRUST-SQL's ``schema``: the
+    turns up to the proposed schema).
 
     >>> TrainingSpec(roles=("linker", "generator"), masks=(ERROR_TURN_MASK,)).needs(ERROR_TURN_MASK)
     True

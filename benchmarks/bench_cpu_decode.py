@@ -1,5 +1,5 @@
 """CPU generation: sdpa attention vs the hybrid (sdpa prefill, plain-matmul one-token
-decode; training/cpu_attention.py) on the same bf16 weights and the same prompts.
+decode; training/generation/cpu_attention.py) on the same bf16 weights and the same prompts.
 
 Prints prefill time, decode time per step and the ratio, and whether the greedy tokens
 are identical (same math; in bf16 a near-tie can flip a token).
@@ -28,7 +28,7 @@ def load(tiny: bool) -> tuple[Any, Any]:
         from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
 
         return tiny_model(seed=0).to(torch.bfloat16).eval(), tiny_tokenizer()
-    from training.model import load_model
+    from training.generation.loading import load_model
 
     loaded = load_model(None, "cpu", say=lambda _: None)
     return loaded.model.to(torch.bfloat16).eval(), loaded.tokenizer
@@ -66,8 +66,8 @@ def main() -> None:
 
     import torch
 
-    from training.cpu_attention import use_hybrid_cpu_attention
-    from training.engines.local_policy import left_pad
+    from training.generation.cpu_attention import use_hybrid_cpu_attention
+    from training.generation.hf import left_pad
 
     torch.set_grad_enabled(False)
     model, tok = load(args.tiny)

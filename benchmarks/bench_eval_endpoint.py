@@ -53,11 +53,9 @@ def server_script(examples: list[Any], delay_s: float, first: list[float]) -> An
 def run_once(
     args: argparse.Namespace, tokenizer_dir: Path, out: Path, concurrency: int, examples: list[Any]
 ) -> tuple[float, dict[str, Any], int, int]:
-    from hydra import compose, initialize_config_module
-    from omegaconf import OmegaConf
-
     from eval.run import run
     from tests.helpers.fake_openai import FakeOpenAI
+    from training.config import compose_tree
 
     first: list[float] = []
     with FakeOpenAI(server_script(examples, args.delay, first)) as server:
@@ -76,8 +74,7 @@ def run_once(
         ]
         if args.samples > 1:
             overrides += ["eval.mode=sc", f"eval.samples={args.samples}", "eval.temperature=1.0"]
-        with initialize_config_module("recipes", version_base=None):
-            raw = OmegaConf.to_container(compose("eval", overrides=overrides), resolve=True)
+        raw = compose_tree("eval", overrides)
         summary = run(raw, {o.split("=", 1)[0] for o in overrides}, lambda _: None)
         seconds = time.perf_counter() - first[0]  # first request -> records, summary and report written
         return seconds, summary, server.max_in_flight, len(server.requests)

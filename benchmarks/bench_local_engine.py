@@ -38,9 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 
 
 def make_config(recipe: str, run_dir: str, overrides: list[str]) -> Any:
-    from hydra import compose, initialize_config_module
-    from omegaconf import OmegaConf
-
+    from training.config import compose_tree
     from training.run import prepare_config
 
     base = [
@@ -53,8 +51,7 @@ def make_config(recipe: str, run_dir: str, overrides: list[str]) -> Any:
         "trainer.total_steps=1",
         *overrides,
     ]
-    with initialize_config_module("recipes", version_base=None):
-        raw = OmegaConf.to_container(compose("config", overrides=base), resolve=True)
+    raw = compose_tree("config", base)
     explicit = {o.split("=", 1)[0] for o in base}
     return prepare_config(raw, explicit, say=lambda _: None)
 
@@ -78,7 +75,7 @@ def bench_recipe(recipe: str, args: argparse.Namespace) -> dict[str, float]:
 
     import torch
 
-    from training.engines.local import LocalTrainer, TrainerInputs
+    from training.engines.local.trainer import LocalTrainer, TrainerInputs
 
     with tempfile.TemporaryDirectory() as run_dir:
         cfg = make_config(recipe, run_dir, args.override)
@@ -125,8 +122,8 @@ def bare_compute(trainer: Any, policy: Any, recorder: RecordingGenerate, buffer:
     (the passes the algorithm needs, see the module docstring); seconds per part."""
     import torch
 
-    from training.engines import local_policy as lp
-    from training.engines.local_update import _split, micro_batches
+    from training.engines.local import loss as lp
+    from training.engines.local.update import _split, micro_batches
 
     cpu = time.process_time()
     start = time.perf_counter()
@@ -176,7 +173,9 @@ def bare_compute(trainer: Any, policy: Any, recorder: RecordingGenerate, buffer:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--recipes", nargs="+", default=["retoolsql", "think2sql", "trustsql", "dualsql"])
+    from agents.designs import list_designs
+
+    parser.add_argument("--recipes", nargs="+", default=list_designs(), help="default: every registered design")
     parser.add_argument("--tiny", action="store_true", help="tiny random model (seconds) instead of SmolLM2")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured steps before the measured one")
     parser.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides, e.g. algorithm.group_size=2")

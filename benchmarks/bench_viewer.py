@@ -1,7 +1,7 @@
 """Size and load time of the trajectory viewer's page (eval.view) with many trajectories.
 
 Builds ``--rows`` sample records (default 10,000) with the real record builder
-(training/records.py): TRUST-SQL-like episodes of ``--tokens`` response tokens in four
+(training/runs/samples.py): TRUST-SQL-like episodes of ``--tokens`` response tokens in four
 turns (two of them tool observations), groups of 8 sharing a prompt of ~3,000 characters,
 as a training run writes them. Prints the page's size (and what it would be with each
 prompt repeated in every row), the time to write it, and in headless Chromium (Debian's
@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from eval.view_page import render_page  # noqa: E402
-from training.records import prompt_id, sample_record  # noqa: E402
+from eval.reports.viewer_page import render_page  # noqa: E402
+from training.runs.samples import prompt_id, sample_record  # noqa: E402
 
 WORDS = "SELECT name FROM schools WHERE city = 'Fresno' <think> explore </think> <action> table column".split()
 

@@ -44,14 +44,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 
 def make_config(recipe: str, run_dir: str, overrides: Sequence[str]) -> Any:
     """The recipe with the CPU laptop profile, as ``training.run`` would prepare it."""
-    from hydra import compose, initialize_config_module
-    from omegaconf import OmegaConf
-
+    from training.config import compose_tree
     from training.run import prepare_config
 
     base = [f"recipe={recipe}", "engine=local", "logger=[]", f"run_dir={run_dir}", *overrides]
-    with initialize_config_module("recipes", version_base=None):
-        raw = OmegaConf.to_container(compose("config", overrides=base), resolve=True)
+    raw = compose_tree("config", base)
     explicit = {o.split("=", 1)[0].lstrip("+~") for o in base}
     lines: list[str] = []
     cfg = prepare_config(raw, explicit, say=lines.append)
@@ -72,8 +69,8 @@ def held_out(trainer: Any) -> dict[str, Any]:
     from rex import ExecScorer
     from tools import get_database
     from tools import get_database as db_of
+    from training.generation.hf import hf_generate
     from training.rollout import run_episodes
-    from training.rollout_setup import hf_generate
 
     start = time.perf_counter()
     # the trainer's generation weights, in chunks of 32 rows (fewer, fuller decode batches on CPU)
@@ -144,8 +141,8 @@ class RewardRecorder:
 
 def warm_start(args: argparse.Namespace, overrides: list[str], say: Any) -> tuple[Path, dict[str, Any]]:
     """Train (or reuse) the shared warm start; return its directory and its held-out EX."""
-    from training.engines.local import LocalTrainer
-    from training.engines.local_warm_start import DONE, warm_start_dir
+    from training.engines.local.trainer import LocalTrainer
+    from training.engines.local.warm_start import DONE, warm_start_dir
 
     run_dir = Path(args.out) / "warm"
     cfg, profile = make_config(args.recipe, str(run_dir), [*overrides, "seed=0"])
@@ -177,7 +174,7 @@ def run_arm(
     args: argparse.Namespace, overrides: list[str], warm_dir: Path, seed: int, lr_zero: bool, say: Any
 ) -> dict[str, Any]:
     """N GRPO steps from the warm start; the control zeroes the learning rate."""
-    from training.engines.local import LocalTrainer
+    from training.engines.local.trainer import LocalTrainer
 
     arm = "control" if lr_zero else "grpo"
     run_dir = Path(args.out) / f"{arm}-seed{seed}"

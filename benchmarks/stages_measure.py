@@ -3,7 +3,7 @@
 Protocol (fixed before running; the numbers are whatever comes out), per design:
 1. A format warm start: the laptop profile's SFT on demonstrations of the design's protocol
    (gold SQL of ``--warm-examples`` training questions drawn with seed ``seed + 1``), since
-   the 135M default writes no design's format out of the box (FACTS.md) and a chain on the
+   the 135M default writes no design's format out of the box (docs/engines.md "The warm start") and a chain on the
    raw model keeps no trace at all. The overlap between the warm start's questions and the
    chain's questions is printed (same split, different seeded draws).
 2. ``stage=sft_rl`` from those weights, on the bundled minibird data with the laptop
@@ -14,7 +14,7 @@ Protocol (fixed before running; the numbers are whatever comes out), per design:
    ``--rl-steps`` GRPO steps (laptop sizes) from the SFT weights; EX is greedy on the same
    ``--dev`` held-out questions before SFT, after SFT and after RL.
 
-Every stage is resumable (``training/stages/store.py``): rerunning the same command after
+Every stage is resumable (``training/supervised/store.py``): rerunning the same command after
 a kill continues. Writes ``<out>/<design>/chain/supervised/summary.json`` per design and
 ``<out>/stages_measure.json`` + a Markdown table of every finished design.
 
@@ -37,28 +37,30 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
 
-DESIGNS = ("think2sql", "trustsql", "retoolsql", "dualsql")
+
+def registered_designs() -> list[str]:
+    """The designs to measure by default: every registered one."""
+    from agents.designs import list_designs
+
+    return list_designs()
 
 
 def make_config(recipe: str, run_dir: Path, overrides: Sequence[str], say: Any) -> Any:
     """The recipe with the CPU laptop profile, as ``training.run`` prepares it."""
-    from hydra import compose, initialize_config_module
-    from omegaconf import OmegaConf
-
+    from training.config import compose_tree
     from training.run import prepare_config
 
     base = [f"recipe={recipe}", "engine=local", "logger=[]", f"run_dir={run_dir}", *overrides]
-    with initialize_config_module("recipes", version_base=None):
-        raw = OmegaConf.to_container(compose("config", overrides=base), resolve=True)
+    raw = compose_tree("config", base)
     explicit = {o.split("=", 1)[0].lstrip("+~") for o in base}
     return prepare_config(raw, explicit, say=say)
 
 
 def warm_start(recipe: str, out: Path, args: argparse.Namespace, say: Any) -> tuple[Path, list[str], dict]:
     """Train (or reuse) the design's format warm start; its directory and question ids."""
-    from training.engines.local import LocalTrainer, TrainerInputs
-    from training.engines.local_warm_start import warm_start_dir
-    from training.rollout_setup import fixed_subset
+    from training.engines.local.trainer import LocalTrainer, TrainerInputs
+    from training.engines.local.warm_start import warm_start_dir
+    from training.rollout.setup import fixed_subset
 
     cfg = make_config(
         recipe,
@@ -78,8 +80,8 @@ def warm_start(recipe: str, out: Path, args: argparse.Namespace, say: Any) -> tu
 
 
 def measure(recipe: str, args: argparse.Namespace, say: Any) -> dict[str, Any]:
-    from training.rollout_setup import fixed_subset
-    from training.stages.runner import run_stage
+    from training.rollout.setup import fixed_subset
+    from training.supervised.chain import run_stage
 
     out = Path(args.out) / recipe
     start = time.perf_counter()
@@ -163,7 +165,8 @@ HEADER = (
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--designs", nargs="+", default=list(DESIGNS), choices=DESIGNS)
+    designs = registered_designs()
+    parser.add_argument("--designs", nargs="+", default=designs, choices=designs)
     parser.add_argument("--questions", type=int, default=8, help="training questions for traces and pass@k")
     parser.add_argument("--k", type=int, default=4, help="samples per question for pass@k and mining")
     parser.add_argument("--dev", type=int, default=8, help="held-out minibird dev questions for EX")
@@ -192,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{results[recipe]['overlap_warm_chain']}"
         )
     say(HEADER)
-    for recipe in DESIGNS:
+    for recipe in sorted(results):
         if recipe in results:
             say(row(results[recipe]))
 

@@ -2,19 +2,19 @@
 
 A run directory is either an ``eval.run`` output (``summary.json`` with per-difficulty
 numbers, ``records.jsonl`` per question) or a ``training.run`` directory
-(``metrics.jsonl`` from ``training/logging_utils.py``: one JSON record per line with
+(``metrics.jsonl`` from ``training/runs/logger.py``: one JSON record per line with
 ``step``, ``kind`` - ``config`` (the effective config with its ``sweep`` and ``ablation``),
 ``train`` or ``eval_before`` / ``eval_val`` / ``eval_after`` - and the metrics named in
-``training.records.METRICS``; ``heldout_after.jsonl`` per question). A sweep directory
+``training.runs.samples.METRICS``; ``heldout_after.jsonl`` per question). A sweep directory
 (``training.run -m``) stands for every run in it. Writes ``compare.md`` and ``compare.csv``
 (also printed), ``ex_by_difficulty.png`` and ``training_curves.png`` with matplotlib's Agg
 backend, and logs a wandb table and the images when wandb is online (offline: skipped with
 a message; wandb never makes the comparison fail).
 
-``--report`` adds the ablation report (eval/ablation.py for the numbers): a wandb report
-built with ``wandb-workspaces`` (eval/wandb_report.py), saved to the project when logged in;
+``--report`` adds the ablation report (eval/reports/ablation.py for the numbers): a wandb report
+built with ``wandb-workspaces`` (eval/reports/wandb_report.py), saved to the project when logged in;
 offline its specification is written as ``report_spec.json`` and the same panels as a
-self-contained ``report.html`` (eval/report_html.py) beside the Markdown and PNGs.
+self-contained ``report.html`` (eval/reports/report_page.py) beside the Markdown and PNGs.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.types import difficulty_order
-from eval.plotting import pyplot
+from eval.reports.plots import pyplot
 from tools.errors import ConfigError, DataError, ToolkitError
 
 Say = Callable[[str], None]
@@ -134,7 +134,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _scores(summary: Mapping[str, Any]) -> dict[str, dict[str, float | None]]:
-    """The four held-out scores of a summary (eval.report.summarize), overall and per difficulty."""
+    """The four held-out scores of a summary (eval.summary.summarize), overall and per difficulty."""
 
     def block(b: Mapping[str, Any]) -> dict[str, float | None]:
         return {
@@ -168,7 +168,7 @@ def _questions(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _eval_view(folder: Path, s: dict[str, Any]) -> RunView:
-    from eval.records import RECORDS
+    from eval.run_store import RECORDS
 
     return RunView(
         name=folder.name,
@@ -188,8 +188,8 @@ def _eval_view(folder: Path, s: dict[str, Any]) -> RunView:
 
 
 def _train_view(folder: Path, metrics: Path) -> RunView:
-    from eval.report import summarize
-    from training.records import CURVES as TRAIN_CURVES
+    from eval.summary import summarize
+    from training.runs.samples import CURVES as TRAIN_CURVES
 
     view = RunView(name=folder.name, path=folder, kind="train")
     evals: dict[str, dict[str, Any]] = {}
@@ -372,7 +372,7 @@ def log_wandb(
     header: Sequence[str], rows: Sequence[Sequence[Any]], images: Sequence[Path], project: str, say: Say
 ) -> bool:
     """Log the table and plots as a wandb run when wandb is online; True when logged."""
-    from training.logging_utils import wandb_mode
+    from training.runs.logger import wandb_mode
 
     mode = wandb_mode()
     if mode != "online":
@@ -431,7 +431,7 @@ def compare(
     logged = log_wandb(header, rows, images, project, say) if use_wandb else False
     result: dict[str, Any] = {"header": header, "rows": rows, "images": [str(p) for p in images], "wandb": logged}
     if report:
-        from eval.wandb_report import write_report
+        from eval.reports.wandb_report import write_report
 
         result["report"] = write_report(
             views, out, project=project, entity=entity, baseline=baseline, use_wandb=use_wandb, say=say

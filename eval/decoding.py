@@ -19,7 +19,7 @@ def policy_config(raw: Mapping[str, Any], explicit: set[str], say: Say = print) 
     questions, turns and token lengths - are applied and printed; values set on the command
     line are kept."""
     from training.config import TrainConfig, apply_laptop_profile, list_recipes
-    from training.prepare import resolve_device
+    from training.config.command import resolve_device
 
     if not raw.get("recipe_name"):
         raise ConfigError(
@@ -75,7 +75,7 @@ def resolve_decoding(
     answer. ``max_context_tokens`` = prompt cap + response cap, never more than the model's
     context, so no generation asks for more than context - prompt (the rollout driver
     bounds every call by what is left)."""
-    from training.rollout_setup import context_tokens
+    from training.rollout.setup import context_tokens
 
     ev, r = cfg.evaluation, cfg.rollout
     mode = settings.mode or ev.mode
@@ -138,7 +138,7 @@ def describe_decoding(d: Decoding) -> str:
 def model_context_from_path(path: str | None) -> int | None:
     """The model's context length from its config.json, without loading weights (dry run);
     None when the checkpoint is not on disk yet."""
-    from training.model import embedded_checkpoint_dir
+    from training.generation import embedded_checkpoint_dir
 
     folder = Path(path) if path else embedded_checkpoint_dir()
     config = folder / "config.json"
@@ -153,8 +153,8 @@ def model_context_from_path(path: str | None) -> int | None:
 
 def sampling_and_limits(d: Decoding) -> tuple[Any, Any]:
     """Sampling parameters and rollout limits from the effective settings (the context of
-    ``training.rollout_setup.rollout_limits`` is ``d.max_context_tokens``: the same rule)."""
-    from training.rollout_setup import rollout_limits, sampling_params
+    ``training.rollout.setup.rollout_limits`` is ``d.max_context_tokens``: the same rule)."""
+    from training.rollout.setup import rollout_limits, sampling_params
 
     sampling = sampling_params(d.temperature, d.top_p, d.top_k, d.max_new_tokens)
     limits = rollout_limits(

@@ -11,10 +11,10 @@ from typing import Any
 
 from agents.types import Example
 from eval.predictions import BIRD_SEPARATOR, pair_predictions, read_predictions
-from eval.records import REPORT, SUMMARY, RunStore
-from eval.report import console_summary, markdown, summarize
+from eval.run_store import REPORT, SUMMARY, RunStore
 from eval.scoring import Sample, sample_from_trajectories, score_question
 from eval.settings import EvalSettings, Say
+from eval.summary import console_summary, markdown, summarize
 from tools.errors import ConfigError
 
 Producer = Callable[[Sequence[Example]], dict[str, list[Sample]]]
@@ -24,7 +24,7 @@ Producer = Callable[[Sequence[Example]], dict[str, list[Sample]]]
 def select_examples(examples: Sequence[Example], limit: int | None, seed: int = 0) -> list[Example]:
     """A fixed seeded subset of ``limit`` questions - the same one training's before/after EX
     uses for ``data.eval_limit`` with the same seed - or all of them."""
-    from training.rollout_setup import fixed_subset
+    from training.rollout.setup import fixed_subset
 
     return fixed_subset(examples, limit, seed)
 

@@ -32,13 +32,13 @@ def run_model(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> d
     limits, the model."""
     import torch
 
-    from training.model import autocast_for, load_model
-    from training.rollout_setup import hf_generate, model_context
+    from training.generation import autocast_for, hf_generate, load_model
+    from training.rollout.setup import model_context
 
     requested = settings_from(raw)
     cfg, device, laptop = policy_config(raw, explicit, say)
     torch.manual_seed(cfg.seed)
-    if cfg.model.base_url:  # an OpenAI-compatible endpoint (training/generation.py), no weights loaded
+    if cfg.model.base_url:  # an OpenAI-compatible endpoint (training/generation/sources.py), no weights loaded
         decoding, settings = _decoding_and_settings(cfg, requested, explicit, laptop, None, say)
         examples = load_eval_examples(cfg.data, decoding.questions, cfg.seed, say)
         agent, options = _eval_agent(cfg, say)
@@ -63,7 +63,7 @@ def run_model(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> d
         **dataclasses.asdict(decoding),
     }
     if device == "cpu" and cfg.model.decode_attention == "auto":
-        from training.cpu_attention import use_hybrid_cpu_attention
+        from training.generation import use_hybrid_cpu_attention
 
         use_hybrid_cpu_attention(loaded.model)  # the model only generates here
     generate = hf_generate(loaded.model, loaded.tokenizer, device, autocast)  # no log-probs: nothing is updated
@@ -73,15 +73,13 @@ def run_model(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> d
 def _eval_agent(cfg: Any, say: Say) -> tuple[Any, dict[str, Any]]:
     """The design's agent in inference mode (TRUST-SQL's 15-turn budget), with few-shot
     examples from the training split where the design takes them."""
-    from agents import agent_options, make_agent
+    from agents import make_agent, runtime_options
 
-    options = dict(cfg.agent.options)
-    accepted = agent_options(cfg.agent.name)
-    if "inference" in accepted:
-        options["inference"] = True
-    if "few_shot_pool" in accepted:
-        options["few_shot_pool"] = tuple(_few_shot_pool(cfg.data, say))
-    return make_agent(cfg.agent.name, **options), options
+    name = cfg.agent.name
+    options = runtime_options(
+        name, cfg.agent.options, inference=True, few_shot_pool=lambda: _few_shot_pool(cfg.data, say)
+    )
+    return make_agent(name, **options), options
 
 
 def _plain_options(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -117,12 +115,18 @@ def evaluate_endpoint(
     """``eval.run model.base_url=... model.name=...``: score an OpenAI-compatible endpoint
     with the design's agent, exactly like a local model (same sampling, limits, records).
     Up to ``model.concurrency`` requests are in flight, each episode at its own pace
-    (``training/concurrent_episodes.py``); ``model.concurrency=1`` is the sequential path."""
+    (``training/rollout/concurrent.py``); ``model.concurrency=1`` is the sequential path."""
     from transformers import AutoTokenizer
 
-    from training.concurrent_episodes import ConcurrentTextGenerate, questions_per_batch
-    from training.generation import EndpointSource, EndpointSpec, reasoning_tag
-    from training.model import prepare_tokenizer, resolve_model_path
+    from training.generation import (
+        ConcurrentTextGenerate,
+        EndpointSource,
+        EndpointSpec,
+        prepare_tokenizer,
+        questions_per_batch,
+        reasoning_tag,
+        resolve_model_path,
+    )
 
     m = cfg.model
     spec = EndpointSpec(

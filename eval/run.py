@@ -77,7 +77,7 @@ def run(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> dict[st
 
 
 def _hydra_main() -> None:
-    from training.prepare import hydra_entry
+    from training.config.command import hydra_entry
 
     hydra_entry("eval", run)
 

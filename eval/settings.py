@@ -13,7 +13,7 @@ from tools.errors import ConfigError
 
 Say = Callable[[str], None]
 
-DEFAULT_SAMPLES = 16  # SPEC.md: ReToolSQL's self-consistency draws N = 16
+DEFAULT_SAMPLES = 16  # ReToolSQL's self-consistency draws N = 16
 MODES = ("greedy", "sample", "sc", "passk")
 """greedy: one temperature-0 answer; sample: one sampled answer (Think2SQL's protocol);
 sc: a vote over N samples (self-consistency / majority voting); passk: N samples, sample 0

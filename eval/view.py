@@ -1,8 +1,8 @@
 """``python -m eval.view RUN_OR_EVAL_DIR [--out FILE] [--serve [--port N]]``: read trajectories.
 
 Writes one static HTML page (no server needed) of the sampled rollouts of a training run
-(``samples.jsonl`` + ``prompts.jsonl``, training/records.py) or of the per-question records
-of an evaluation (``records.jsonl``, eval/records.py): each trajectory turn by turn with
+(``samples.jsonl`` + ``prompts.jsonl``, training/runs/samples.py) or of the per-question records
+of an evaluation (``records.jsonl``, eval/run_store.py): each trajectory turn by turn with
 role, phase, the tool call and its observation, the tokens that carry loss highlighted
 against the masked ones (observation, phase-prefix, error-turn masks; dropped by dynamic
 sampling), reward components and advantages, the outcome, and the gold and predicted
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.compare import read_jsonl
-from eval.view_page import PAGE_SIZE, render_page
+from eval.reports.viewer_page import PAGE_SIZE, render_page
 from tools.errors import DataError, ToolkitError
 
 Say = Callable[[str], None]
@@ -36,7 +36,7 @@ PAGE = "view.html"
 
 def training_rows(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows and prompts of a training run's samples.jsonl / prompts.jsonl."""
-    from training.records import PROMPTS, SAMPLES
+    from training.runs.samples import PROMPTS, SAMPLES
 
     rows = [dict(r, kind="train") for r in read_jsonl(folder / SAMPLES)]
     prompts = {p["prompt_id"]: p.get("messages") for p in read_jsonl(folder / PROMPTS)}
@@ -45,7 +45,7 @@ def training_rows(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def eval_rows(folder: Path) -> list[dict[str, Any]]:
     """Rows of an eval.run output: one per question (no token masks: nothing was trained)."""
-    from eval.records import RECORDS, SETTINGS
+    from eval.run_store import RECORDS, SETTINGS
 
     settings = json.loads((folder / SETTINGS).read_text()) if (folder / SETTINGS).is_file() else {}
     design = settings.get("recipe") or settings.get("agent") or ""
@@ -82,8 +82,8 @@ def eval_rows(folder: Path) -> list[dict[str, Any]]:
 
 def load_rows(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any], str]:
     """(rows, prompts, what) of a training run or an eval.run directory."""
-    from eval.records import RECORDS
-    from training.records import SAMPLES
+    from eval.run_store import RECORDS
+    from training.runs.samples import SAMPLES
 
     folder = Path(path).expanduser()
     if folder.is_file():

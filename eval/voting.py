@@ -1,5 +1,5 @@
-"""Self-consistency voting, pass@k and unique-SQL counts (SPEC.md "Self-consistency and
-majority voting, exactly").
+"""Self-consistency voting, pass@k and unique-SQL counts (docs/evaluation.md "Self-consistency and
+majority voting").
 
 Voting works on already-executed results so that it is a pure function (tested on
 hand-made candidates); ``self_consistency`` executes the candidates first, read-only,

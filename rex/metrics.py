@@ -32,7 +32,7 @@ OUTCOMES: tuple[str, ...] = (
 """The six EX outcomes. Only ``match`` scores 1."""
 
 REL_TOL = 1e-6
-"""REX numeric tolerance (relative), SPEC.md §4 step 1."""
+"""REX numeric tolerance (relative), docs/evaluation.md "Semantics", REX step 1."""
 ABS_TOL = 1e-9
 """REX absolute floor, a project choice: ``0.1 + 0.2 - 0.3`` (5.6e-17) equals 0, which a
 purely relative tolerance would refuse (nothing is relatively close to 0 but 0)."""
@@ -94,7 +94,7 @@ class QatchScores:
 
 
 def qatch_scores(gold: ResultLike, pred: ResultLike) -> QatchScores:
-    """QATCH as SPEC.md §2 defines it.
+    """QATCH as docs/evaluation.md "Semantics" defines it.
 
     Cells are flattened over rows and columns and de-duplicated (a set, compared with
     Python equality: ``1 == 1.0``, ``'1' != 1``, NULL equals NULL; no tolerance).
@@ -153,7 +153,7 @@ def rex_score(gold: ResultLike, pred: ResultLike, ordered: bool) -> float:
 
 
 def rex_compare(gold: ResultLike, pred: ResultLike, ordered: bool) -> RexResult:
-    """REX (robust execution match), exactly the binding steps of SPEC.md §4.
+    """REX (robust execution match), exactly the steps docs/evaluation.md "Semantics" gives.
 
     ``ordered`` is True when the gold SQL has a top-level ORDER BY
     (``rex.sql.has_top_level_order_by``).

@@ -25,7 +25,7 @@ from rex.spider import order_matters, spider_execution_match
 from rex.sql import has_top_level_order_by, normalize_sql
 from rex.tables import Failure, Table, as_outcome
 from tools.errors import ConfigError
-from tools.registry import Registry
+from tools.plugins import DESIGN_GROUP, Registry
 from tools.spelling import did_you_mean
 
 if TYPE_CHECKING:
@@ -52,8 +52,8 @@ class ExecMetric(Protocol):
     ) -> tuple[float, dict[str, Any]]: ...
 
 
-METRICS: Registry[ExecMetric] = Registry("execution metric")
-"""The execution-metric knob of every reward (SPEC.md "One execution-metric knob"): ``ex``,
+METRICS: Registry[ExecMetric] = Registry("execution metric", plugins=DESIGN_GROUP)
+"""The execution-metric knob of every reward (docs/designs.md "One execution-metric knob"): ``ex``,
 ``rex``, ``qatch`` and ``spider`` (Spider's official execution match, the EX rule of
 ``data=spider``), plus any metric registered with :func:`register_metric`."""
 

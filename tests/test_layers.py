@@ -1,11 +1,14 @@
-"""The package layers hold, the import graph has no cycle, and modules stay small.
+"""The package layers hold, the import graph has no cycle, and modules and folders stay small.
 
-Imports flow one way (docs/INTERFACES.md, ARCHITECTURE.md "Contracts"):
+Imports flow one way (docs/architecture.md "Layers"):
 tools → rex → agents → eval.data (+ the evaluation library training reads) → training →
-eval.run / eval.compare and the other front ends. A module may import its own layer or a
-lower one, never a higher one. The graph is read with ``ast`` from the source tree, so an
-import inside a function counts as much as one at the top of a file (it runs all the same,
-only later); an import under ``if TYPE_CHECKING:`` does not (it never runs).
+eval.run / eval.compare and the other front ends → designs. A module may import its own
+layer or a lower one, never a higher one; nothing imports a design (the registry loads
+designs through their entry points) and no design imports another. The graph is read with
+``ast`` from the source tree, so an import inside a function counts as much as one at the
+top of a file (it runs all the same, only later); an import under ``if TYPE_CHECKING:``
+does not run, but a cycle through one still ties two modules together, so the cycle check
+counts it.
 """
 
 from __future__ import annotations
@@ -14,16 +17,16 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("tools", "rex", "agents", "eval", "training")
+PACKAGES = ("tools", "rex", "agents", "eval", "training", "designs")
 
-LAYERS = ("tools", "rex", "agents", "eval library", "training", "eval front ends")
+LAYERS = ("tools", "rex", "agents", "eval library", "training", "eval front ends", "designs")
 EVAL_LIBRARY = {
     "eval.data": "the loaders and the bundled benchmark",
     "eval.units": "number formatting shared by the trainers' consoles and the reports",
-    "eval.scoring": "scoring predictions, also used on training trajectories (training.records)",
+    "eval.scoring": "scoring predictions, also used on training trajectories (training.runs.samples)",
     "eval.voting": "self-consistency voting, used by eval.scoring",
-    "eval.report": "per-difficulty summaries, also written for training runs (training.records)",
-    "eval.records": "the evaluation records store",
+    "eval.summary": "per-difficulty summaries, also written for training runs (training.runs.samples)",
+    "eval.run_store": "the evaluation records store",
     "eval.predictions": "reading prediction files",
 }
 """``eval`` modules below ``training`` (with why): everything else in ``eval`` sits on top."""
@@ -60,11 +63,12 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+def _runtime_imports(tree: ast.AST, type_checking: bool = False) -> list[ast.Import | ast.ImportFrom]:
+    """The imports that run (``type_checking``: those under ``if TYPE_CHECKING:`` too)."""
     found: list[ast.Import | ast.ImportFrom] = []
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
+        if isinstance(node, ast.If) and _is_type_checking(node.test) and not type_checking:
             for child in node.orelse:
                 visit(child)
             return
@@ -77,11 +81,12 @@ def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
-def imports_of(module: str, path: Path, known: dict[str, Path]) -> dict[str, int]:
-    """The project modules ``module`` imports at run time, with the line of each import."""
+def imports_of(module: str, path: Path, known: dict[str, Path], type_checking: bool = False) -> dict[str, int]:
+    """The project modules ``module`` imports at run time (``type_checking``: for the type
+    checker too), with the line of each import."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out: dict[str, int] = {}
-    for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"), str(path)), type_checking):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         else:
@@ -99,9 +104,9 @@ def imports_of(module: str, path: Path, known: dict[str, Path]) -> dict[str, int
     return out
 
 
-def import_graph() -> dict[str, dict[str, int]]:
+def import_graph(type_checking: bool = False) -> dict[str, dict[str, int]]:
     known = source_modules()
-    return {m: imports_of(m, p, known) for m, p in known.items()}
+    return {m: imports_of(m, p, known, type_checking) for m, p in known.items()}
 
 
 def layer_violations(graph: dict[str, dict[str, int]]) -> list[str]:
@@ -165,9 +170,21 @@ def test_imports_follow_the_layers() -> None:
 
 
 def test_the_import_graph_has_no_cycle() -> None:
-    graph = import_graph()
+    """Not at run time, and not through imports made only for the type checker."""
+    graph = import_graph(type_checking=True)
     cycles = [describe_cycle(graph, c) for c in import_cycles(graph)]
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_no_design_imports_another_design() -> None:
+    bad = [
+        f"{module} imports {target} at line {line}"
+        for module, targets in sorted(import_graph().items())
+        if module.startswith("designs.")
+        for target, line in sorted(targets.items())
+        if target.startswith("designs.") and target.split(".")[1] != module.split(".")[1]
+    ]
+    assert not bad, "a design is one plugin and imports no other:\n" + "\n".join(bad)
 
 
 def test_no_module_is_longer_than_the_limit() -> None:
@@ -181,6 +198,119 @@ def test_no_module_is_longer_than_the_limit() -> None:
     )
     stale = sorted(name for name in DATA_TABLES if lengths.get(name, 0) <= MAX_LINES)
     assert not stale, f"DATA_TABLES lists modules that are no longer over the limit: {stale}"
+
+
+MAX_MODULES_PER_FOLDER = 15
+"""A folder of product code holding more modules than this needs subpackages that say what they hold."""
+ENTRY_MODULES = {"__init__", "__main__"}
+COMMANDS = {"training/run.py", "eval/run.py"}
+"""``python -m training.run`` and ``python -m eval.run``: the names are the user's commands."""
+
+
+def _product_folders() -> dict[Path, list[Path]]:
+    folders: dict[Path, list[Path]] = {}
+    for pkg in PACKAGES:
+        for path in sorted((REPO / pkg).rglob("*.py")):
+            folders.setdefault(path.parent, []).append(path)
+    return folders
+
+
+def test_no_folder_holds_more_than_the_limit() -> None:
+    crowded = [
+        f"{folder.relative_to(REPO).as_posix()}/: {len(paths)} modules"
+        for folder, paths in sorted(_product_folders().items())
+        if len(paths) > MAX_MODULES_PER_FOLDER
+    ]
+    assert not crowded, f"folders with more than {MAX_MODULES_PER_FOLDER} modules (group them):\n" + "\n".join(crowded)
+
+
+def test_no_two_modules_share_a_name_outside_the_designs() -> None:
+    """One name, one meaning: ``records.py`` three times says nothing. Each design folder
+    repeats the same plugin layout (agent, reward, tools, ...) on purpose, so designs are
+    left out."""
+    seen: dict[str, list[str]] = {}
+    for pkg in PACKAGES:
+        if pkg == "designs":
+            continue
+        for path in sorted((REPO / pkg).rglob("*.py")):
+            if path.stem not in ENTRY_MODULES and path.relative_to(REPO).as_posix() not in COMMANDS:
+                seen.setdefault(path.stem, []).append(path.relative_to(REPO).as_posix())
+    repeated = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert not repeated, f"module names used twice: {repeated}"
+
+
+def _docstring_positions(tree: ast.AST) -> set[tuple[int, int]]:
+    """Where the string statements are (module, class and function docstrings, attribute notes)."""
+    return {
+        (node.lineno, node.col_offset)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+    }
+
+
+def design_name_uses(path: Path, names: list[str], root: Path = REPO) -> list[str]:
+    """Identifiers and string literals (not comments or docstrings) of ``path`` that name a design."""
+    import io
+    import re
+    import tokenize
+
+    pattern = re.compile("|".join(re.escape(n) for n in names), re.IGNORECASE)
+    source = path.read_text(encoding="utf-8")
+    docstrings = _docstring_positions(ast.parse(source))
+    kinds = {tokenize.NAME, tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}
+    hits = []
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type in kinds and tok.start not in docstrings and pattern.search(tok.string):
+            hits.append(f"{path.relative_to(root).as_posix()}:{tok.start[0]}: {tok.string[:70]}")
+    return hits
+
+
+def test_no_product_module_outside_a_design_names_a_design() -> None:
+    """A design is one folder: the code outside ``designs/`` reaches a design only through
+    the registries, so adding or removing one edits no other module. The names come from
+    the design registry (an installed outside design counts too)."""
+    from agents.designs import list_designs
+
+    names = list_designs()
+    assert names, "no design is registered: is the project installed (pip install -e .)?"
+    hits = [
+        hit
+        for pkg in PACKAGES
+        if pkg != "designs"
+        for path in sorted((REPO / pkg).rglob("*.py"))
+        for hit in design_name_uses(path, names)
+    ]
+    assert not hits, "design names outside designs/ (ask a registry instead):\n" + "\n".join(hits)
+
+
+def test_the_shared_config_names_no_design() -> None:
+    """The shared Hydra config (``recipes/``) names no design: a recipe picks one."""
+    import re
+
+    from agents.designs import list_designs
+
+    pattern = re.compile("|".join(re.escape(n) for n in list_designs()), re.IGNORECASE)
+    hits = []
+    for path in sorted((REPO / "recipes").rglob("*.yaml")):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if pattern.search(code):
+                hits.append((path.relative_to(REPO).as_posix(), number, code.strip()))
+    assert not hits, hits
+
+
+def test_the_name_check_sees_names_and_strings_but_not_docs(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(
+        '"""About MyDesign."""\n'
+        "# mydesign in a comment\n"
+        'X = "uses mydesign"\n'
+        "def f():\n"
+        '    """mydesign in a docstring."""\n'
+        "    return MYDESIGN_LIMIT\n"
+    )
+    hits = design_name_uses(module, ["mydesign"], root=tmp_path)
+    assert hits == ['m.py:3: "uses mydesign"', "m.py:6: MYDESIGN_LIMIT"]
 
 
 def test_the_checks_see_what_they_check(tmp_path: Path) -> None:

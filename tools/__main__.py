@@ -19,9 +19,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from tools.connection import get_database
+from tools.db.connection import get_database
+from tools.db.limits import PRESETS
 from tools.errors import ConfigError, ToolkitError
-from tools.limits import PRESETS
 from tools.toolbox import TOOLS, ToolBox
 
 

@@ -155,10 +155,10 @@ def build(
 ) -> BuildReport:
     """Build the ``kinds`` caches of every database (skipping those already built), with a
     progress bar over the units of work (a profile, an FTS index, one BM25 index per column)."""
-    from tools.bm25 import ensure_index_on_disk
-    from tools.connection import get_database
-    from tools.fts import ensure_fts_index
-    from tools.profile import load_or_build_profile, profile_cache_path
+    from tools.db.connection import get_database
+    from tools.explore.bm25 import ensure_index_on_disk
+    from tools.explore.fts import ensure_fts_index
+    from tools.schema.profile import load_or_build_profile, profile_cache_path
 
     kinds = check_kinds(kinds)
     if bm25_columns not in BM25_COLUMNS:

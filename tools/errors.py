@@ -25,9 +25,9 @@ class DataError(ToolkitError, ValueError):
 class UnknownNameError(ToolkitError, ValueError):
     """A registry lookup missed: lists the registered names and the closest one."""
 
-    def __init__(self, kind: str, name: str, registered: list[str]) -> None:
+    def __init__(self, kind: str, name: str, registered: list[str], note: str = "") -> None:
         self.kind, self.name, self.registered = kind, name, registered
         hint = did_you_mean(name, registered)  # "; did you mean 'x'?" or ""
         super().__init__(
-            f"unknown {kind} {name!r}{hint or ';'} registered {kind}s: {', '.join(registered) or '(none)'}"
+            f"unknown {kind} {name!r}{hint or ';'} registered {kind}s: {', '.join(registered) or '(none)'}{note}"
         )

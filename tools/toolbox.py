@@ -15,17 +15,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tools.bm25 import bm25_search_sqlite
-from tools.connection import Database
+from tools.db.connection import Database
+from tools.db.limits import PRESETS
+from tools.db.results import QueryResult, ToolError
 from tools.errors import ConfigError
-from tools.fts import fts_search
-from tools.limits import PRESETS
-from tools.peek import sqlite_peek
-from tools.profile import DatabaseProfile
-from tools.registry import Registry
-from tools.results import QueryResult, ToolError
+from tools.explore.bm25 import bm25_search_sqlite
+from tools.explore.fts import fts_search
+from tools.explore.peek import sqlite_peek
+from tools.plugins import DESIGN_GROUP, Registry
+from tools.schema.profile import DatabaseProfile
 from tools.spelling import did_you_mean
-from tools.sql_tools import DEFAULT_PRESET, MAX_RETURN_ROWS_CAP, run_sql
 
 log = logging.getLogger(__name__)
 
@@ -61,75 +60,21 @@ class ToolSpec:
         }
 
 
-TOOLS: Registry[ToolSpec] = Registry("tool")
+TOOLS: Registry[ToolSpec] = Registry("tool", plugins=DESIGN_GROUP)
 
 
 def register_tool(spec: ToolSpec) -> ToolSpec:
     return TOOLS.register(spec.name)(spec)
 
 
-_DB_ID = {"type": "string", "description": "The database id given in the task."}
-_SQL = {"type": "string", "description": "One SQLite statement."}
+DB_ID_PROPERTY = {"type": "string", "description": "The database id given in the task."}
+SQL_PROPERTY = {"type": "string", "description": "One SQLite statement."}
 _WHERE = {
     "type": ["string", "null"],
     "description": 'Optional SQL predicate restricting the rows, e.g. "year = 2020" (read-only).',
 }
 
 
-def _sql_runner(tool: str) -> Runner:
-    def run(db: Database, args: dict[str, Any], preset: str | None) -> ToolOutput:
-        return run_sql(db, args["sql"], preset or DEFAULT_PRESET[tool], args.get("max_return_rows"))
-
-    return run
-
-
-register_tool(
-    ToolSpec(
-        name="sqlite_query",
-        description=(
-            "Run one read-only SELECT/WITH query on the database and return columns, rows "
-            "(at most max_return_rows), the row count and whether rows were cut; errors say "
-            "what went wrong and suggest close table/column names."
-        ),
-        properties={
-            "db_id": _DB_ID,
-            "sql": _SQL,
-            "max_return_rows": {
-                "type": "integer",
-                "description": "Most rows to return (default 100).",
-                "minimum": 1,
-                "maximum": MAX_RETURN_ROWS_CAP,
-            },
-        },
-        required=("db_id", "sql"),
-        run=_sql_runner("sqlite_query"),
-        defaults={"max_return_rows": 100},
-    )
-)
-register_tool(
-    ToolSpec(
-        name="execute_sql_query",
-        description=(
-            "Execute one read-only SQL query (SELECT/WITH, or PRAGMA table_info / "
-            "foreign_key_list / index_list to explore the schema) and return the result."
-        ),
-        properties={"db_id": _DB_ID, "sql": _SQL},
-        required=("db_id", "sql"),
-        run=_sql_runner("execute_sql_query"),
-    )
-)
-register_tool(
-    ToolSpec(
-        name="execute_sql",
-        description=(
-            "Execute one read-only SQL query; returns at most 10 rows with long cells cut "
-            "at 150 characters (schema queries on sqlite_master or PRAGMA come back in full)."
-        ),
-        properties={"db_id": _DB_ID, "sql": _SQL},
-        required=("db_id", "sql"),
-        run=_sql_runner("execute_sql"),
-    )
-)
 register_tool(
     ToolSpec(
         name="sqlite_peek",
@@ -139,7 +84,7 @@ register_tool(
             "percent-like), common prefixes, top values with frequencies and samples."
         ),
         properties={
-            "db_id": _DB_ID,
+            "db_id": DB_ID_PROPERTY,
             "table": {"type": "string", "description": "Table name."},
             "columns": {
                 "type": "array",
@@ -168,7 +113,7 @@ register_tool(
             "find the exact spelling of a value before writing a WHERE clause."
         ),
         properties={
-            "db_id": _DB_ID,
+            "db_id": DB_ID_PROPERTY,
             "table": {"type": "string", "description": "Table name."},
             "column": {"type": "string", "description": "Column whose values to search."},
             "query": {"type": "string", "description": "Words or phrase to look for."},
@@ -188,7 +133,7 @@ register_tool(
             "matching tables/columns and up to 5 distinct matching values per column."
         ),
         properties={
-            "db_id": _DB_ID,
+            "db_id": DB_ID_PROPERTY,
             "query": {"type": "string", "description": "Keywords to look for."},
             "k": {
                 "type": "integer",
@@ -270,7 +215,7 @@ register_tool(
             "foreign keys (inferred ones marked), per-column statistics and example values."
         ),
         properties={
-            "db_id": _DB_ID,
+            "db_id": DB_ID_PROPERTY,
             "tables": {
                 "type": ["array", "null"],
                 "items": {"type": "string"},
@@ -283,7 +228,12 @@ register_tool(
     )
 )
 
-TOOL_SCHEMAS: dict[str, dict[str, Any]] = {name: TOOLS.get(name).schema() for name in TOOLS.names()}
+
+def tool_schemas() -> dict[str, dict[str, Any]]:
+    """Every registered tool's OpenAI function schema, by name (the designs' tools included)."""
+    return {name: TOOLS.get(name).schema() for name in TOOLS.names()}
+
+
 """OpenAI function schema of every tool, by name."""
 
 
@@ -316,9 +266,8 @@ class ToolResponse:
 class ToolBox:
     """The tools one episode may call on one database.
 
-    ``preset`` names the ``QueryLimits`` preset the SQL tools use; ``None`` lets each SQL
-    tool use its own design's preset (sqlite_query: retoolsql, execute_sql_query:
-    trustsql, execute_sql: dualsql).
+    ``preset`` names the ``QueryLimits`` preset the executor tools use; ``None`` lets each
+    executor run under the preset its design registered with it (``tools.executor_tool``).
     """
 
     def __init__(self, db: Database, tool_names: Sequence[str], preset: str | None = None) -> None:

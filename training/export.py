@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tools.errors import ConfigError, ToolkitError
-from training.run_dir import STEP_PREFIX, actor_missing, verl_step_checkpoints
+from training.runs.resume_policy import STEP_PREFIX, actor_missing, verl_step_checkpoints
 
 Say = Callable[[str], None]
 
@@ -41,7 +41,7 @@ def verl_actor_dirs(run_dir: str | Path) -> dict[int, Path]:
 
 def local_step_dirs(run_dir: str | Path) -> dict[int, Path]:
     """Steps of a local-engine run whose checkpoint holds HF weights, oldest first."""
-    from training.engines import local_state as st
+    from training.engines.local import state as st
 
     root = st.checkpoint_root(run_dir)
     found = {}

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from training.prepare import explicit_keys, hydra_entry, prepare_config, resolve_device, shows_config
+from training.config.command import explicit_keys, hydra_entry, prepare_config, resolve_device, shows_config
 
 Say = Callable[[str], None]
 
@@ -30,8 +30,8 @@ RUN_LOG = "run.log"
 def run(raw: dict[str, Any], explicit: set[str], say: Say = print) -> dict[str, Any] | None:
     """Prepare the config, then print it (dry run) or train with the chosen engine."""
     from training.engines import get_engine
-    from training.logging_utils import ConsoleLog
-    from training.sweep import apply_sweep, current_job
+    from training.runs.logger import ConsoleLog
+    from training.runs.sweep import apply_sweep, current_job
 
     earlier: list[str] = []
 
@@ -41,8 +41,8 @@ def run(raw: dict[str, Any], explicit: set[str], say: Say = print) -> dict[str, 
 
     raw = apply_sweep(raw, explicit, current_job())  # a multirun job: its run_dir, sweep and ablation
     cfg = prepare_config(raw, explicit, keep)
-    if cfg.stage.name != "rl":  # the supervised stages (training/stages/)
-        from training.stages import stage_entry
+    if cfg.stage.name != "rl":  # the supervised stages (training/supervised/)
+        from training.supervised import stage_entry
 
         if cfg.dry_run:
             return stage_entry(cfg, say)

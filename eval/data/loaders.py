@@ -23,7 +23,7 @@ from agents.types import Example
 from eval.data.layout import Layout, Problems, resolve_bird, resolve_jsonl, resolve_spider, show_ids
 from tools.errors import ConfigError, DataError
 from tools.files import atomic_write_text
-from tools.registry import Registry
+from tools.plugins import DESIGN_GROUP, Registry
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def _minibird_root() -> Path:
     return minibird.ensure()
 
 
-KINDS: Registry[Kind] = Registry("dataset kind")
+KINDS: Registry[Kind] = Registry("dataset kind", plugins=DESIGN_GROUP)
 KINDS.register("bird")(Kind(resolve_bird, BIRD_FIELDS, "json"))
 KINDS.register("spider")(Kind(resolve_spider, SPIDER_FIELDS, "json", difficulty_of=_spider_hardness))
 KINDS.register("jsonl")(Kind(resolve_jsonl, JSONL_FIELDS, "jsonl"))

@@ -13,7 +13,7 @@ import pytest
 
 from agents import make_agent
 from agents.types import Step
-from tests.agents.scripts import SCRIPTS
+from tests.helpers.agent_scripts import SCRIPTS
 
 TURNS_PER_AGENT = 800
 TAGS = [

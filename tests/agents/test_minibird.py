@@ -11,6 +11,7 @@ import pytest
 
 from agents import make_agent
 from agents.types import Example
+from tests.helpers.designs import project_designs
 
 pytestmark = pytest.mark.slow
 
@@ -74,7 +75,7 @@ def _policy(name: str, role: str, ex: Example) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("name", ["retoolsql", "think2sql", "trustsql", "dualsql"])
+@pytest.mark.parametrize("name", project_designs())
 def test_gold_policy_on_minibird(name: str, examples: list[Example]) -> None:
     from rex import ExecScorer
     from tools import get_database

@@ -1,5 +1,5 @@
 """eval.compare on an eval.run output and a training run directory written by the real
-writers (``eval.run`` records/summary, ``training.logging_utils.RunLogger``)."""
+writers (``eval.run`` records/summary, ``training.runs.logger.RunLogger``)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def runs(tmp_path: Path) -> tuple[Path, Path]:
     eval_dir = tmp_path / "eval-run"
     evaluate_predictions(examples, preds, eval_dir, say=lambda _: None, progress=False)
 
-    from training.logging_utils import RunLogger
+    from training.runs.logger import RunLogger
 
     train_dir = tmp_path / "train-run"
     logger = RunLogger(train_dir, sinks=[], total_steps=3, say=lambda _: None)

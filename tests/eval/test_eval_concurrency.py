@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_module
-from omegaconf import OmegaConf
 
 from agents import make_agent
 from agents.types import Example
@@ -25,10 +23,11 @@ from eval.data import load_examples
 from tests.helpers.fake_openai import FakeOpenAI, Reply, choice, completion
 from tests.helpers.schools import QUESTIONS, make_db, turn_text
 from tests.helpers.tiny_model import tiny_tokenizer
-from tests.training.test_demonstrations import LIMITS
-from tests.training.test_generation import client
+from tests.training.generation.test_sources import client
+from tests.training.supervised.test_demonstrations import LIMITS
 from tools import get_database
-from training.concurrent_episodes import questions_per_batch, run_concurrent_episodes
+from training.config import compose_tree
+from training.generation import questions_per_batch, run_concurrent_episodes
 from training.rollout import SamplingParams
 
 REPO = Path(__file__).resolve().parents[2]
@@ -100,8 +99,7 @@ def run_eval(recipe: str, data_root: Path, tokenizer_dir: Path, out: Path, base_
     from eval.run import run
 
     overrides = eval_overrides(recipe, data_root, tokenizer_dir, out, base_url, *extra)
-    with initialize_config_module("recipes", version_base=None):
-        raw = OmegaConf.to_container(compose("eval", overrides=overrides), resolve=True)
+    raw = compose_tree("eval", overrides)
     return run(raw, {o.split("=", 1)[0] for o in overrides}, lambda _: None)
 
 

@@ -16,7 +16,7 @@ from eval.evaluate import evaluate_policy
 from eval.settings import EvalSettings
 from tests.eval.conftest import quiet
 from tools.errors import ConfigError
-from training.rollout_setup import hf_generate
+from training.generation.hf import hf_generate
 
 
 def scripted_generate(

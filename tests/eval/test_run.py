@@ -15,6 +15,7 @@ import pytest
 from eval.settings import EvalSettings
 from tests.eval.conftest import PREDICTIONS, quiet, write_jsonl
 from tools.errors import ConfigError
+from training.config import compose_tree
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -82,11 +83,7 @@ def test_entry_point_runs_a_saved_model(bird: Path, tmp_path: Path) -> None:
 
 
 def _compose(*overrides: str) -> dict:
-    from hydra import compose, initialize_config_module
-    from omegaconf import OmegaConf
-
-    with initialize_config_module("recipes", version_base=None):
-        return OmegaConf.to_container(compose("eval", overrides=list(overrides)), resolve=True)  # type: ignore[return-value]
+    return compose_tree("eval", overrides)
 
 
 def test_eval_config_reuses_the_training_groups_and_recipes() -> None:

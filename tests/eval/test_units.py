@@ -6,9 +6,9 @@ import doctest
 import re
 
 import eval.units
-from eval.report import console_summary, markdown
+from eval.summary import console_summary, markdown
 from eval.units import pct
-from training.logging_utils import format_metrics
+from training.runs.logger import format_metrics
 
 
 def test_pct_formats_fractions_as_labelled_percent() -> None:

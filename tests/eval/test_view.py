@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from eval.reports.viewer_page import PAGE_SIZE
 from eval.view import load_rows, serve, write_view
-from eval.view_page import PAGE_SIZE
 from tests.helpers.browser import chromium, console_errors
 from tests.helpers.local_trainer import examples, fit_keeping_buffers, trainer  # noqa: F401 - the fixture is used below
 
@@ -105,7 +105,7 @@ def _many(rows: list[dict], n: int) -> list[dict]:
 
 
 def test_ten_thousand_trajectories_keep_the_dom_small(trained: tuple[Path, list[Any]], tmp_path: Path) -> None:
-    from eval.view_page import render_page
+    from eval.reports.viewer_page import render_page
 
     run, _ = trained
     rows, prompts, _ = load_rows(run)

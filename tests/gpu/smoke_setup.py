@@ -1,4 +1,4 @@
-"""The GPU smoke test's sizes and policy, importable on CPU (tests/training/verl/test_checks.py
+"""The GPU smoke test's sizes and policy, importable on CPU (tests/training/engines/verl/checks/test_rules.py
 runs the engine's start-up rules on exactly these, for 1 and 8 GPUs)."""
 
 from __future__ import annotations

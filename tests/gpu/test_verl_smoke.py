@@ -1,6 +1,6 @@
 """veRL + vLLM smoke run on a real GPU node: two GRPO steps of every recipe, then a resume.
 
-Skipped unless CUDA GPUs, vLLM and Ray are present. The CPU tier (tests/training/verl)
+Skipped unless CUDA GPUs, vLLM and Ray are present. The CPU tier (tests/training/engines/verl)
 runs veRL's real ``fit()`` with doubles for the FSDP workers and the vLLM server; what
 only this test shows is the real parts: Ray placement groups, the FSDP actor loading the
 model with the configured attention (sdpa by default), the checkpoint engine syncing
@@ -17,7 +17,7 @@ checkpoint and keeps the earlier records.
 The policy is a tiny random Qwen2 with the locally trained tokenizer (no downloads); it
 writes garbage, so episodes end on format errors or budgets - which still exercises every
 stage. The sizes (2 questions x G=4 = 8 rows per mini-batch) divide over 1, 2, 4 and 8
-GPUs; ``tests/training/verl/test_checks.py`` checks them with the engine's start-up rules
+GPUs; ``tests/training/engines/verl/checks/test_rules.py`` checks them with the engine's start-up rules
 on CPU. Run on a GPU node: ``pytest tests/gpu/test_verl_smoke.py -x -q``.
 """
 
@@ -38,8 +38,8 @@ pytest.importorskip("vllm")
 pytest.importorskip("ray")
 
 from tests.gpu.smoke_setup import SIZES, save_tiny_policy  # noqa: E402  (after the skips)
-from training.backbones import BACKBONES  # noqa: E402
 from training.config import list_recipes  # noqa: E402
+from training.engines.verl.checks.backbones import BACKBONES  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]

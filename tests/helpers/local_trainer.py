@@ -9,14 +9,12 @@ from typing import Any
 
 import pytest
 import torch
-from hydra import compose, initialize_config_module
-from omegaconf import OmegaConf
 
 from agents.types import Example
 from tests.helpers.schools import ScriptedPolicy, make_db, school_examples
 from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
-from training.config import TrainConfig
-from training.engines.local import LocalTrainer, TrainerInputs
+from training.config import TrainConfig, compose_tree
+from training.engines.local.trainer import LocalTrainer, TrainerInputs
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +46,7 @@ def config(recipe: str, run_dir: Path, *extra: str) -> TrainConfig:
         "data.eval_limit=2",
         *extra,
     ]
-    with initialize_config_module("recipes", version_base=None):
-        raw = OmegaConf.to_container(compose("config", overrides=overrides), resolve=True)
+    raw = compose_tree("config", overrides)
     raw.pop("hydra", None)
     raw["agent"] = {k: (min(v, 3) if "max_turns" in k else v) for k, v in raw["agent"].items()}
     return TrainConfig.from_mapping(raw)

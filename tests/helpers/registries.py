@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 
-from tools.registry import Registry
+from tools.plugins import Registry
 
 REGISTRIES = (
     "rex.scorer.METRICS",
-    "training.advantages.ESTIMATORS",
+    "training.algorithm.advantages.ESTIMATORS",
     "agents.registry.AGENTS",
     "agents.parsing.PARSERS",
-    "training.demonstrations.SCRIPTS",
-    "tools.bm25.ENGINES",
+    "training.supervised.demonstrations.SCRIPTS",
+    "tools.explore.bm25.ENGINES",
 )
 
 

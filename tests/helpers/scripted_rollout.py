@@ -1,4 +1,4 @@
-"""A scripted multi-turn rollout for the driver's tests (tests/training/test_rollout*.py).
+"""A scripted multi-turn rollout for the driver's tests (tests/training/rollout/test_scheduler*.py).
 
 A minimal episode protocol (tool call → observation, ``<answer>`` ends) so the driver's
 token rules are tested on their own, a batched generate that replays a script by role and

@@ -80,7 +80,7 @@ def _first_word_is_select(sql: str) -> bool:
 
 def test_a_registered_metric_scores_with_its_order_rule(test_db: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from rex import METRICS, register_metric
-    from tools.registry import Registry
+    from tools.plugins import Registry
 
     fresh: Registry[Any] = Registry("execution metric")
     for name in METRICS.names():

@@ -62,10 +62,10 @@ def test_builds_every_index_once_and_a_rerun_finds_them(
 def test_the_tools_read_the_built_caches_instead_of_building(
     tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tools.bm25 as bm25
-    import tools.fts as fts
-    import tools.profile as profile
-    from tools.connection import Database
+    import tools.explore.bm25 as bm25
+    import tools.explore.fts as fts
+    import tools.schema.profile as profile
+    from tools.db.connection import Database
 
     db_path = make_db(tmp_path / "a.sqlite")
     build_cache.build([db_path], progress=False, say=lambda _: None)

@@ -10,7 +10,7 @@ import pytest
 
 from tools import spelling
 from tools.errors import UnknownNameError
-from tools.registry import Registry
+from tools.plugins import Registry
 from tools.spelling import close_matches, did_you_mean, list_hint, quote_identifier
 
 

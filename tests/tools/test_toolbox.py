@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tools import TOOL_SCHEMAS, ToolBox, ToolResponse, get_database, toolbox
+from tools import ToolBox, ToolResponse, get_database, tool_schemas, toolbox
 from tools.errors import ConfigError, UnknownNameError
 
 ALL_TOOLS = [
@@ -34,8 +34,8 @@ def _error(response: ToolResponse) -> dict[str, Any]:
 
 
 def test_schemas_are_openai_function_schemas() -> None:
-    assert sorted(TOOL_SCHEMAS) == sorted(ALL_TOOLS)
-    for name, schema in TOOL_SCHEMAS.items():
+    assert sorted(tool_schemas()) == sorted(ALL_TOOLS)
+    for name, schema in tool_schemas().items():
         fn = schema["function"]
         assert schema["type"] == "function" and fn["name"] == name and fn["description"]
         params = fn["parameters"]

@@ -19,8 +19,8 @@ from agents.base import BaseEpisode, TurnOutcome, sql_from_text
 from agents.parsing import ParsedCall, register_parser
 from agents.types import ERROR_TURN_MASK, EpisodeResult, Example, ToolCall, TrainingSpec
 from rex import register_metric
-from training.advantages import AdvantageOptions, register_estimator
-from training.demonstrations import register_script
+from training.algorithm.advantages import AdvantageOptions, register_estimator
+from training.supervised.demonstrations import register_script
 
 # --------------------------------------------------------------------------- a metric
 

@@ -97,7 +97,7 @@ def test_eval_run_loads_the_exported_model(verl_run: Path, tmp_path: Path) -> No
 
 def test_a_local_run_exports_by_hard_links(tmp_path: Path) -> None:
     from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
-    from training.engines import local_state as st
+    from training.engines.local import state as st
     from training.export import export_step
 
     model = tiny_model()

@@ -18,7 +18,7 @@ from tests.helpers.local_trainer import changed, config, tiny_inputs, weights
 from tests.helpers.registries import import_plugins
 from tests.helpers.schools import make_db
 from tests.helpers.tiny_model import tiny_tokenizer
-from training.engines.local import LocalTrainer
+from training.engines.local.trainer import LocalTrainer
 from training.rollout import GenerationOutput
 
 PLUGINS = "tests.training.example_plugins"
@@ -76,7 +76,7 @@ def step(plugins: ModuleType, examples: list[Example], tmp_path_factory: pytest.
         estimated.append(out["full"].clone())
         return out
 
-    from training.advantages import ESTIMATORS
+    from training.algorithm.advantages import ESTIMATORS
 
     ESTIMATORS.register("sign", replace=True)(recording_sign)  # the plugins' copy of the registry
     cfg = config(
@@ -129,8 +129,8 @@ def test_the_parser_and_the_script_are_found_by_name(plugins: ModuleType, exampl
     from agents import make_agent
     from agents.parsing import get_parser
     from agents.types import ToolCall
-    from tests.training.test_demonstrations import LIMITS
-    from training.demonstrations import get_script, record_demonstrations
+    from tests.training.supervised.test_demonstrations import LIMITS
+    from training.supervised.demonstrations import get_script, record_demonstrations
 
     (call,) = get_parser("xml_call").parse('<call name="execute_sql">{"sql": "SELECT 1"}</call>')
     assert call.call == ToolCall("execute_sql", {"sql": "SELECT 1"})
@@ -153,7 +153,7 @@ def test_the_documented_examples_are_this_code() -> None:
 
 def test_a_second_plugin_under_a_taken_name_is_refused(plugins: ModuleType) -> None:
     from rex import register_metric
-    from training.demonstrations import register_script
+    from training.supervised.demonstrations import register_script
 
     with pytest.raises(ValueError, match="already registered.*replace=True"):
         register_metric("row_overlap")(lambda gold, pred, ordered, outcome: (0.0, {}))

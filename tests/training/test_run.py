@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers.designs import project_designs
+
 
 def run(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -26,7 +28,7 @@ def effective(proc: subprocess.CompletedProcess) -> dict:
     return yaml.safe_load(text[text.index("# effective configuration") :])
 
 
-@pytest.mark.parametrize("recipe", ["retoolsql", "think2sql", "trustsql", "dualsql"])
+@pytest.mark.parametrize("recipe", project_designs())
 def test_dry_run_prints_each_recipe(tmp_path: Path, recipe: str) -> None:
     proc = run(tmp_path, f"recipe={recipe}", "dry_run=true", "engine=local", "engine.device=cpu")
     cfg = effective(proc)
@@ -125,7 +127,7 @@ def test_unknown_recipe_lists_the_available_ones(tmp_path: Path) -> None:
 
 
 def test_console_log_copies_whole_lines_without_progress_redraws(tmp_path: Path, capsys) -> None:
-    from training.logging_utils import ConsoleLog
+    from training.runs.logger import ConsoleLog
 
     log = tmp_path / "run" / "run.log"
     with ConsoleLog(log, earlier=["[engine] picked"]):

@@ -2,8 +2,8 @@
 
 DualSQL's ``guardrails`` defaults to on in the agent: a config without the key must still
 cut episodes at the first bad turn *and* train them with the error-turn mask (the local
-engine here, the veRL workers' settings below; the veRL agent loop makes the same
-``track_masks`` call with ``WorkerSettings.error_turn_mask``).
+engine here, the veRL workers' settings below; veRL's own agent-loop worker running the
+project's agent loop: tests/training/engines/verl/test_agent_loop.py).
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ from tests.helpers.local_trainer import changed, config, tiny_inputs, weights
 from tests.helpers.schools import QUESTIONS, make_db, schema_json
 from tests.helpers.tiny_model import tiny_tokenizer
 from tools.errors import ConfigError
-from training.engines import verl_common as C
-from training.engines.local import LocalTrainer
-from training.engines.local_batch import track_masks
+from training.engines.local.trainer import LocalTrainer
+from training.engines.verl import shared as C
 from training.rollout import GenerationOutput
 
 
@@ -124,32 +123,10 @@ def test_an_agent_without_a_spec_is_told_what_to_add(monkeypatch: pytest.MonkeyP
 
 @pytest.mark.parametrize("options,mask", [({}, True), ({"guardrails": True}, True), ({"guardrails": False}, False)])
 def test_veRL_workers_take_the_mask_from_the_agent(options: dict[str, Any], mask: bool) -> None:
-    written = C.WorkerSettings(agent="dualsql", agent_options=options).to_dict()  # what the driver writes
+    written = C.WorkerSettings(
+        agent="dualsql", agent_options=options, reward="dualsql"
+    ).to_dict()  # the driver writes it
     settings = C.WorkerSettings.from_config(OmegaConf.create({C.PROJECT_NAMESPACE: written}))
     assert settings.training_spec == make_agent("dualsql", **options).training_spec()
     assert settings.error_turn_mask is mask
     assert C.WorkerSettings(agent="trustsql").error_turn_mask is False
-
-
-def test_the_agent_loop_mask_call_matches_the_local_engine(schools: list[Example]) -> None:
-    """The veRL agent loop's ``track_masks(kept, [full, schema], schema, settings.error_turn_mask)``
-    on cut DualSQL episodes: with no ``guardrails`` key, the same masks the local engine trains."""
-    from tools import get_database
-    from training.rollout import RolloutLimits, SamplingParams, run_episodes
-
-    policy = GuardrailPolicy(schools)
-    requests = [(schools[0], get_database(schools[0].db_path), g) for g in range(2)]
-    trajs = run_episodes(
-        make_agent("dualsql"),
-        requests,
-        tiny_tokenizer(),
-        policy,
-        SamplingParams(),
-        RolloutLimits(max_response_tokens=3000, max_context_tokens=9000, max_prompt_tokens=6000),
-    )
-    (cut,) = [i for i, t in enumerate(trajs) if t.result.end_reason == "format_cutoff"]
-    settings = C.WorkerSettings(agent="dualsql")
-    worker, _ = track_masks(trajs, ["full", "schema"], "schema", settings.error_turn_mask)
-    local, _ = track_masks(trajs, ["full"], "schema", training_spec("dualsql").needs(ERROR_TURN_MASK))
-    assert worker["full"] == local["full"]
-    assert worker["full"][cut] != [float(m) for m in trajs[cut].response_mask]  # the tool-call turn is masked

@@ -1,4 +1,4 @@
-"""Training engines, registered by import path (STYLE.md #2), and ``engine=auto``.
+"""Training engines, registered by import path (docs/architecture.md "Plugins"), and ``engine=auto``.
 
 An engine is a module with two functions:
 
@@ -17,7 +17,7 @@ import importlib.util
 from types import ModuleType
 from typing import Protocol
 
-from tools.registry import Registry
+from tools.plugins import Registry
 
 
 class EngineModule(Protocol):
@@ -35,7 +35,7 @@ def register_engine(name: str, module_path: str) -> None:
 
 
 register_engine("local", "training.engines.local")
-register_engine("verl", "training.engines.verl_launch")
+register_engine("verl", "training.engines.verl.launch")
 
 
 def get_engine(name: str) -> EngineModule:

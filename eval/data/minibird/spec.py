@@ -12,10 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # questions.py imports this module; the type is only for the checker
-    from eval.data.minibird.questions import Intent
+from typing import Any, Protocol
 
 Row = tuple[object, ...]
 RowMaker = Callable[[random.Random], Mapping[str, Sequence[Row]]]
@@ -92,6 +89,20 @@ class Table:
         return [c for c in self.columns if c.pk]
 
 
+class DomainIntent(Protocol):
+    """A question template a domain adds to the generic ones (``questions.Intent`` is one):
+    ``make(ctx)`` drafts a question or gives None."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def difficulty(self) -> str: ...
+
+    @property
+    def make(self) -> Callable[[Any], Any]: ...
+
+
 @dataclass(frozen=True)
 class Domain:
     """One database: its id, split, tables, row generator and domain-specific intents."""
@@ -101,7 +112,7 @@ class Domain:
     topic: str
     tables: tuple[Table, ...]
     make_rows: RowMaker
-    intents: tuple[Intent, ...] = ()
+    intents: tuple[DomainIntent, ...] = ()
 
     def table(self, name: str) -> Table:
         for t in self.tables:

@@ -1,0 +1,205 @@
+"""DualSQL (README.md): a schema linker, then a SQL generator built from its result.
+
+Both roles share one set of weights and the tools executor (DualSQL preset),
+fts_search and get_profile. ``start`` returns the linker episode first, then a generator
+episode whose prompt holds the M-Schema restricted to the linked tables/columns (the
+full schema, flagged ``full_schema_fallback``, when the linker linked nothing usable).
+
+Rollout guardrails, exactly as README.md — a turn fails unless:
+1. it has a non-empty ``<think>`` block;
+2. after the reasoning there is exactly one ``<tool_call>`` or exactly one ``` block;
+3. a tool call is valid JSON with a known tool name and valid arguments (the toolbox
+   answers ``bad_arguments`` / ``unknown_tool`` otherwise);
+4. it is not an identical repeat of an earlier call of this episode;
+5. the text after the code block is at most half the turn.
+A failed turn ends the episode at once (``format_cutoff``) when ``guardrails`` is on;
+with it off (an ablation) the model is told what failed and the episode goes on. A
+passing code-block turn is the role's answer; the turn is cut after the closing fence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from agents.base import (
+    BaseEpisode,
+    TurnOutcome,
+    invalid,
+    make_toolbox,
+    run_tool,
+    schema_renderer,
+    tool_message,
+    tools_block,
+)
+from agents.parsing import (
+    ToolCallParser,
+    call_key,
+    find_blocks,
+    find_fences,
+    get_parser,
+    parse_schema_json,
+)
+from agents.prompts import Prompts
+from agents.registry import register_agent
+from agents.types import ERROR_TURN_MASK, EpisodeResult, Example, ToolCall, TrainingSpec
+from designs.dualsql.tools import PRESET, TOOLS
+from tools.errors import ConfigError
+from tools.schema import select
+
+if TYPE_CHECKING:
+    from tools import Database, ToolBox
+
+PROMPTS = Prompts(__package__)
+
+ARGUMENT_ERRORS = ("bad_arguments", "unknown_tool")
+
+
+class DualSQLEpisode(BaseEpisode):
+    def __init__(
+        self,
+        role: str,
+        messages: list,
+        toolbox: ToolBox,
+        tool_names: Sequence[str],
+        parser: ToolCallParser,
+        max_turns: int,
+        guardrails: bool,
+    ) -> None:
+        super().__init__(role, messages, toolbox.schemas(), tuple(parser.stop), max_turns)
+        self.toolbox, self.tool_names, self.parser = toolbox, tuple(tool_names), parser
+        self.guardrails = guardrails
+        self._calls_made: set[str] = set()
+
+    def _fail(self, reason: str, call: ToolCall | None = None, tool_outcome: str | None = None) -> TurnOutcome:
+        if self.guardrails:
+            return invalid(reason, done=True, end_reason="format_cutoff", call=call, tool_outcome=tool_outcome)
+        message = PROMPTS.render(
+            "format_error", reason=reason, expected="Write <think>…</think> and one tool call or one code block."
+        )
+        return invalid(reason, tool_message("format_error", message), call=call, tool_outcome=tool_outcome)
+
+    def _turn(self, text: str) -> TurnOutcome:
+        thinks = find_blocks(text, "think")
+        if not any(block.content.strip() for block in thinks):
+            return self._fail("no non-empty <think>…</think>")
+        body_start = thinks[-1].end
+        rest = text[body_start:]
+        n_calls = self.parser.count(rest)
+        fences, unclosed = find_fences(rest)
+        n_blocks = len(fences) + int(unclosed)
+        if n_calls + n_blocks != 1:
+            return self._fail(
+                f"expected exactly one <tool_call> or one ``` code block, "
+                f"found {n_calls} tool call(s) and {n_blocks} code block(s)"
+            )
+        if n_calls:
+            return self._tool_turn(rest)
+        if unclosed:
+            return self._fail("the ``` code block is not closed")
+        fence = fences[0]
+        after = rest[fence.end :].strip()
+        if len(after) > len(text) / 2:
+            return self._fail(f"{len(after)} characters after the code block: more than half the turn")
+        return self._answer(fence.body, kept=text[: body_start + fence.end])
+
+    def _tool_turn(self, rest: str) -> TurnOutcome:
+        calls = self.parser.parse(rest)
+        parsed = calls[0] if calls else None
+        if parsed is None or parsed.call is None:
+            return self._fail(parsed.error if parsed else "the tool call is not closed")
+        call = parsed.call
+        if call.name not in self.tool_names:
+            return self._fail(
+                f"unknown tool {call.name[:60]!r}; tools: {', '.join(self.tool_names)}", call, "unknown_tool"
+            )
+        key = call_key(call)
+        if key in self._calls_made:
+            return self._fail("identical repeat of an earlier tool call", call)
+        self._calls_made.add(key)
+        run = run_tool(self.toolbox, call)
+        if run.outcome in ARGUMENT_ERRORS:
+            return self._fail(f"invalid tool arguments: {run.observation['content'][:200]}", call, run.outcome)
+        return TurnOutcome("tool_call", True, observations=(run.observation,), call=call, tool_outcome=run.outcome)
+
+    def _answer(self, body: str, kept: str) -> TurnOutcome:
+        if self.role == "linker":
+            selection, reason = parse_schema_json(body)
+            if selection is None or not selection.tables:
+                self.flags["unparsable_answer"] = reason or "no tables linked"
+            self.schema = selection if selection is not None and selection.tables else None
+        else:
+            self.final_sql = body.strip() or None
+            if self.final_sql is None:
+                self.flags["unparsable_answer"] = "empty code block"
+        return TurnOutcome("answer", True, done=True, end_reason="answer", text=kept)
+
+
+@register_agent("dualsql")
+class DualSQLAgent:
+    """DualSQL: linker (``linker_max_turns``) then generator (``generator_max_turns``).
+    ``guardrails``: cut the rollout at the first failed turn (README.md). ``schema_format``:
+    how the (linked) schema is rendered — M-Schema as in the paper, or ``compact`` / ``ddl``
+    for short prompts (the CPU laptop profile uses ``compact``)."""
+
+    name = "dualsql"
+
+    def __init__(
+        self,
+        linker_max_turns: int = 5,
+        generator_max_turns: int = 10,
+        guardrails: bool = True,
+        tools: Sequence[str] = TOOLS,
+        preset: str = PRESET,
+        parser: str = "hermes",
+        schema_format: str = "m_schema",
+    ) -> None:
+        for key, value in (("linker_max_turns", linker_max_turns), ("generator_max_turns", generator_max_turns)):
+            if value < 1:
+                raise ConfigError(f"dualsql {key} must be >= 1, got {value}")
+        self.max_turns = {"linker": linker_max_turns, "generator": generator_max_turns}
+        self.guardrails = guardrails
+        self.tools, self.preset = tuple(tools), preset
+        self.parser = get_parser(parser)
+        self.render_schema = schema_renderer(schema_format)
+
+    def _prompt(self, role: str, example: Example, schema_text: str, schemas: list) -> list[dict]:
+        system = PROMPTS.render(f"{role}_system", max_turns=self.max_turns[role], tools=tools_block(schemas))
+        user = PROMPTS.render(
+            f"{role}_user",
+            db_id=example.db_id,
+            schema=schema_text,
+            question=example.question,
+            evidence=example.evidence or "(none)",
+        )
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+    def start(self, example: Example, db: Database, previous: Sequence[EpisodeResult] = ()) -> DualSQLEpisode | None:
+        if len(previous) > 1:
+            return None
+        role = "generator" if previous else "linker"
+        toolbox = make_toolbox(db, self.tools, self.preset)
+        profile = db.profile()
+        schema_text, linked = self.render_schema(profile), None
+        if role == "generator":
+            linked = previous[0].schema
+            if linked is not None and select(profile, linked.tables, linked.columns):
+                schema_text = self.render_schema(profile, linked.tables, linked.columns)
+            else:
+                linked = None
+        messages = self._prompt(role, example, schema_text, toolbox.schemas())
+        episode = DualSQLEpisode(
+            role, messages, toolbox, self.tools, self.parser, self.max_turns[role], self.guardrails
+        )
+        if role == "generator":
+            episode.schema = previous[0].schema
+            if linked is None:  # nothing usable linked: the full schema, flagged
+                episode.flags["full_schema_fallback"] = True
+        return episode
+
+    def training_spec(self) -> TrainingSpec:
+        """Linker and generator rows in separate GRPO groups; with ``guardrails`` on (the
+        default) an episode ends at its first bad turn, and the loss of such an episode
+        falls on that turn only (the error-turn mask)."""
+        masks = (ERROR_TURN_MASK,) if self.guardrails else ()
+        return TrainingSpec(roles=("linker", "generator"), group_key="role", masks=masks)

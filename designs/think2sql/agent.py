@@ -1,0 +1,84 @@
+"""Think2SQL (README.md): one turn, ``<think>…</think>`` then ``<answer>…</answer>``.
+
+The schema in the prompt is restricted to the gold SQL's tables (``schema_scope=
+"gold_tables"``, the paper's setting for training and evaluation) or is the full schema
+(``"full"``). The format verdict is the paper's DOTALL fullmatch; the tag-count reward
+reads the turn text from the record.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from agents.base import BaseEpisode, TurnOutcome, schema_renderer, sql_from_text
+from agents.parsing import find_blocks
+from agents.prompts import Prompts
+from agents.registry import register_agent
+from agents.types import EpisodeResult, Example, TrainingSpec
+from tools.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tools import Database
+
+PROMPTS = Prompts(__package__)
+
+FORMAT_RE = re.compile(r"\s*<think>.*?</think>\s*<answer>.*?</answer>\s*", re.DOTALL)
+SCOPES = ("gold_tables", "full")
+
+
+class Think2SQLEpisode(BaseEpisode):
+    def __init__(self, messages: list) -> None:
+        super().__init__("agent", messages, [], (), 1)
+
+    def _turn(self, text: str) -> TurnOutcome:
+        ok = FORMAT_RE.fullmatch(text) is not None
+        reason = "" if ok else "the turn is not <think>…</think> followed by <answer>…</answer>"
+        answers = find_blocks(text, "answer")
+        self.final_sql = sql_from_text(answers[0].content) if answers else None
+        return TurnOutcome("answer", ok, reason, done=True, end_reason="answer" if answers else "turn_budget")
+
+
+@register_agent("think2sql")
+class Think2SQLAgent:
+    """Think2SQL. ``schema_scope``: "gold_tables" | "full"; ``schema_format``: the
+    serialiser (ddl | m_schema | compact)."""
+
+    name = "think2sql"
+
+    def __init__(self, schema_scope: str = "gold_tables", schema_format: str = "ddl") -> None:
+        if schema_scope not in SCOPES:
+            raise ConfigError(f"think2sql schema_scope must be one of {', '.join(SCOPES)}, got {schema_scope!r}")
+        self.schema_scope = schema_scope
+        self.render_schema = schema_renderer(schema_format)
+
+    def messages(self, example: Example, db: Database) -> tuple[list[dict], bool]:
+        """The prompt, and whether it fell back to the full schema (no gold tables known)."""
+        tables = list(example.gold_tables) if self.schema_scope == "gold_tables" else None
+        fallback = self.schema_scope == "gold_tables" and not tables
+        schema = self.render_schema(db.profile(), tables=tables or None)
+        user = PROMPTS.render(
+            "user",
+            db_id=example.db_id,
+            schema=schema,
+            question=example.question,
+            evidence=example.evidence or "(none)",
+        )
+        return [
+            {"role": "system", "content": PROMPTS.render("system")},
+            {"role": "user", "content": user},
+        ], fallback
+
+    def start(self, example: Example, db: Database, previous: Sequence[EpisodeResult] = ()) -> Think2SQLEpisode | None:
+        if previous:
+            return None
+        messages, fallback = self.messages(example, db)
+        episode = Think2SQLEpisode(messages)
+        if fallback:
+            episode.flags["full_schema_fallback"] = True
+        return episode
+
+    def training_spec(self) -> TrainingSpec:
+        """One single-turn role, one group per question, no extra masks or tracks."""
+        return TrainingSpec(roles=("agent",), group_key="role")

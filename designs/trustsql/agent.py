@@ -1,0 +1,196 @@
+"""TRUST-SQL (README.md): unknown schema, four actions, a propose checkpoint.
+
+No schema in the prompt. Each turn: exactly one ``<think>`` block, exactly one
+``<action>X</action>`` with X one of the four actions, and the action's block
+(``<tool_call>`` for explore_schema / generate_sql, ``<schema>`` for propose_schema,
+``<answer>`` for confirm_answer). An unreadable turn is answered with the message that
+lists the four formats and the episode goes on; confirm_answer ends it.
+
+The schema track of Phase-Aware GRPO needs the end of the last valid propose turn:
+``schema_span_turn`` gives it (falling back to the last valid explore turn, flagged).
+
+``schema_prefill=True`` is the paper's Schema-Prefill variant (Table 2): the full schema is
+given as one synthetic explore turn - an assistant turn calling the tool on
+``sqlite_master`` and the tool's real answer - placed in the prompt (so it is not trained
+on), after which the same four-phase protocol runs. That turn counts as the episode's
+explore action for R_format (flag ``schema_prefill``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from agents.base import (
+    BaseEpisode,
+    TurnOutcome,
+    invalid,
+    make_toolbox,
+    run_tool,
+    single_call,
+    sql_from_text,
+    tool_message,
+    tools_block,
+)
+from agents.parsing import ToolCallParser, get_parser, parse_schema_json, single_block
+from agents.prompts import Prompts
+from agents.registry import register_agent
+from agents.types import SCHEMA_TRACK, EpisodeResult, Example, ToolCall, TrainingSpec, TurnRecord, span_flag
+from designs.trustsql.tools import PRESET, TOOL
+from tools.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tools import Database, ToolBox
+
+PROMPTS = Prompts(__package__)
+
+ACTIONS = ("explore_schema", "propose_schema", "generate_sql", "confirm_answer")
+PREFILL_SQL = "SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name"
+
+
+def prefill_messages(toolbox: ToolBox, db_id: str) -> list[dict]:
+    """Schema-Prefill: one synthetic explore turn (assistant call + the tool's real answer)."""
+    arguments = {"db_id": db_id, "sql": PREFILL_SQL}
+    run = run_tool(toolbox, ToolCall(TOOL, arguments))
+    turn = (
+        "<think>The full schema of the database, to start from.</think>\n<action>explore_schema</action>\n"
+        f"<tool_call>{json.dumps({'name': TOOL, 'arguments': arguments})}</tool_call>"
+    )
+    return [{"role": "assistant", "content": turn}, run.observation]
+
+
+def schema_span_turn(turns: Sequence[TurnRecord]) -> tuple[int, str]:
+    """Index of the turn that ends the schema span, and how it was chosen.
+
+    The last valid propose turn ("propose"); else the last valid explore turn
+    ("explore_fallback"); else -1 ("none": the sample adds nothing to the schema track).
+    """
+    for phase, how in (("propose_schema", "propose"), ("explore_schema", "explore_fallback")):
+        for turn in reversed(turns):
+            if turn.phase == phase and turn.format_ok:
+                return turn.index, how
+    return -1, "none"
+
+
+class TrustSQLEpisode(BaseEpisode):
+    def __init__(self, messages: list, toolbox: ToolBox, parser: ToolCallParser, max_turns: int, formats: str) -> None:
+        stop = tuple(dict.fromkeys((*parser.stop, "</schema>", "</answer>")))
+        super().__init__("agent", messages, toolbox.schemas(), stop, max_turns)
+        self.toolbox, self.parser, self.formats = toolbox, parser, formats
+        self.prefilled = any(m.get("role") == "assistant" for m in messages)
+
+    def _error(self, reason: str, **kwargs: Any) -> TurnOutcome:
+        message = PROMPTS.render("invalid", reason=reason, formats=self.formats)
+        return invalid(reason, tool_message("format_error", message), **kwargs)
+
+    def _turn(self, text: str) -> TurnOutcome:
+        think, reason = single_block(text, "think")
+        if think is None:
+            return self._error(reason)
+        action_block, reason = single_block(text, "action")
+        if action_block is None:
+            return self._error(reason)
+        action = action_block.content.strip()
+        if action not in ACTIONS:
+            return self._error(f"unknown action {action[:60]!r}; use one of {', '.join(ACTIONS)}")
+        if action == "propose_schema":
+            return self._propose(text)
+        if action == "confirm_answer":
+            return self._confirm(text)
+        return self._execute(text, action)
+
+    def _execute(self, text: str, action: str) -> TurnOutcome:
+        parsed, reason = single_call(self.parser, text)
+        if parsed is None:
+            return self._error(f"{action}: {reason}")
+        if parsed.call is None:
+            return self._error(parsed.error)
+        if parsed.call.name != TOOL:
+            return self._error(
+                f"unknown tool {parsed.call.name[:60]!r}; the tool is {TOOL}",
+                call=parsed.call,
+                tool_outcome="unknown_tool",
+            )
+        run = run_tool(self.toolbox, parsed.call)
+        return TurnOutcome(action, True, observations=(run.observation,), call=parsed.call, tool_outcome=run.outcome)
+
+    def _propose(self, text: str) -> TurnOutcome:
+        block, reason = single_block(text, "schema")
+        if block is None:
+            return self._error(f"propose_schema: {reason}")
+        selection, reason = parse_schema_json(block.content)
+        if selection is None:
+            return self._error(reason)
+        self.schema = selection
+        ack = PROMPTS.render("ack", tables=len(selection.tables), columns=len(selection.columns))
+        return TurnOutcome("propose_schema", True, observations=(tool_message("propose_schema", ack),))
+
+    def _confirm(self, text: str) -> TurnOutcome:
+        block, reason = single_block(text, "answer")
+        if block is None:
+            return self._error(f"confirm_answer: {reason}")
+        sql = sql_from_text(block.content)
+        if sql is None:
+            return self._error("<answer> holds no SQL")
+        self.final_sql = sql
+        return TurnOutcome("confirm_answer", True, done=True, end_reason="answer")
+
+    def _result_flags(self) -> dict[str, Any]:
+        turn, how = schema_span_turn(self.turns)
+        flags: dict[str, Any] = {span_flag(SCHEMA_TRACK): turn}
+        if self.prefilled:
+            flags["schema_prefill"] = True
+        if how == "explore_fallback":
+            flags["propose_fallback_explore"] = True
+        elif how == "none":
+            flags["no_schema_span"] = True
+        return flags
+
+
+@register_agent("trustsql")
+class TrustSQLAgent:
+    """TRUST-SQL. ``max_turns`` applies in training, ``max_turns_inference`` when
+    ``inference`` is true (evaluation); ``schema_prefill`` gives the full schema as a
+    synthetic first explore turn (the paper's Schema-Prefill setting)."""
+
+    name = "trustsql"
+
+    def __init__(
+        self,
+        max_turns: int = 10,
+        max_turns_inference: int = 15,
+        inference: bool = False,
+        preset: str = PRESET,
+        parser: str = "hermes",
+        schema_prefill: bool = False,
+    ) -> None:
+        for key, value in (("max_turns", max_turns), ("max_turns_inference", max_turns_inference)):
+            if value < 1:
+                raise ConfigError(f"trustsql {key} must be >= 1, got {value}")
+        self.max_turns = max_turns_inference if inference else max_turns
+        self.preset = preset
+        self.parser = get_parser(parser)
+        self.schema_prefill = bool(schema_prefill)
+
+    def messages(self, example: Example, schemas: list) -> tuple[list[dict], str]:
+        formats = PROMPTS.render("formats", db_id=example.db_id)
+        system = PROMPTS.render("system", formats=formats, max_turns=self.max_turns, tools=tools_block(schemas))
+        user = PROMPTS.render(
+            "user", db_id=example.db_id, question=example.question, evidence=example.evidence or "(none)"
+        )
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}], formats
+
+    def start(self, example: Example, db: Database, previous: Sequence[EpisodeResult] = ()) -> TrustSQLEpisode | None:
+        if previous:
+            return None
+        toolbox = make_toolbox(db, (TOOL,), self.preset)
+        messages, formats = self.messages(example, toolbox.schemas())
+        if self.schema_prefill:
+            messages += prefill_messages(toolbox, example.db_id)
+        return TrustSQLEpisode(messages, toolbox, self.parser, self.max_turns, formats)
+
+    def training_spec(self) -> TrainingSpec:
+        """One role; the episodes mark a schema span (explore/propose turns) for the
+        phase-aware schema track. A bad turn is reported to the model, never cut at."""
+        return TrainingSpec(roles=("agent",), group_key="role", tracks=(SCHEMA_TRACK,))

@@ -1,0 +1,190 @@
+"""From per-question records to the summary (JSON) and the readable report (Markdown).
+
+Two EX numbers (docs/evaluation.md "Semantics"):
+- ``ex`` (project): matches / questions whose gold SQL ran. A question whose gold SQL
+  errors or times out cannot be scored; it is reported as ``gold_error`` /
+  ``gold_timeout`` and left out of the denominator. Missing predictions stay in it.
+- ``ex_official`` (BIRD ``evaluation.py``-compatible): matches / all questions; every
+  error, timeout (gold's included) and missing prediction counts as wrong.
+The six outcomes (plus ``missing`` for a predictions file) are counted separately.
+REX, QATCH, pass@k and self-consistency are averaged over the scorable questions.
+``summary.json`` keeps fractions in [0, 1]; the report and the console show percent with
+a ``%`` sign (``eval.units.pct``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agents.types import difficulty_order
+from eval.scoring import MISSING
+from eval.units import pct
+from eval.voting import pass_at_k, pass_k_values
+from rex import OUTCOMES
+
+OUTCOME_ORDER = (*OUTCOMES, MISSING)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(sum(values) / len(values)) if values else 0.0
+
+
+def _block(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """EX (both), REX, QATCH and outcome counts of a set of records."""
+    n = len(records)
+    scorable = [r for r in records if not r["gold_failed"]]
+    matches = sum(r["ex"] for r in records)
+    outcomes = Counter(r["outcome"] for r in records)
+    return {
+        "n": n,
+        "scorable": len(scorable),
+        "matches": matches,
+        "ex": matches / len(scorable) if scorable else 0.0,
+        "ex_official": matches / n if n else 0.0,
+        "rex": _mean([r["rex"] for r in scorable]),
+        "qatch": {k: _mean([r["qatch"][k] for r in scorable]) for k in ("cp", "cr", "tc", "mean")},
+        "outcomes": {o: outcomes.get(o, 0) for o in OUTCOME_ORDER if o in outcomes or o in OUTCOMES},
+    }
+
+
+def summarize(records: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary of an evaluation (what ``summary.json`` holds)."""
+    summary: dict[str, Any] = {"settings": dict(settings), **_block(records)}
+    labels = difficulty_order([r["difficulty"] for r in records])
+    summary["by_difficulty"] = {d: _block([r for r in records if r["difficulty"] == d]) for d in labels}
+    summary["missing"] = sum(r["missing"] for r in records)
+    summary["executable"] = _mean([float(r["pred_executed"]) for r in records])
+    scorable = [r for r in records if not r["gold_failed"]]
+    samples = max((r["n_samples"] for r in records), default=0)
+    summary["samples"] = samples
+    if samples >= 1 and scorable:
+        summary["pass_at_k"] = {
+            str(k): _mean([pass_at_k(r["n_samples"], r["n_correct"], k) for r in scorable if r["n_samples"] >= k])
+            for k in pass_k_values(samples)
+        }
+        summary["sample_ex"] = _mean([r["n_correct"] / r["n_samples"] for r in scorable if r["n_samples"]])
+        summary["unique_sql"] = _mean([float(r["unique_sql"]) for r in records])
+    voted = [r for r in records if "vote" in r]
+    if voted:
+        summary["sc"] = {
+            "ex": _mean([float(r["vote"]["match"]) for r in voted if not r["gold_failed"]]),
+            "no_consensus": sum(not r["vote"]["consensus"] for r in voted),
+            "support": _mean([float(r["vote"]["support"]) for r in voted]),
+        }
+    per_sample = [s for r in records for s in r.get("samples", ())]
+    if per_sample:
+        summary["behaviour"] = {
+            key: _mean([float(s[key]) for s in per_sample])
+            for key in ("turns", "tool_calls", "policy_tokens", "response_tokens", "prompt_tokens")
+        }
+        summary["behaviour"]["answered"] = _mean([float(s["sql"] is not None) for s in per_sample])
+        summary["end_reasons"] = dict(Counter(s["end_reason"] for s in per_sample))
+    return summary
+
+
+def markdown(summary: Mapping[str, Any]) -> str:
+    """A readable report: headline, per-difficulty table, outcomes, sampling, behaviour."""
+    s = summary
+    st = s.get("settings", {})
+    title = st.get("recipe") or st.get("predictions") or st.get("agent") or "evaluation"
+    where = " / ".join(str(st[k]) for k in ("data_kind", "split") if st.get(k)) or "data"
+    lines = [
+        f"# Evaluation: {title}",
+        "",
+        f"- data: {where} ({s['n']} questions, {s['scorable']} with a working gold SQL)",
+        f"- mode: {st.get('mode')}"
+        + (
+            f", {st.get('samples')} samples at T={st.get('temperature')}"
+            if st.get("mode") != "greedy" and st.get("samples")
+            else ""
+        ),
+    ]
+    if st.get("model"):
+        lines.append(f"- model: {st['model']}")
+    lines += [
+        "",
+        "| metric | value |",
+        "|---|---|",
+        f"| EX (project: gold errors excluded) | {pct(s['ex'])} |",
+        f"| EX (official-compatible: every error is wrong) | {pct(s['ex_official'])} |",
+        f"| REX | {pct(s['rex'])} |",
+        (
+            f"| QATCH mean (CP / CR / TC) | {pct(s['qatch']['mean'])} ({pct(s['qatch']['cp'])} / "
+            f"{pct(s['qatch']['cr'])} / {pct(s['qatch']['tc'])}) |"
+        ),
+        f"| executable predictions | {pct(s['executable'])} |",
+    ]
+    if s.get("missing"):
+        lines.append(f"| missing predictions | {s['missing']} |")
+    lines += [
+        "",
+        "## By difficulty",
+        "",
+        "| difficulty | n | EX | EX official | REX | QATCH |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, b in s["by_difficulty"].items():
+        lines.append(
+            f"| {label} | {b['n']} | {pct(b['ex'])} | {pct(b['ex_official'])} | {pct(b['rex'])} | "
+            f"{pct(b['qatch']['mean'])} |"
+        )
+    lines.append(
+        f"| **all** | {s['n']} | {pct(s['ex'])} | {pct(s['ex_official'])} | {pct(s['rex'])} | "
+        f"{pct(s['qatch']['mean'])} |"
+    )
+    lines += ["", "## Outcomes", "", "| outcome | count |", "|---|---|"]
+    lines += [f"| {o} | {c} |" for o, c in s["outcomes"].items()]
+    if s.get("samples", 0) > 1:
+        lines += ["", "## Sampling", "", "| k | pass@k |", "|---|---|"]
+        lines += [f"| {k} | {pct(v)} |" for k, v in s.get("pass_at_k", {}).items()]
+        lines += [
+            "",
+            f"- EX of a single sample (mean): {pct(s.get('sample_ex', 0.0))}",
+            f"- unique SQL per {s['samples']} samples: {s.get('unique_sql', 0.0):.2f}",
+        ]
+        if "sc" in s:
+            lines += [
+                (
+                    f"- self-consistency EX: {pct(s['sc']['ex'])}; no consensus on {s['sc']['no_consensus']} "
+                    f"question(s); mean cluster support {s['sc']['support']:.2f} samples"
+                )
+            ]
+    if "behaviour" in s:
+        b = s["behaviour"]
+        lines += [
+            "",
+            "## Behaviour (per sample)",
+            "",
+            ("| turns | tool calls | policy tokens | response tokens | prompt tokens | answered |"),
+            "|---|---|---|---|---|---|",
+            (
+                f"| {b['turns']:.2f} | {b['tool_calls']:.2f} | {b['policy_tokens']:.1f} | {b['response_tokens']:.1f} | "
+                f"{b['prompt_tokens']:.1f} | {pct(b['answered'])} |"
+            ),
+            "",
+            "End reasons: " + ", ".join(f"{k} {v}" for k, v in sorted(s.get("end_reasons", {}).items())),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def console_summary(summary: Mapping[str, Any]) -> str:
+    """The few lines printed at the end of a run."""
+    s = summary
+    parts = [
+        f"EX {pct(s['ex'])} (official {pct(s['ex_official'])}) on {s['n']} questions",
+        f"REX {pct(s['rex'])}",
+        f"QATCH {pct(s['qatch']['mean'])}",
+    ]
+    by = ", ".join(f"{d} {pct(b['ex'])} (n={b['n']})" for d, b in s["by_difficulty"].items())
+    out = (
+        " | ".join(parts)
+        + f"\n  by difficulty: {by}\n  outcomes: "
+        + ", ".join(f"{k}={v}" for k, v in s["outcomes"].items())
+    )
+    if s.get("samples", 0) > 1:
+        out += "\n  pass@k: " + ", ".join(f"@{k} {pct(v)}" for k, v in s.get("pass_at_k", {}).items())
+        if "sc" in s:
+            out += f" | SC EX {pct(s['sc']['ex'])}, no consensus {s['sc']['no_consensus']}"
+    return out

@@ -1,0 +1,184 @@
+"""Each recipe carries its paper's settings (each design's page, designs/<name>/README.md); one
+test per place the project used to depart from them pins the paper value and the behaviour it
+drives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tools.errors import ConfigError
+from training.algorithm.kl import KLSchedule
+from training.config import TrainConfig, apply_laptop_profile, compose_tree
+
+
+def recipe(name: str, *overrides: str, config: str = "config") -> TrainConfig:
+    raw = compose_tree(config, [f"recipe={name}", *overrides])
+    raw = {k: v for k, v in raw.items() if k not in ("hydra", "eval", "predictions")}
+    return TrainConfig.from_mapping(raw)
+
+
+def raw_recipe(name: str, *overrides: str) -> dict[str, Any]:
+    return compose_tree("config", [f"recipe={name}", *overrides])
+
+
+# ----------------------------------------------------------------------------- 1. observation caps
+
+
+@pytest.mark.parametrize("name,cap", [("trustsql", 1024), ("dualsql", None), ("retoolsql", None), ("think2sql", None)])
+def test_observation_cap_is_per_design(name: str, cap: int | None) -> None:
+    """docs/designs.md "Turn formats": TRUST-SQL 1,024 tokens; DualSQL none (its executor's own
+    10-row / 150-character limits, schema queries in full); ReToolSQL its tools' limits."""
+    assert recipe(name).rollout.observation_max_tokens == cap
+
+
+def test_laptop_profile_keeps_a_printed_cpu_cap() -> None:
+    cfg, changes = apply_laptop_profile(recipe("dualsql"))
+    assert cfg.rollout.observation_max_tokens == 256
+    assert changes["rollout.observation_max_tokens"] == (None, 256)
+
+
+def test_no_cap_reaches_the_rollout_limits_of_training_and_evaluation() -> None:
+    """The same value drives the local trainer's limits and eval.run's."""
+    from eval.decoding import resolve_decoding, sampling_and_limits
+    from eval.settings import EvalSettings
+
+    cfg = recipe("dualsql")
+    decoding = resolve_decoding(cfg, EvalSettings(), set(), laptop=False, model_context=None)
+    _, limits = sampling_and_limits(decoding)
+    assert limits.max_observation_tokens is None
+    trust = resolve_decoding(recipe("trustsql"), EvalSettings(), set(), laptop=False, model_context=None)
+    assert sampling_and_limits(trust)[1].max_observation_tokens == 1024
+
+
+# ----------------------------------------------------------------------------- 2. evaluation decoding
+
+
+def test_think2sql_evaluates_one_sample_at_t07_top_p095_30k_tokens() -> None:
+    ev = recipe("think2sql").evaluation
+    assert (ev.mode, ev.samples, ev.temperature, ev.top_p, ev.max_new_tokens) == ("sample", 1, 0.7, 0.95, 30000)
+
+
+def test_retoolsql_self_consistency_is_16_samples_at_t12() -> None:
+    ev = recipe("retoolsql").evaluation
+    assert (ev.mode, ev.samples, ev.temperature, ev.top_p) == ("greedy", 16, 1.2, 0.95)
+
+
+def test_trustsql_infers_with_15_turns_greedy_and_votes_at_t08() -> None:
+    cfg = recipe("trustsql")
+    assert cfg.agent.options["max_turns_inference"] == 15 and cfg.agent.options["max_turns"] == 10
+    assert (cfg.evaluation.mode, cfg.evaluation.temperature) == ("greedy", 0.8)
+
+
+def test_max_tokens_never_exceed_the_model_context_minus_the_prompt() -> None:
+    from eval.decoding import resolve_decoding
+    from eval.settings import EvalSettings
+
+    d = resolve_decoding(recipe("think2sql"), EvalSettings(), set(), laptop=False, model_context=32768)
+    assert (d.mode, d.temperature, d.top_p) == ("sample", 0.7, 0.95)
+    assert d.max_context_tokens == 32768  # 15,500 prompt + 30,000 response would not fit
+    assert d.max_new_tokens <= d.max_context_tokens - 1
+
+
+# ----------------------------------------------------------------------------- 3. ReToolSQL batch
+
+
+def test_retoolsql_batch_is_12_groups_from_12x_candidates_and_reaches_step_80() -> None:
+    cfg = recipe("retoolsql")
+    assert cfg.algorithm.batch_size == 12 and cfg.algorithm.group_size == 16
+    assert cfg.algorithm.dynamic_sampling.oversample == 12 and cfg.algorithm.dynamic_sampling.enable
+    assert cfg.algorithm.batch_size * cfg.algorithm.group_size == 192  # completions per optimizer step
+    assert cfg.algorithm.dynamic_sampling.return_unkept == "varying"
+    kl = KLSchedule.from_pairs(cfg.algorithm.kl_schedule)
+    assert cfg.trainer.total_steps == 80
+    assert (kl.beta(0), kl.beta(40), kl.beta(79), kl.beta(80)) == (0.005, 0.001, 0.001, 0.0)
+
+
+def test_return_unkept_refuses_an_unknown_mode() -> None:
+    with pytest.raises(ConfigError, match="return_unkept='sometimes'"):
+        recipe("retoolsql", "algorithm.dynamic_sampling.return_unkept=sometimes")
+
+
+# ----------------------------------------------------------------------------- 4. TRUST-SQL variants
+
+
+def test_trustsql_w_schema_and_prefill_are_one_command_line_each() -> None:
+    plain = recipe("trustsql", "reward.schema_in_total=0.25", "advantage=grpo")
+    assert plain.advantage.estimator == "grpo" and plain.advantage.clamp is None  # plain GRPO
+    assert plain.reward.options["schema_in_total"] == 0.25
+    prefill = recipe("trustsql", "agent.schema_prefill=true")
+    assert prefill.agent.options["schema_prefill"] is True and prefill.advantage.estimator == "two_track"
+    paper = recipe("trustsql")
+    assert paper.advantage.clamp == 10.0 and paper.advantage.schema_weight == 0.25
+
+
+def test_laptop_profile_gives_trustsql_the_four_turns_r_format_needs() -> None:
+    cfg, _ = apply_laptop_profile(recipe("trustsql"))
+    assert cfg.agent.options["max_turns"] >= 4 and cfg.agent.options["max_turns_inference"] >= 4
+
+
+# ----------------------------------------------------------------------------- 5. Think2SQL loss
+
+
+def test_think2sql_normalises_per_sequence_on_both_engines() -> None:
+    from training.engines.verl.config.translate import verl_config_for
+
+    cfg = recipe("think2sql")
+    assert cfg.algorithm.loss_agg_mode == "seq-mean-token-mean"  # paper eq. 5: 1/|o_i| per sample
+    assert verl_config_for(cfg).actor_rollout_ref.actor.loss_agg_mode == "seq-mean-token-mean"
+
+
+def test_seq_mean_token_mean_weights_each_sequence_equally() -> None:
+    """A short and a long sequence with the same per-token loss contribute equally."""
+    import torch
+
+    from training.engines.local import loss as lp
+
+    mask = torch.tensor([[1.0, 0, 0, 0], [1, 1, 1, 1]])  # [2, 4]
+    logp = torch.zeros(2, 4, requires_grad=True)
+    adv = {"full": torch.tensor([1.0, 1.0])}
+    settings = lp.LossSettings(loss_agg_mode="seq-mean-token-mean")
+    loss, _ = lp.grpo_loss(logp, logp.detach(), {"full": mask}, adv, lp.track_totals({"full": mask}), settings)
+    loss.backward()
+    grad = logp.grad.abs()
+    assert grad[0, 0].item() == pytest.approx(4 * grad[1, 0].item())  # 1/|o_1| = 1 vs 1/|o_2| = 1/4
+    token = lp.LossSettings(loss_agg_mode="token-mean")
+    logp2 = torch.zeros(2, 4, requires_grad=True)
+    loss2, _ = lp.grpo_loss(logp2, logp2.detach(), {"full": mask}, adv, lp.track_totals({"full": mask}), token)
+    loss2.backward()
+    assert logp2.grad[0, 0].item() == pytest.approx(logp2.grad[1, 0].item())
+
+
+# ----------------------------------------------------------------------------- 6. DualSQL IS
+
+
+def test_dualsql_asks_for_sequence_masked_is_on_both_engines() -> None:
+    cfg = recipe("dualsql")
+    corr = cfg.algorithm.rollout_correction
+    assert (corr.rollout_is, corr.rollout_is_threshold, corr.rollout_rs, corr.rollout_rs_threshold) == (
+        "sequence",
+        2.0,
+        "seq_sum_k1",
+        "0.5_2.0",
+    )
+    from training.engines.verl.config.translate import verl_config_for
+
+    verl_corr = verl_config_for(cfg).algorithm.rollout_correction
+    assert (verl_corr.rollout_is, verl_corr.rollout_rs, verl_corr.rollout_rs_threshold) == (
+        "sequence",
+        "seq_sum_k1",
+        "0.5_2.0",
+    )
+    assert recipe("think2sql").algorithm.rollout_correction.enabled is False  # veRL's default: off
+
+
+# ----------------------------------------------------------------------------- 7. Spider EX
+
+
+def test_data_spider_scores_with_spiders_execution_match() -> None:
+    cfg = recipe("trustsql", "data=spider")
+    assert cfg.data.ex_metric == "spider" and cfg.reward.exec_metric == "spider"
+    assert recipe("retoolsql", "data=spider").reward.exec_metric == "spider"
+    assert recipe("dualsql", "data=spider").reward.exec_metric == "rex"  # REX is DualSQL's own metric
+    assert recipe("trustsql").reward.exec_metric == "ex"

@@ -1,0 +1,147 @@
+"""One step of the local engine on CPU with the tiny model: real agents, rewards and SQLite,
+a scripted policy (multi-turn text with tool calls, tests/helpers/schools.py) so that
+rewards vary within groups; the update's weights, masks, buffer and log-probs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from agents.types import Example
+from tests.helpers.designs import project_designs
+from tests.helpers.local_trainer import changed, trainer, weights
+from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
+from training.engines.local import loss as lp
+from training.engines.local.buffer import build_buffer
+from training.generation.hf import trim_row
+
+RECIPES = project_designs()
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_one_step_of_each_recipe_changes_the_weights(recipe: str, tmp_path: Path, examples: list[Example]) -> None:
+    t = trainer(recipe, tmp_path, examples, "algorithm.dynamic_sampling.enable=false")
+    before = weights(t.model)
+    metrics = t.train_step()
+    assert metrics["sampling/trajectories_updated"] > 0
+    assert 0.0 < metrics["ex/batch"] < 1.0, metrics  # the scripted policy mixes right and wrong answers
+    assert metrics["reward/exec"] > 0.0 and "time/generation" in metrics
+    assert changed(before, t.model) > 1e-6
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_zero_advantage_control_leaves_weights_unchanged(recipe: str, tmp_path: Path, examples: list[Example]) -> None:
+    t = trainer(recipe, tmp_path, examples, "algorithm.dynamic_sampling.enable=false", always_good=True)
+    before = weights(t.model)
+    metrics = t.train_step()
+    assert metrics["sampling/trajectories_updated"] > 0 and metrics["ex/batch"] == 1.0
+    assert changed(before, t.model) == 0.0
+
+
+def test_loss_ignores_observation_tokens(tmp_path: Path, examples: list[Example]) -> None:
+    t = trainer("trustsql", tmp_path, examples, "algorithm.dynamic_sampling.enable=false")
+    trajectories = t.rollout(examples[:2], 4, t.agent, t.sampling)
+    rewards = [t._score(tr, examples[int(tr.example_id[1:])]) for tr in trajectories]
+    buffer = build_buffer(trajectories, rewards, t.cfg, target_questions=2)
+    rows = list(range(buffer.size))
+    batch = buffer.policy_batch(rows, t.tokenizer.pad_token_id)
+    full = batch.masks["full"]  # [batch, resp_len]
+    observation = torch.zeros_like(full)
+    for j, tr in enumerate(buffer.trajectories):
+        observation[j, : len(tr.response_mask)] = 1.0 - torch.tensor(tr.response_mask, dtype=torch.float32)
+    assert observation.sum() > 0, "the scripted episodes must contain tool observations"
+    assert float((full * observation).sum()) == 0.0
+    totals = lp.track_totals(batch.masks)
+
+    logp, _ = lp.response_log_probs(t.model, batch)
+    logp = logp.detach().requires_grad_(True)
+    loss, _ = lp.grpo_loss(logp, logp.detach(), batch.masks, batch.advantages, totals, t.loss_settings)
+    loss.backward()
+    assert float((logp.grad.abs() * observation).sum()) == 0.0
+    assert float(logp.grad.abs().sum()) > 0.0
+    # changing an observation token's log-prob (its logit contribution) changes nothing
+    moved = logp.detach() + 5.0 * observation
+    again, _ = lp.grpo_loss(moved, logp.detach(), batch.masks, batch.advantages, totals, t.loss_settings)
+    assert again.item() == pytest.approx(loss.item(), abs=1e-7)
+
+
+def test_trustsql_buffer_two_track_advantages_and_prefix_mask(tmp_path: Path, examples: list[Example]) -> None:
+    t = trainer("trustsql", tmp_path, examples, "algorithm.dynamic_sampling.enable=false")
+    trajectories = t.rollout(examples[:2], 4, t.agent, t.sampling)
+    rewards = [t._score(tr, examples[int(tr.example_id[1:])]) for tr in trajectories]
+    buffer = build_buffer(trajectories, rewards, t.cfg, target_questions=2)
+    assert set(buffer.advantages) == {"full", "schema"}
+    for track in ("full", "schema"):
+        for q in ("q0", "q1"):
+            idx = [i for i, tr in enumerate(buffer.trajectories) if tr.example_id == q]
+            scores = torch.tensor([rewards[i].tracks[track] for i in idx])
+            hand = (scores - scores.mean()) / (scores.std() + 1e-6) if scores.std() > 0 else scores * 0
+            got = torch.tensor([buffer.advantages[track][i] for i in idx])
+            assert torch.allclose(got, hand.clamp(-10, 10), atol=1e-5), (track, q)
+    for i, tr in enumerate(buffer.trajectories):
+        propose = max(turn.index for turn in tr.result.turns if turn.phase == "propose_schema")
+        expect = [m if turn <= propose else 0 for m, turn in zip(tr.response_mask, tr.turn_index, strict=True)]
+        assert buffer.masks["schema"][i] == [float(x) for x in expect]
+        assert buffer.masks["full"][i] == [float(x) for x in tr.response_mask]
+
+
+def test_dynamic_sampling_drops_flat_groups_in_the_engine(tmp_path: Path, examples: list[Example]) -> None:
+    flat = {"q0", "q2", "q3"}
+    t = trainer(
+        "retoolsql",
+        tmp_path,
+        examples,
+        "algorithm.dynamic_sampling.enable=true",
+        "algorithm.batch_size=2",
+        "algorithm.dynamic_sampling.oversample=2",
+        always_good=lambda ex, k: ex.id in flat or k % 2 == 0,
+    )
+    before = weights(t.model)
+    metrics = t.train_step()  # B*K = 4 questions drawn: all four examples
+    assert {tr.example_id for tr in t.last_buffer.trajectories} == {"q1"}
+    assert len(t.last_buffer.trajectories) == 4
+    assert metrics["sampling/zero_variance_groups"] == 3 and metrics["sampling/groups_kept"] == 1
+    assert metrics["sampling/fill_rate"] == pytest.approx(0.5)
+    assert changed(before, t.model) > 0
+
+
+def test_response_log_probs_match_a_per_row_forward() -> None:
+    model = tiny_model()
+    prompts, responses = [[5, 6, 7, 8], [9, 10]], [[11, 12], [13, 14, 15, 16]]
+    batch = lp.build_policy_batch(prompts, responses, {"full": [[1, 1], [1, 1, 1, 1]]}, {"full": [1.0, -1.0]}, 0)
+    got, _ = lp.response_log_probs(model, batch)
+    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
+        logits = model(torch.tensor([p + r])).logits[0].log_softmax(-1)
+        want = [logits[len(p) + j - 1, r[j]].item() for j in range(len(r))]
+        assert got[i, : len(r)].tolist() == pytest.approx(want, abs=1e-5)
+
+
+def test_trim_row_cuts_padding_after_a_stop_string() -> None:
+    tok = tiny_tokenizer()
+    eos = tok.eos_token_id
+    body = tok.encode("SELECT 1</tool_call>", add_special_tokens=False)
+    stopped = trim_row(body + [eos, eos], [eos], eos, tok, ["</tool_call>"])
+    assert stopped.token_ids == body and stopped.finish_reason == "stop"
+    ended = trim_row(body[:3] + [eos, eos], [eos], eos, tok, ["</tool_call>"])
+    assert ended.token_ids == body[:3] + [eos]
+    assert trim_row(body, [eos], eos, tok, ()).finish_reason == "length"
+
+
+def test_several_mini_batches_use_old_log_probs_and_clip(tmp_path: Path, examples: list[Example]) -> None:
+    """With two optimizer steps per buffer the second one sees a moved policy: the ratio
+    leaves 1 and clipping can act (old log-probs come from a forward pass before step one)."""
+    t = trainer(
+        "think2sql",
+        tmp_path,
+        examples,
+        "algorithm.dynamic_sampling.enable=false",
+        "algorithm.mini_batches=2",
+        "optim.lr=5e-2",
+    )
+    before = weights(t.model)
+    metrics = t.train_step()
+    assert metrics["time/logprob"] > 0.0
+    assert metrics["policy/ppo_kl"] != 0.0
+    assert changed(before, t.model) > 0

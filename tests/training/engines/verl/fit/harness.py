@@ -1,0 +1,292 @@
+"""The fit tier's harness: veRL's real ``SqlAgentTrainer.fit()`` on CPU.
+
+What is real: the project config composed from ``recipes/`` and mapped by the verl engine
+(``verl_config_for``), the prompt parquet files (``write_prompt_file``), veRL's v1 trainer
+loop, ``ReplayBuffer`` (with the project's dynamic sampling), TransferQueue, batch
+balancing and padding, ``_compute_metrics``, checkpoint bookkeeping, ``Tracking`` (file
+logger), veRL's ``RewardLoopManager`` (CPU reward workers), veRL's ``AgentLoopManagerTQ``
+(Ray actor workers that find the project's agent loop through the ``verl.plugins`` entry
+point), veRL's ``LLMServerClient`` and load balancer, the agents, tools, SQLite files and
+rewards.
+
+The seam: the trainer is built through its real constructor and its real ``init()``
+(``_setup()`` then ``on_init_end()``). veRL's ``_setup`` creates, in one method, a Ray
+placement group that asks for GPUs, the FSDP worker group, the vLLM replicas and the
+checkpoint engine. :class:`CpuTrainer` overrides only ``_setup``: it runs veRL's own
+``_init_tokenizer``, ``_init_dataloader``, ``_init_dump_executor`` and
+``_load_checkpoint`` in veRL's order and puts the doubles of ``fsdp_double.py`` and
+``vllm_double.py`` where the GPU pieces would be (``actor_rollout_wg``,
+``llm_server_manager``, ``checkpoint_manager``), plus ``_get_n_gpus_for_throughput``
+(veRL asks the resource pool). Everything else is inherited. The driver sequence is
+``TaskRunnerV1.run``'s: resolve the config, build the trainer, ``init()``,
+``fit(agent_loop_manager)``, ``Tracking.finish``.
+
+One Ray and TransferQueue session per test module (:func:`start_session`): the reward
+and agent-loop workers and the generation server are created once and serve every
+``fit`` of the module; each ``fit`` gets a fresh trainer and worker group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+from omegaconf import OmegaConf, open_dict
+
+from tests.helpers.agent_db import COUNT_SQL, JOIN_SQL, make_db
+from tests.helpers.agent_scripts import SCRIPTS
+from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
+from tests.training.engines.verl.fit.fsdp_double import TinyActorWorkerGroup
+from tests.training.engines.verl.fit.vllm_double import TinyCheckpointEngine, TinyServerManager
+from training.engines.verl.workers.sync_trainer import SqlAgentTrainer
+
+REPO = Path(__file__).resolve().parents[5]
+DP = 2  # simulated data-parallel ranks of the worker group
+GOLD = {"retoolsql": COUNT_SQL, "think2sql": COUNT_SQL, "trustsql": COUNT_SQL, "dualsql": JOIN_SQL}
+
+
+class CpuTrainer(SqlAgentTrainer):
+    """``SqlAgentTrainer`` with veRL's ``_setup`` minus the GPU pieces (see the module doc)."""
+
+    session: FitSession  # set on the instance before init()
+
+    def _setup(self) -> None:
+        self._init_tokenizer()
+        self._init_dataloader()
+        self._init_dump_executor()
+        self.ref_in_actor = False
+        self.actor_rollout_wg = TinyActorWorkerGroup(self.config, dp_size=self.dp_size)
+        if self.use_reference_policy:  # Role.ActorRolloutRef: the reference lives in the actor workers
+            self.ref_policy_wg = self.actor_rollout_wg
+        self.reward_loop_manager = self.session.rewards
+        self.teacher_model_manager = None
+        self.distillation_config = None
+        self.llm_server_manager = self.session.servers
+        self.checkpoint_manager = TinyCheckpointEngine(self.actor_rollout_wg, self.session.servers.server)
+        self.checkpoint_manager.sleep_replicas()
+        self._load_checkpoint()
+
+    @property
+    def dp_size(self) -> int:
+        """One simulated rank per GPU the config asks for (one node)."""
+        return int(self.config.trainer.n_gpus_per_node) * int(self.config.trainer.nnodes)
+
+    def _get_n_gpus_for_throughput(self) -> int:
+        return self.dp_size
+
+
+@dataclass
+class FitSession:
+    recipe: str
+    root: Path
+    model_dir: Path
+    base: Any  # the veRL config the module's workers were built with
+    servers: TinyServerManager
+    rewards: Any
+    agent_loops: Any
+    runs: list[CpuTrainer] = field(default_factory=list)
+
+
+def tiny_model_dir(root: Path) -> Path:
+    path = root / "policy"
+    if not (path / "config.json").exists():
+        tiny_tokenizer().save_pretrained(path)
+        tiny_model().save_pretrained(path)
+    return path
+
+
+def examples(
+    root: Path,
+    recipe: str,
+    n_train: int,
+    n_val: int,
+    long_train: int = 0,
+    long_val: int = 0,
+    long_words: int = 0,
+    gold: str | None = None,
+) -> tuple[list[Any], list[Any]]:
+    """Questions on two copies of the test database (two db_ids, so ReToolSQL's retriever
+    has shots from another database); ``long_*`` of them carry an evidence of
+    ``long_words`` words, which pushes their prompt past the length limit. ``gold``: the
+    gold SQL (default: the project design's ``GOLD`` entry)."""
+    from agents.types import Example
+
+    dbs = [
+        make_db(root / f"{name}.sqlite") if not (root / f"{name}.sqlite").exists() else root / f"{name}.sqlite"
+        for name in ("schools", "district")
+    ]
+    long_text = " ".join(["enrollment"] * long_words)
+
+    def make(prefix: str, i: int, long: bool) -> Example:
+        db = dbs[i % 2]
+        return Example(
+            id=f"{prefix}{i}",
+            db_id=db.stem,
+            db_path=str(db),
+            gold_sql=gold if gold is not None else GOLD[recipe],
+            question=f"How many schools are in Fresno? (variant {prefix}{i})",
+            evidence=long_text if long else "",
+        )
+
+    train = [make("t", i, i >= n_train - long_train) for i in range(n_train)]
+    val = [make("v", i, i >= n_val - long_val) for i in range(n_val)]
+    return train, val
+
+
+def project_config(recipe: str, run_dir: Path, overrides: list[str]) -> Any:
+    """The typed project config for ``recipe`` with engine=verl, as ``training.run`` builds it."""
+    from training.config import TrainConfig, compose_tree
+
+    tree = compose_tree("config", [f"recipe={recipe}", "engine=verl", f"run_dir={run_dir}", *overrides])
+    return TrainConfig.from_mapping(tree)
+
+
+TEST_VERL = [
+    f"+verl.trainer.n_gpus_per_node={DP}",
+    "+verl.actor_rollout_ref.rollout.full_determinism=true",  # the sticky request id reaches the server
+    "+verl.actor_rollout_ref.rollout.agent.num_workers=1",
+    "+verl.reward.num_workers=1",
+    "+verl.data.dataloader_num_workers=0",
+    "+verl.trainer.log_val_generations=0",
+]
+"""veRL settings of this machine, not of the recipe: two simulated ranks, one agent-loop
+and one reward worker, no dataloader subprocesses, sessions addressable by the server."""
+
+
+def verl_config(
+    recipe: str, run_dir: Path, model_dir: Path, train: list[Any], val: list[Any], overrides: list[str]
+) -> Any:
+    """Project config -> veRL config (the verl engine's own mapping) and its prompt files."""
+    from training.engines.verl.config.data_files import data_files, write_prompt_file
+    from training.engines.verl.config.translate import verl_config_for
+
+    cfg = project_config(recipe, run_dir, [*TEST_VERL, *overrides])
+    verl_cfg = verl_config_for(cfg, model_path=str(model_dir), num_train_examples=len(train))
+    train_file, val_file = data_files(run_dir)
+    write_prompt_file(train, train_file)
+    write_prompt_file(val, val_file)
+    with open_dict(verl_cfg):
+        verl_cfg.transfer_queue.enable = True  # as TaskRunnerV1.run sets it
+        verl_cfg.transfer_queue.backend.SimpleStorage.num_data_storage_units = 1
+    OmegaConf.resolve(verl_cfg)
+    return verl_cfg
+
+
+def env_for_workers(repo: Path, cache: Path) -> dict[str, str]:
+    """Environment of the Ray workers: the project importable, caches in the test's temp dir."""
+    return {
+        "PYTHONPATH": str(repo),
+        "SQLAGENT_RL_CACHE": str(cache),
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",
+        "VERL_LOGGING_LEVEL": os.environ.get("VERL_LOGGING_LEVEL", "WARN"),
+    }
+
+
+def start_session(
+    recipe: str,
+    root: Path,
+    base: Any,
+    writers: dict[str, str],
+    wrong: dict[str, list[str]] | None = None,
+    script: dict[str, list[str]] | None = None,
+) -> FitSession:
+    """Ray, TransferQueue, the generation server, veRL's reward and agent-loop managers.
+    ``script``: the server's scripted turns per role (default: the project design's ``SCRIPTS`` entry)."""
+    import transfer_queue as tq
+    from verl.experimental.reward_loop import RewardLoopManager
+    from verl.trainer.ppo.v1 import AgentLoopManagerTQ
+
+    cache = root / "cache"
+    env = env_for_workers(REPO, cache)
+    os.environ.update({k: v for k, v in env.items() if k != "PYTHONPATH"})
+    ray.init(num_cpus=4, include_dashboard=False, runtime_env={"env_vars": env}, log_to_driver=False)
+    _process_group()
+    tq.init(base.transfer_queue)
+    servers = TinyServerManager(base, script if script is not None else SCRIPTS[recipe], writers, wrong)
+    rewards = RewardLoopManager(config=base, rm_resource_pool=None)
+    agent_loops = AgentLoopManagerTQ.create(
+        config=base,
+        llm_client=servers.get_client(),
+        teacher_client=None,
+        reward_loop_worker_handles=rewards.reward_loop_worker_handles,
+    )
+    return FitSession(recipe, root, Path(base.actor_rollout_ref.model.path), base, servers, rewards, agent_loops)
+
+
+def stop_session() -> None:
+    import torch.distributed as dist
+    import transfer_queue as tq
+
+    try:
+        tq.close()
+    finally:
+        ray.shutdown()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _process_group() -> None:
+    """The one-rank gloo group a worker process has (veRL's checkpoint manager asks it for ranks)."""
+    import socket
+
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+
+
+def run_fit(session: FitSession, config: Any, before_fit: Any = None) -> CpuTrainer:
+    """``TaskRunnerV1.run`` without its TransferQueue set-up (the module's session holds it);
+    ``before_fit(trainer)`` sees the trainer after ``init()`` (e.g. the resumed weights)."""
+    os.environ["VERL_FILE_LOGGER_PATH"] = str(Path(config.sqlagent.run_dir) / "verl_metrics.jsonl")
+    trainer = CpuTrainer(config=config)
+    trainer.session = session
+    trainer.init()
+    if before_fit is not None:
+        before_fit(trainer)
+    succeeded = False
+    try:
+        trainer.fit(session.agent_loops)
+        succeeded = True
+    finally:
+        tracking = getattr(trainer, "logger", None)
+        if tracking is not None:
+            tracking.finish(exit_code=0 if succeeded else 1)
+    session.runs.append(trainer)
+    return trainer
+
+
+def with_changes(config: Any, changes: dict[str, Any]) -> Any:
+    """A copy of ``config`` with dotted keys changed (trainer-side settings of one run)."""
+    out = OmegaConf.create(OmegaConf.to_container(config, resolve=True))
+    with open_dict(out):
+        for key, value in changes.items():
+            OmegaConf.update(out, key, value, merge=False, force_add=True)
+    return out
+
+
+def verl_records(run_dir: Path) -> list[dict[str, Any]]:
+    """veRL's ``{"step", "data"}`` records from the run's ``verl_metrics.jsonl``."""
+    path = Path(run_dir) / "verl_metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def step_metrics(run_dir: Path) -> dict[int, dict[str, Any]]:
+    """Training-step records (they carry ``training/global_step``) by step."""
+    return {int(r["step"]): r["data"] for r in verl_records(run_dir) if "training/global_step" in r["data"]}
+
+
+def fresh(path: Path) -> Path:
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path

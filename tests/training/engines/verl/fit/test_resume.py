@@ -1,0 +1,107 @@
+"""Preemption and requeue through veRL's real ``fit()``: a job killed with SIGKILL in the
+middle of a checkpoint save, then the same command again (``resume=auto``).
+
+The job (``resume_child.py``, a subprocess in its own session) trains Think2SQL for 4 steps
+with a checkpoint every 2 steps and is killed halfway through writing step 4's optimizer
+shard: steps 1-3 are logged, ``global_step_2`` is complete, ``global_step_4`` is
+half-written and veRL's tracker still says 2. The rerun must continue from step 2 (never
+from the half-written step 4), redo steps 3 and 4, and leave every step recorded once in
+``metrics.jsonl``, ``samples.jsonl`` and veRL's ``verl_metrics.jsonl``, two complete
+checkpoints, ``final/``, and one wandb run id across both processes (veRL's ``Tracking``
+reads it from the environment the driver sets).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from training.runs import resume_policy as R
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+
+REPO = Path(__file__).resolve().parents[5]
+
+
+def job(root: Path, kill_at: int | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO), WANDB_MODE="offline", TOKENIZERS_PARALLELISM="false")
+    env.pop("SQLAGENT_TEST_KILL_SAVE_AT", None)
+    # a fresh job on a fresh node: no wandb service or run of this test process (wandb puts
+    # WANDB_SERVICE in os.environ, and a child would join that service, where the killed job's
+    # run id stays in use)
+    for key in ("WANDB_SERVICE", "WANDB_RUN_ID", "WANDB_RESUME", "WANDB_DIR", "WANDB_RUN_GROUP", "WANDB_TAGS"):
+        env.pop(key, None)
+    if kill_at is not None:
+        env["SQLAGENT_TEST_KILL_SAVE_AT"] = str(kill_at)
+    command = [sys.executable, "-m", "tests.training.engines.verl.fit.resume_child", str(root)]
+    proc = subprocess.Popen(
+        command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        out, err = proc.communicate(timeout=1200)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # what the job started (Ray, wandb) dies with it
+            os.killpg(proc.pid, signal.SIGKILL)
+        stop_wandb_service_of(proc.pid)
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+def stop_wandb_service_of(pid: int) -> None:
+    """wandb's service runs in a session of its own (``wandb-core ... --pid <job>``) and only
+    notices its job died after a while; until then it holds the run id, and the requeued job
+    would meet "run ID ... is in use". On a preempted node it dies with the node: end it here."""
+    import psutil
+
+    services = []
+    for candidate in psutil.process_iter(["cmdline"]):
+        cmdline = candidate.info.get("cmdline") or []
+        if any(i + 1 < len(cmdline) and arg == "--pid" and cmdline[i + 1] == str(pid) for i, arg in enumerate(cmdline)):
+            services.append(candidate)
+    for service in services:
+        with contextlib.suppress(psutil.NoSuchProcess):  # already gone
+            service.kill()
+    psutil.wait_procs(services, timeout=30)
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_a_job_killed_mid_save_continues_from_the_last_complete_checkpoint(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    ckpt = run_dir / "checkpoints"
+    killed = job(tmp_path, kill_at=4)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert [(c.step, c.complete) for c in R.verl_step_checkpoints(ckpt)] == [(2, True), (4, False)]
+    assert (ckpt / R.VERL_TRACKER).read_text() == "2"
+    assert sorted(r["step"] for r in records(run_dir / "metrics.jsonl") if r["kind"] == "train") == [1, 2, 3]
+    assert not (run_dir / "final").exists()
+    wandb_id = (run_dir / "wandb_run_id").read_text().strip()
+
+    again = job(tmp_path)  # the requeued job: the same command
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
+    assert "discarding half-written checkpoint" in again.stdout and "global_step_4" in again.stdout
+    assert f"continuing from {ckpt / 'global_step_2'} (step 2)" in again.stdout
+    assert "[child] fit starts at step 2" in again.stdout and "[child] fit ended at step 4" in again.stdout
+
+    train = Counter(r["step"] for r in records(run_dir / "metrics.jsonl") if r["kind"] == "train")
+    assert train == {1: 1, 2: 1, 3: 1, 4: 1}  # the same step count, each step once
+    samples = Counter(r["step"] for r in records(run_dir / "samples.jsonl"))
+    assert sorted(samples) == [1, 2, 3, 4] and len(set(samples.values())) == 1
+    verl_steps = Counter(
+        r["step"] for r in records(run_dir / "verl_metrics.jsonl") if "training/global_step" in r["data"]
+    )
+    assert verl_steps == {1: 1, 2: 1, 3: 1, 4: 1}
+    assert [(c.step, c.complete) for c in R.verl_step_checkpoints(ckpt)] == [(2, True), (4, True)]
+    assert (ckpt / R.VERL_TRACKER).read_text() == "4"
+    assert (run_dir / "final" / "config.json").is_file() and any((run_dir / "final").glob("*.safetensors"))
+    runs = sorted(p.name for p in (run_dir / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and all(name.endswith(f"-{wandb_id}") for name in runs), runs

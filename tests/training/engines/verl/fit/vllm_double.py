@@ -1,0 +1,234 @@
+"""CPU doubles for the generation half of veRL's trainer: the vLLM server (a Ray actor
+behind veRL's real ``LLMServerClient`` and load balancer) and the checkpoint engine that
+syncs the weights of the FSDP worker group double (``fsdp_double.py``) into it.
+
+Each double does the real computation on the tiny test model and follows the contract of
+the part it replaces, read from veRL 0.9.1's source:
+
+- :class:`TinyServer` - ``vLLMHttpServer.generate``: the prompt-room error, the
+  ``max_tokens`` clamp, stop at EOS (kept in ``token_ids``) or at a stop string (its
+  tokens kept), ``stop_reason="completed"``, log-probs of the processed (temperature
+  scaled) distribution when asked for, ``extra_fields={"global_steps": version}``; it
+  refuses to generate while asleep (veRL sleeps the replicas between rollout and the
+  weight update). Weights are the worker group's, copied at ``update_weights``.
+  Which tokens are written: a random two-layer model cannot write a tool call, so the
+  server has a *writer* per session (the sticky request id ``{uid}-{session}`` reaches
+  it because the tests set ``rollout.full_determinism``): ``"sample"`` samples from the
+  current weights; ``"script"`` / ``"wrong"`` write the design's scripted turn (the
+  second with a wrong final SQL) token by token under the same stop and length rules.
+  Every token's log-prob is the current weights' in both cases, as vLLM reports it.
+- :class:`TinyCheckpointEngine` - ``CheckpointEngineManager`` with the naive backend:
+  ``update_weights(version)`` copies the weights into the server and wakes it;
+  ``sleep_replicas()`` puts it to sleep.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import ray
+import torch
+
+from tests.training.engines.verl.fit.fsdp_double import TinyActorWorkerGroup
+
+
+@ray.remote
+class TinyServer:
+    """Stands in for a vLLM server replica; see the module docstring."""
+
+    def __init__(
+        self,
+        model_path: str,
+        rollout: dict[str, Any],
+        script: dict[str, list[str]],
+        writers: dict[str, str],
+        wrong: dict[str, list[str]] | None = None,
+        seed: int = 0,
+    ) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch.set_num_threads(1)
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+        self.max_model_len = int(rollout["max_model_len"])
+        self.prompt_length, self.response_length = int(rollout["prompt_length"]), int(rollout["response_length"])
+        self.script, self.wrong, self.writers = script, wrong or script, dict(writers)
+        self.global_steps: int | None = None
+        self.awake = False
+        self.rng = random.Random(seed)
+        self.calls: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ replica control
+
+    def update_weights(self, state: dict[str, torch.Tensor], global_steps: int | None) -> None:
+        self.model.load_state_dict(state)
+        if global_steps is not None:
+            self.global_steps = int(global_steps)
+        self.awake = True
+
+    def sleep(self) -> None:
+        self.awake = False
+
+    def set_writers(self, writers: dict[str, str]) -> None:
+        self.writers = dict(writers)
+
+    def history(self) -> list[dict[str, Any]]:
+        return list(self.calls)
+
+    # ------------------------------------------------------------------ vLLMHttpServer.generate
+
+    async def generate(
+        self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str, **kwargs: Any
+    ) -> Any:
+        from verl.workers.rollout.replica import TokenOutput
+
+        if not self.awake:
+            raise RuntimeError("generate() on a sleeping replica: veRL wakes it with update_weights first")
+        prompt_ids = [int(t) for t in prompt_ids]
+        params = dict(sampling_params)
+        room = self.max_model_len - len(prompt_ids)
+        if room < 1:
+            raise ValueError(
+                f"Prompt length ({len(prompt_ids)}) leaves no room to generate within the model's maximum context "
+                f"length ({self.max_model_len}); need at least 1 token of headroom."
+            )
+        if "max_tokens" in params:
+            max_tokens = params.pop("max_tokens")
+        else:
+            max_tokens = min(self.response_length, self.prompt_length + self.response_length - len(prompt_ids))
+        max_tokens = max(1, min(int(max_tokens), room))
+        temperature = float(params.get("temperature", 1.0))
+        writer = self._writer(request_id)
+        forced = None if writer == "sample" else self._scripted(prompt_ids, writer)
+        ids, logps = self._write(prompt_ids, forced, max_tokens, temperature, params)
+        self.calls.append(
+            {
+                "request_id": request_id,
+                "writer": writer,
+                "prompt_len": len(prompt_ids),
+                "max_tokens": max_tokens,
+                "n": len(ids),
+                "version": self.global_steps,
+            }
+        )
+        return TokenOutput(
+            token_ids=ids,
+            log_probs=logps if params.get("logprobs") else None,
+            stop_reason="completed",
+            extra_fields={"global_steps": self.global_steps, "num_cached_tokens": None},
+        )
+
+    def _writer(self, request_id: str) -> str:
+        session = request_id.rsplit("-", 1)[-1]
+        return self.writers.get(session, self.writers.get("*", "script"))
+
+    def _scripted(self, prompt_ids: list[int], writer: str) -> list[int]:
+        text = self.tokenizer.decode(prompt_ids)
+        script = self.wrong if writer == "wrong" else self.script
+        role = "generator" if "You are the SQL generator" in text else next(iter(script))
+        turn = text.count("<|im_start|>assistant") - 1
+        turns = script[role]
+        body = self.tokenizer.encode(turns[min(turn, len(turns) - 1)], add_special_tokens=False)
+        return body + [self.tokenizer.eos_token_id]
+
+    def _write(
+        self,
+        prompt_ids: list[int],
+        forced: list[int] | None,
+        max_tokens: int,
+        temperature: float,
+        params: dict[str, Any],
+    ) -> tuple[list[int], list[float]]:
+        """Token by token under vLLM's stop rules: EOS (kept), a stop string (its tokens
+        kept), or ``max_tokens``; log-probs of the processed distribution."""
+        stops = list(params.get("stop") or [])
+        eos = self.tokenizer.eos_token_id
+        ids: list[int] = []
+        logps: list[float] = []
+        context = torch.tensor([prompt_ids])
+        past = None
+        with torch.no_grad():
+            while len(ids) < max_tokens:
+                out = self.model(input_ids=context, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                logits = out.logits[0, -1].float()
+                scaled = logits / temperature if temperature > 0 else logits
+                logp = torch.log_softmax(scaled, dim=-1)
+                if forced is not None:
+                    token = forced[min(len(ids), len(forced) - 1)]
+                elif temperature <= 0:
+                    token = int(torch.argmax(logits))
+                else:
+                    token = self._sample(logp, params)
+                ids.append(int(token))
+                logps.append(float(logp[token]))
+                if token == eos and not params.get("ignore_eos", False):
+                    break
+                if stops and any(s in self.tokenizer.decode(ids, skip_special_tokens=True) for s in stops):
+                    break
+                context = torch.tensor([[token]])
+        return ids, logps
+
+    def _sample(self, logp: torch.Tensor, params: dict[str, Any]) -> int:
+        probs = logp.exp()
+        top_k = int(params.get("top_k", -1) or -1)
+        if top_k > 0:
+            kth = torch.topk(probs, top_k).values[-1]
+            probs = torch.where(probs >= kth, probs, torch.zeros_like(probs))
+        top_p = float(params.get("top_p", 1.0))
+        if top_p < 1.0:
+            sorted_p, order = torch.sort(probs, descending=True)
+            keep = (sorted_p.cumsum(0) - sorted_p) < top_p * sorted_p.sum()
+            probs = torch.zeros_like(probs).scatter(0, order, sorted_p * keep)
+        generator = torch.Generator().manual_seed(self.rng.randrange(2**31))
+        return int(torch.multinomial(probs / probs.sum(), 1, generator=generator))
+
+
+class TinyServerManager:
+    """Stands in for ``LLMServerManager``: one :class:`TinyServer` replica registered in
+    veRL's real global load balancer; clients are veRL's real ``LLMServerClient``."""
+
+    def __init__(
+        self,
+        config: Any,
+        script: dict[str, list[str]],
+        writers: dict[str, str],
+        wrong: dict[str, list[str]] | None = None,
+    ) -> None:
+        from verl.workers.rollout.router import get_router_handle
+
+        rollout = config.actor_rollout_ref.rollout
+        values = {
+            "max_model_len": rollout.max_model_len,
+            "prompt_length": rollout.prompt_length,
+            "response_length": rollout.response_length,
+        }
+        self.config = config
+        self.server = TinyServer.remote(str(config.actor_rollout_ref.model.path), values, script, writers, wrong)
+        self.global_load_balancer = get_router_handle(
+            servers={"tiny-server-0": self.server}, full_determinism=bool(rollout.get("full_determinism", False))
+        )
+
+    def get_client(self) -> Any:
+        from verl.workers.rollout.llm_server import LLMServerClient
+
+        return LLMServerClient(config=self.config, load_balancer_handle=self.global_load_balancer)
+
+    def get_replicas(self) -> list[Any]:
+        return []
+
+
+class TinyCheckpointEngine:
+    """Stands in for ``CheckpointEngineManager`` (naive backend) between the two doubles."""
+
+    def __init__(self, group: TinyActorWorkerGroup, server: Any) -> None:
+        self.group, self.server = group, server
+        self.versions: list[int | None] = []
+
+    def update_weights(self, global_steps: int | None = None) -> None:
+        ray.get(self.server.update_weights.remote(self.group.state_dict(), global_steps))
+        self.versions.append(global_steps)
+
+    def sleep_replicas(self) -> None:
+        ray.get(self.server.sleep.remote())

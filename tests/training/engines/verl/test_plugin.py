@@ -1,0 +1,63 @@
+"""The ``verl.plugins`` entry point registers the agent loop and the trainer, and loads the designs.
+
+veRL imports every plugin inside ``import verl`` and swallows import errors at debug
+level, so a broken plugin would only surface on a GPU node as "agent loop not
+registered". A fresh interpreter (as a Ray worker is) imports ``verl`` only, never the
+plugin module by name, and must find both registrations.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from importlib.metadata import entry_points
+
+from tests.helpers.designs import project_designs
+
+PROBE = """
+import json, sys
+import verl
+from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+from verl.trainer.ppo.v1.trainer_base import get_trainer_cls
+trainer = get_trainer_cls("sqlagent_sync")
+print(json.dumps({
+    "agent_loop": _agent_loop_registry.get("sqlagent"),
+    "trainer": f"{trainer.__module__}.{trainer.__qualname__}",
+    "plugin_loaded": "training.engines.verl.workers.plugin" in sys.modules,
+    "designs": list(sys.modules["training.engines.verl.workers.plugin"].DESIGNS),
+    "design_agents": sorted(m for m in sys.modules if m.startswith("designs.") and m.endswith(".agent")),
+}))
+"""
+
+
+def test_entry_point_names_the_plugin_module() -> None:
+    found = {ep.name: ep.value for ep in entry_points(group="verl.plugins")}
+    assert found.get("sqlagent_rl") == "training.engines.verl.workers.plugin"
+
+
+def test_import_verl_registers_agent_loop_and_trainer() -> None:
+    proc = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=False, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["plugin_loaded"] is True
+    assert seen["agent_loop"] == {"_target_": "training.engines.verl.workers.agent_loop.SqlAgentLoop"}
+    assert seen["trainer"] == "training.engines.verl.workers.sync_trainer.SqlAgentTrainer"
+    # the designs are loaded in the worker by ``import verl`` alone (an outside one too:
+    # tests/designs/test_outside_design.py)
+    designs = project_designs()
+    assert set(designs) <= set(seen["designs"])
+    assert set(seen["design_agents"]) >= {f"designs.{name}.agent" for name in designs}
+
+
+def test_plugins_can_be_switched_off() -> None:
+    """``VERL_USE_EXTERNAL_PLUGINS=none`` is veRL's switch; then nothing is registered."""
+    import os
+
+    env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "none"}
+    probe = "import sys, verl; print('training.engines.verl.workers.plugin' in sys.modules)"
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=180, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "False"

@@ -1,0 +1,347 @@
+"""The one read-only SQLite connection helper every tool, reward and evaluation uses.
+
+Layers of defence, each enough on its own for the case it covers:
+
+* the file is opened with a ``file:…?mode=ro`` URI and ``PRAGMA query_only=ON``;
+* an authorizer allows only reads (SELECT, column reads, recursive CTEs, functions other
+  than ``load_extension`` & co., and the metadata PRAGMAs a preset allows); every write,
+  ATTACH/DETACH, transaction, temp table and state-changing PRAGMA is denied, and the
+  denial reason is reported to the model;
+* a progress handler counts VM steps (step limit) and checks a wall-clock deadline; a
+  watchdog thread interrupts the connection if a single long VM operation overruns;
+* SQLite limits cap a value at 32 MiB (``randomblob(1e9)`` fails instead of allocating
+  1 GB), the SQL text at 1 MB, and attached databases at 0;
+* one statement per call; presets may require SELECT/WITH.
+
+Each thread gets its own connection (``Database.connect``), so readers never share a
+connection and never see "database is locked" from each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tools.db.guards import WATCHDOG, Run, Slot, lenient_text, open_readonly
+from tools.db.limits import (
+    DEFAULT_LIMITS,
+    INTERNAL_LIMITS,
+    OTHER_STATEMENT_KEYWORDS,
+    PRESETS,
+    SELECT_KEYWORDS,
+    QueryLimits,
+)
+from tools.db.results import QueryResult, ToolError
+from tools.db.sql_errors import classify
+from tools.errors import DataError
+
+if TYPE_CHECKING:
+    from tools.schema.profile import DatabaseProfile
+
+# --------------------------------------------------------------------------- Database
+
+
+class Database:
+    """One SQLite file: its path, content hash, thread-local read-only connections, and
+    cached schema / profile. Get instances through ``get_database`` (one per path)."""
+
+    def __init__(self, path: str | Path, db_id: str | None = None) -> None:
+        self.path = Path(path).resolve()
+        _check_sqlite_file(self.path)
+        self.db_id = db_id or self.path.stem
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._profile_lock = threading.Lock()
+        self._hash_key: tuple[int, int] | None = None
+        self._hash = ""
+        self._schema: tuple[str, dict[str, list[str]]] | None = None
+        self._profile: tuple[str, DatabaseProfile] | None = None
+
+    def __repr__(self) -> str:
+        return f"Database(db_id={self.db_id!r}, path={str(self.path)!r})"
+
+    @property
+    def content_hash(self) -> str:
+        """sha256 hex of the file bytes; recomputed when the file's size or mtime change."""
+        stat = self.path.stat()
+        key = (stat.st_size, stat.st_mtime_ns)
+        with self._lock:
+            if key != self._hash_key:
+                self._hash = _sha256_file(self.path)
+                self._hash_key = key
+            return self._hash
+
+    def connect(self, limits: QueryLimits | None = None) -> sqlite3.Connection:
+        """This thread's read-only connection (guards installed, created on first use).
+
+        Used directly, it enforces the read-only authorizer of ``limits`` (default: the
+        toolkit's internal policy: reads and metadata PRAGMAs) but no deadline or row cap;
+        ``tools.execute`` adds those."""
+        return self._connection(limits or INTERNAL_LIMITS)[0]
+
+    def _connection(self, limits: QueryLimits) -> tuple[sqlite3.Connection, Slot]:
+        """One connection per thread and authorizer policy. The policy is the set of
+        allowed PRAGMAs (everything else in ``QueryLimits`` is enforced per run), so a
+        handful of connections serve every preset and every ``max_rows`` override."""
+        pairs: dict[frozenset[str], tuple[sqlite3.Connection, Slot]] | None = getattr(self._local, "pairs", None)
+        if pairs is None:
+            pairs = self._local.pairs = {}
+        pair = pairs.get(limits.allowed_pragmas)
+        if pair is None:
+            pair = pairs[limits.allowed_pragmas] = open_readonly(self.path, limits)
+        return pair
+
+    def execute(self, sql: str, limits: QueryLimits | str = DEFAULT_LIMITS) -> QueryResult | ToolError:
+        """``execute(self, sql, limits)``; ``limits`` may name a registered preset."""
+        return execute(self, sql, PRESETS[limits] if isinstance(limits, str) else limits)
+
+    def query_internal(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run the toolkit's own read-only query (metadata, profiling) and return all rows.
+
+        Same guards as model queries but no row cap or step limit; raises ``DataError``
+        on failure, since a failure here is a toolkit or database problem."""
+        conn, slot = self._connection(INTERNAL_LIMITS)
+        run = Run(INTERNAL_LIMITS, time.monotonic() + INTERNAL_LIMITS.timeout_s)
+        slot.run = run
+        previous = conn.text_factory
+        conn.text_factory = lenient_text
+        try:
+            return conn.execute(sql, tuple(params)).fetchall()
+        except sqlite3.Error as exc:
+            raise DataError(f"{self.path}: internal query failed ({exc}): {sql}") from exc
+        finally:
+            conn.text_factory = previous
+            slot.run = None
+
+    def iter_internal(self, sql: str, params: Iterable[Any] = (), chunk: int = 10_000) -> Iterator[tuple[Any, ...]]:
+        """Like ``query_internal`` but streams the rows (large scans, bounded memory).
+        Consume it before running another internal query in the same thread."""
+        conn, slot = self._connection(INTERNAL_LIMITS)
+        slot.run = Run(INTERNAL_LIMITS, time.monotonic() + INTERNAL_LIMITS.timeout_s)
+        previous = conn.text_factory
+        conn.text_factory = lenient_text
+        try:
+            cursor = conn.execute(sql, tuple(params))
+            while rows := cursor.fetchmany(chunk):
+                yield from rows
+            cursor.close()
+        except sqlite3.Error as exc:
+            raise DataError(f"{self.path}: internal query failed ({exc}): {sql}") from exc
+        finally:
+            conn.text_factory = previous
+            slot.run = None
+
+    def schema(self) -> dict[str, list[str]]:
+        """``{table: [column, ...]}`` for every table and view, in declaration order."""
+        digest = self.content_hash
+        cached = self._schema
+        if cached is not None and cached[0] == digest:
+            return {t: list(c) for t, c in cached[1].items()}
+        names = self.query_internal(
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
+            "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY rowid"
+        )
+        schema = {
+            name: [row[1] for row in self.query_internal("SELECT * FROM pragma_table_info(?)", (name,))]
+            for (name,) in names
+        }
+        self._schema = (digest, schema)
+        return {t: list(c) for t, c in schema.items()}
+
+    def profile(self) -> DatabaseProfile:
+        """The database profile, cached in memory and on disk by content hash."""
+        from tools.schema.profile import load_or_build_profile
+
+        digest = self.content_hash
+        with self._profile_lock:  # threads wait for one build instead of each building
+            cached = self._profile
+            if cached is not None and cached[0] == digest:
+                return cached[1]
+            profile = load_or_build_profile(self)
+            self._profile = (digest, profile)
+            return profile
+
+
+_DATABASES: dict[tuple[str, str], Database] = {}
+_DATABASES_LOCK = threading.Lock()
+
+
+def get_database(path: str | os.PathLike[str], db_id: str | None = None) -> Database:
+    """The process-wide ``Database`` for ``path`` (one object per path and db_id)."""
+    resolved = Path(path).expanduser().resolve()
+    key = (str(resolved), db_id or resolved.stem)
+    with _DATABASES_LOCK:
+        db = _DATABASES.get(key)
+        if db is None:
+            db = Database(resolved, db_id)
+            _DATABASES[key] = db
+        return db
+
+
+def _check_sqlite_file(path: Path) -> None:
+    if not path.is_file():
+        raise DataError(f"no SQLite database at {path}; pass the path of an existing .sqlite file")
+    with path.open("rb") as handle:
+        header = handle.read(16)
+    if header and header != b"SQLite format 3\x00":
+        raise DataError(f"{path} is not a SQLite 3 database (bad header {header[:16]!r})")
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------- execute
+
+_COMMENT_OR_SPACE = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?(?:\*/|$))", re.DOTALL)
+_FIRST_WORD = re.compile(r"[A-Za-z_]+")
+
+
+def _strip_sql(sql: str) -> str:
+    """Drop trailing whitespace and semicolons (``SELECT 1;;`` is still one statement)."""
+    return sql.strip().rstrip(";").rstrip()
+
+
+def _first_keyword(sql: str) -> str:
+    pos = 0
+    while True:
+        match = _COMMENT_OR_SPACE.match(sql, pos)
+        if not match or match.end() == pos:
+            break
+        pos = match.end()
+    word = _FIRST_WORD.match(sql, pos)
+    return word.group(0).upper() if word else sql[pos : pos + 10]
+
+
+def _check_statement_kind(keyword: str, limits: QueryLimits) -> ToolError | None:
+    """Refuse a non-SELECT statement by its first keyword, with a clear message."""
+    if not limits.select_only or keyword in SELECT_KEYWORDS or keyword not in OTHER_STATEMENT_KEYWORDS:
+        return None
+    if keyword == "PRAGMA" and limits.allowed_pragmas:
+        return None
+    kinds = "SELECT/WITH" + (" or a metadata PRAGMA" if limits.allowed_pragmas else "")
+    return ToolError(
+        "forbidden",
+        f"only {kinds} statements are allowed here (got {keyword or 'nothing'}); the database is read-only",
+        "rewrite the request as a single SELECT query",
+    )
+
+
+def execute(db: Database, sql: str, limits: QueryLimits) -> QueryResult | ToolError:
+    """Run one statement on ``db``'s read-only connection under ``limits``.
+
+    Never raises on SQL text: every failure is a ``ToolError`` (kind, message, "did you
+    mean" suggestion for near-miss table and column names).
+    """
+    if not isinstance(sql, str):
+        return ToolError("bad_arguments", f"sql must be a string, got {type(sql).__name__}")
+    text = _strip_sql(sql)
+    keyword = _first_keyword(text)
+    if not keyword.strip():
+        return ToolError("syntax", "the SQL is empty", "write one SELECT statement")
+    refused = _check_statement_kind(keyword, limits)
+    if refused is not None:
+        return refused
+    try:
+        conn, slot = db._connection(limits)
+    except (sqlite3.Error, OSError) as exc:
+        return ToolError("other", f"cannot open database {db.db_id!r}: {exc}")
+    started = time.monotonic()
+    try:
+        return _run_guarded(db, conn, slot, text, limits, started)
+    except sqlite3.OperationalError as exc:
+        if "decode" not in str(exc).lower():
+            raise
+        # Some cell is not valid UTF-8: run again decoding with replacement characters.
+        conn.text_factory = lenient_text
+        try:
+            return _run_guarded(db, conn, slot, text, limits, started)
+        finally:
+            conn.text_factory = str
+
+
+def _run_guarded(
+    db: Database, conn: sqlite3.Connection, slot: Slot, text: str, limits: QueryLimits, started: float
+) -> QueryResult | ToolError:
+    run = Run(limits, started + limits.timeout_s)
+    slot.run = run
+    token = WATCHDOG.arm(conn, run)
+    cursor: sqlite3.Cursor | None = None
+    try:
+        cursor = conn.execute(text)
+        if run.schema_query:
+            slot.schema_sql[text] = True
+        elif slot.schema_sql.get(text):
+            run.schema_query = True  # a cached statement: the authorizer did not run again
+        return _collect(cursor, run, started)
+    except sqlite3.OperationalError as exc:
+        if "decode" in str(exc).lower() and conn.text_factory is str:
+            raise
+        return classify(exc, run, db.schema)
+    except (sqlite3.Error, sqlite3.Warning, ValueError, OverflowError, MemoryError) as exc:
+        return classify(exc, run, db.schema)
+    finally:
+        if cursor is not None:
+            cursor.close()
+        WATCHDOG.disarm(token)
+        slot.run = None
+
+
+def _collect(cursor: sqlite3.Cursor, run: Run, started: float) -> QueryResult:
+    limits = run.limits
+    columns = tuple(d[0] for d in cursor.description or ())
+    uncapped = limits.full_schema_queries and run.schema_query
+    cap = None if uncapped else limits.max_rows
+    if cap is None:
+        rows = cursor.fetchall()
+        count, lower_bound = len(rows), False
+    else:
+        rows = cursor.fetchmany(cap + 1)
+        count, lower_bound = len(rows), False
+        if count > cap:  # more rows than the cap: count the rest, keep the first ``cap``
+            count, lower_bound = _count_rest(cursor, count, run)
+            rows = rows[:cap]
+    cell_cap = None if uncapped else limits.max_cell_chars
+    if cell_cap is not None:
+        rows = [tuple(_cut_cell(v, cell_cap) for v in row) for row in rows]
+    return QueryResult(
+        columns=columns,
+        rows=tuple(rows),
+        row_count=count,
+        truncated=count > len(rows),
+        elapsed_s=time.monotonic() - started,
+        row_count_is_lower_bound=lower_bound,
+    )
+
+
+def _count_rest(cursor: sqlite3.Cursor, fetched: int, run: Run) -> tuple[int, bool]:
+    """Count the rows past the cap; if that runs out of time or steps, report a lower
+    bound instead of failing a query whose first rows are already in hand."""
+    count = fetched
+    try:
+        while True:
+            chunk = cursor.fetchmany(4096)
+            if not chunk:
+                return count, False
+            count += len(chunk)
+    except sqlite3.OperationalError:
+        if run.tripped is None:
+            raise
+        return count, True
+
+
+def _cut_cell(value: Any, limit: int) -> Any:
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]}…[+{len(value) - limit} chars]"
+    return value

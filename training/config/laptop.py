@@ -1,0 +1,51 @@
+"""The CPU laptop profile: the ``laptop`` block of the typed configuration
+(``training.config.laptop_apply`` applies it to a built config; docs/engines.md "The laptop
+profile" says why each size is what it is)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from training.config.fields import _f
+
+
+@dataclass
+class LaptopProfile:
+    """CPU demo sizes applied on the local engine (docs/engines.md "The laptop profile").
+
+    Each value replaces the recipe's unless that key was set on the command line; the
+    recipe's paper-size numbers stay in the YAML for GPU runs.
+    """
+
+    group_size: int = _f(4, "-> algorithm.group_size")
+    batch_size: int = _f(2, "-> algorithm.batch_size")
+    oversample: int = _f(1, "caps algorithm.dynamic_sampling.oversample (rollouts dominate CPU time)")
+    dynamic_sampling_metric: str = _f(
+        "total",
+        "-> algorithm.dynamic_sampling.metric (a 135M model rarely gets EX right: exec-filtered groups would all drop)",
+    )
+    max_turns: int = _f(3, "caps every agent.*max_turns")
+    max_new_tokens: int = _f(128, "caps rollout.max_new_tokens")
+    observation_max_tokens: int = _f(256, "caps rollout.observation_max_tokens")
+    max_response_tokens: int = _f(512, "caps rollout.max_response_tokens")
+    max_prompt_tokens: int = _f(4096, "caps rollout.max_prompt_tokens")
+    total_steps: int = _f(2, "-> trainer.total_steps")
+    save_every: int = _f(2, "-> trainer.save_every")
+    val_every: int = _f(0, "-> trainer.val_every")
+    eval_limit: int = _f(8, "-> data.eval_limit (the fixed before/after subset; eval.run's count on CPU)")
+    eval_mode: str = _f("greedy", "-> evaluation.mode (eval.run on CPU: one greedy answer per question)")
+    eval_samples: int = _f(4, "caps evaluation.samples (eval.mode=sc / passk on CPU: 4 answers, not 16)")
+    lr: float = _f(1e-5, "-> optim.lr (1e-6 moves a 135M model too little in a few steps)")
+    micro_batch_size: int = _f(2, "-> optim.micro_batch_size")
+    warm_start: bool = _f(
+        True,
+        "-> stage.warm_start.enable (SFT on demonstrations first: without it "
+        "the 135M model writes no protocol and every reward is 0)",
+    )
+    warm_start_examples: int = _f(32, "caps stage.warm_start.examples (SFT time grows with prompt length)")
+    supervised_questions: int = _f(16, "caps supervised.questions (traces per question cost rollouts)")
+    supervised_samples: int = _f(4, "caps supervised.samples and rl_filter_samples (k on CPU)")
+    agent_options: dict[str, Any] = _f(
+        {}, "agent options set where the agent accepts them (shorter prompts: schema_format=compact, num_few_shot=1)"
+    )

@@ -1,0 +1,191 @@
+"""The root of the typed configuration (``TrainConfig``), its conversion from a composed tree,
+and the run's own ``data`` and ``trainer`` groups; the other groups live beside it, one idea
+per module (``training.config`` lists them)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tools.errors import ConfigError
+from training.config.algorithm import (
+    AlgorithmConfig,
+    OptimConfig,
+)
+from training.config.design import AdvantageConfig, AgentConfig, RewardConfig
+from training.config.fields import _f, _need, _type_hints, checked_value, data_kind_names, need_choice
+from training.config.hardware import HardwareConfig
+from training.config.laptop import LaptopProfile
+from training.config.model import EngineConfig, ModelConfig
+from training.config.sampling import EvaluationConfig, RolloutConfig
+from training.config.search_path import list_recipes
+from training.config.stage import StageConfig, SupervisedConfig
+
+EX_RULES = ("ex", "spider")  # a dataset's official execution match: BIRD's set rule | Spider's
+LOGGERS = ("console", "jsonl", "wandb")
+
+
+@dataclass
+class DataConfig:
+    """``data`` group (written with eval.data): which examples train and evaluate."""
+
+    kind: str = _f(
+        "minibird", "eval.data.load_examples kind: minibird | bird | spider | jsonl (eval.data.KINDS)", data_kind_names
+    )
+    root: str | None = _f(None, "dataset root; null = the loader's default (minibird builds its own)")
+    split: str = _f("train", "split the policy trains on")
+    eval_split: str = _f("dev", "held-out split for validation and before/after EX")
+    drop_failing_gold: bool = _f(True, "skip examples whose gold SQL fails to execute")
+    limit: int | None = _f(None, "use at most this many training examples")
+    train_ids: str | None = _f(
+        None,
+        "a JSON file of training question ids narrowing the split (the RL filter of stage=sft_rl "
+        "writes supervised/rl_filter/questions.json); null = the whole split",
+    )
+    eval_limit: int | None = _f(None, "evaluate on a fixed subset of this many held-out examples")
+    ex_metric: str = _f(
+        "ex",
+        "the dataset's official execution match, used for the reported EX and by the "
+        "EX-based reward groups: ex (BIRD: set of rows) | spider (Spider: multiset, "
+        "ordered with ORDER BY, column permutation); data=spider sets spider",
+    )
+
+    def __post_init__(self) -> None:
+        need_choice("data.kind", self.kind, data_kind_names)
+        _need(self.ex_metric in EX_RULES, f"data.ex_metric={self.ex_metric!r}; choose one of {', '.join(EX_RULES)}")
+        for key in ("limit", "eval_limit"):
+            value = getattr(self, key)
+            _need(value is None or value >= 1, f"data.{key}={value}: a positive integer or null")
+        _need(
+            self.split != self.eval_split or self.kind == "jsonl",
+            f"data.split and data.eval_split are both {self.split!r}: validation must be held out",
+        )
+
+
+@dataclass
+class TrainerConfig:
+    """Steps, checkpoints, validation and logging."""
+
+    total_steps: int | None = _f(None, "optimizer steps; null = one epoch over the training split")
+    save_every: int = _f(10, "checkpoint every N steps (and at the end)")
+    keep_checkpoints: int = _f(2, "how many step checkpoints to keep")
+    val_every: int = _f(0, "greedy validation EX every N steps; 0 = only before and after")
+    eval_before_after: bool = _f(True, "greedy EX on the held-out subset before and after training")
+    project: str = _f("sqlagent-rl", "wandb project")
+    save_weights: bool = _f(True, "write model weights into checkpoints")
+    shared_run_dir_check: bool = _f(True, "engine=verl with nnodes > 1: refuse a run_dir only this node sees")
+    samples_per_step: int = _f(16, "rollouts per step written to samples.jsonl with their masks (0 = none)")
+
+    def __post_init__(self) -> None:
+        _need(
+            self.total_steps is None or self.total_steps >= 1,
+            f"trainer.total_steps={self.total_steps}: a positive integer or null",
+        )
+        _need(self.save_every >= 1, f"trainer.save_every={self.save_every}: must be >= 1")
+        _need(self.keep_checkpoints >= 1, f"trainer.keep_checkpoints={self.keep_checkpoints}: >= 1")
+        _need(self.val_every >= 0, f"trainer.val_every={self.val_every}: 0 or positive")
+        _need(self.samples_per_step >= 0, f"trainer.samples_per_step={self.samples_per_step}: 0 or positive")
+
+
+@dataclass
+class TrainConfig:
+    """The whole project configuration (``recipes/config.yaml``)."""
+
+    recipe_name: str | None = _f(
+        None, "set by recipe=<name>: a registered design's recipe (training.config.search_path.list_recipes)"
+    )
+    seed: int = _f(0, "seeds python, numpy and torch")
+    dry_run: bool = _f(False, "print the effective configuration and exit")
+    resume: bool | str = _f(
+        "never",
+        "never | auto | must: what an existing run_dir means (training/runs/resume_policy.py); "
+        "true = auto, false = never",
+    )
+    fresh: bool = _f(False, "delete run_dir's checkpoints and start over")
+    run_dir: str = _f("runs/default", "checkpoints, metrics.jsonl and the wandb run go here")
+    logger: list[str] = _f(["console", "wandb"], "console | jsonl | wandb (metrics.jsonl is always written)")
+    gpu_backbone: str | None = _f(
+        None,
+        "hub name engine=verl trains when model.path is null: the recipe's paper "
+        "backbone (training/engines/verl/checks/backbones.py); the local engine keeps the embedded model. "
+        "Top-level, not in the model group, so model=<group> always wins whole",
+    )
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)  # recipes/hardware/, training/config/hardware.py
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    stage: StageConfig = field(default_factory=StageConfig)
+    supervised: SupervisedConfig = field(default_factory=SupervisedConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    laptop: LaptopProfile = field(default_factory=LaptopProfile)
+    verl: dict[str, Any] = _f({}, "veRL ppo_trainer overrides for engine=verl (dotted paths allowed)")
+    sweep: str | None = _f(None, "the sweep this run belongs to (its wandb group); set by a Hydra multirun")
+    ablation: dict[str, Any] = _f({}, "swept key -> this run's value (flat); set by a Hydra multirun")
+
+    def __post_init__(self) -> None:
+        recipes = list_recipes()
+        _need(self.recipe_name is not None, f"no recipe chosen; run with recipe=<name>, one of: {', '.join(recipes)}")
+        _need(self.recipe_name in recipes, f"unknown recipe {self.recipe_name!r}; available: {', '.join(recipes)}")
+        bad = [name for name in self.logger if name not in LOGGERS]
+        _need(not bad, f"logger={self.logger}: unknown {bad}; choose from {', '.join(LOGGERS)}")
+        from training.runs.resume_policy import resume_mode
+
+        self.resume = resume_mode(self.resume)
+        _need(not (self.resume != "never" and self.fresh), f"resume={self.resume} and fresh=true contradict; pick one")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> TrainConfig:
+        """Convert a composed (resolved) config tree, rejecting unknown keys by name."""
+        return _build(cls, dict(data), "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_OPTIONS_GROUPS = {AgentConfig: "options", RewardConfig: "options"}
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
+    """Build dataclass ``cls`` from ``data``; nested dataclasses recurse."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in fields or (cls in _OPTIONS_GROUPS and key == _OPTIONS_GROUPS[cls]):
+            if cls in _OPTIONS_GROUPS:
+                extra[key] = value
+                continue
+            raise ConfigError(f"unknown config key {prefix}{key!r}; known keys here: {', '.join(sorted(fields))}")
+        hint = _type_hints(cls)[key]
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            if not isinstance(value, Mapping):
+                raise ConfigError(
+                    f"{prefix}{key}={value!r}: expected a group of keys "
+                    f"({', '.join(f.name for f in dataclasses.fields(hint))}), e.g. {prefix}{key}.<key>=<value>"
+                )
+            kwargs[key] = _build(hint, dict(value), f"{prefix}{key}.")
+        else:
+            kwargs[key] = checked_value(f"{prefix}{key}", value, hint, fields[key].metadata.get("choices"))
+    if cls in _OPTIONS_GROUPS:
+        kwargs[_OPTIONS_GROUPS[cls]] = extra
+    try:
+        return cls(**kwargs)
+    except TypeError as err:
+        raise ConfigError(f"bad config under {prefix or 'root'}: {err}") from err
+
+
+def to_yaml_tree(cfg: TrainConfig) -> dict[str, Any]:
+    """The config as the YAML layout (agent/reward options flattened back into their group)."""
+    data = cfg.to_dict()
+    data["agent"] = {"name": cfg.agent.name, **cfg.agent.options}
+    data["reward"] = {"name": cfg.reward.name, "exec_metric": cfg.reward.exec_metric, **cfg.reward.options}
+    return data

@@ -1,0 +1,263 @@
+"""The local engine's updater: AdamW, the old / reference log-prob passes and the GRPO loss
+over one step's buffer.
+
+One optimizer pass per buffer: ``algorithm.mini_batches`` optimizer steps, gradient
+accumulation over micro-batches. Old log-probs come from a forward pass only when they
+can differ from the update's own (more than one mini-batch, or the rollout correction
+needs the whole buffer's before any step); with one mini-batch the policy has not moved
+since the rollout, so they are the detached log-probs of the update's forward pass.
+Reference log-probs are computed only while beta > 0.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from training.config import AlgorithmConfig, OptimConfig, warmup_steps
+from training.engines.local import loss as lp
+from training.engines.local.buffer import StepBuffer
+from training.engines.local.policy_models import PolicyModels
+
+
+class Stopwatch:
+    """Accumulates named durations for the step-time breakdown."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = {}
+
+    def reset(self) -> None:
+        self.totals = {}
+
+    def add(self, name: str, seconds: float) -> None:
+        self.totals[name] = self.totals.get(name, 0.0) + seconds
+
+    def measure(self, name: str) -> _Timer:
+        return _Timer(self, name)
+
+
+@dataclass
+class _Timer:
+    watch: Stopwatch
+    name: str
+    start: float = 0.0
+
+    def __enter__(self) -> _Timer:
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.watch.add(self.name, time.perf_counter() - self.start)
+
+
+class Updater:
+    """AdamW with linear warmup over ``total_steps * mini_batches`` optimizer steps, and the
+    loss passes of one buffer (timed into ``watch`` as ``logprob`` and ``update``)."""
+
+    def __init__(
+        self,
+        models: PolicyModels,
+        optim: OptimConfig,
+        algorithm: AlgorithmConfig,
+        loss_settings: lp.LossSettings,
+        total_steps: int,
+        watch: Stopwatch,
+    ) -> None:
+        self.models, self.optim, self.algorithm = models, optim, algorithm
+        self.loss_settings, self.watch = loss_settings, watch
+        self.optimizer = torch.optim.AdamW(
+            models.model.parameters(),
+            lr=optim.lr,
+            betas=(optim.betas[0], optim.betas[1]),
+            weight_decay=optim.weight_decay,
+        )
+        warm = warmup_steps(total_steps * algorithm.mini_batches, optim.warmup_ratio)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0
+        )
+
+    def update(self, buffer: StepBuffer, beta: float) -> dict[str, float]:
+        """One optimizer pass over the buffer (``mini_batches`` optimizer steps).
+
+        With ``algorithm.rollout_correction`` on, the old (fp32 training) log-probs of the
+        whole buffer come first, then veRL's IS weights / rejection mask against the
+        generating (bf16) model's log-probs; rejected tokens leave every track's mask."""
+        corr = self.algorithm.rollout_correction
+        chunks = _split(list(range(buffer.size)), self.algorithm.mini_batches)
+        correct = corr.enabled and all(t.logprobs is not None for t in buffer.trajectories)
+        old = self.old_log_probs(buffer) if len(chunks) > 1 or correct else None
+        sums: Counter[str] = Counter()
+        is_weights: dict[int, torch.Tensor] | None = None
+        if correct and old is not None:
+            is_weights, corr_metrics = apply_rollout_correction(buffer, old, corr)
+            sums.update(corr_metrics)
+            sums = Counter({k: v * len(chunks) for k, v in sums.items()})  # divided by len(chunks) below
+        for rows in chunks:
+            sums.update(self._optimizer_step(buffer, rows, beta, old, is_weights))
+        return {k: v / len(chunks) for k, v in sums.items()}
+
+    def _optimizer_step(
+        self,
+        buffer: StepBuffer,
+        rows: list[int],
+        beta: float,
+        old: dict[int, torch.Tensor] | None,
+        is_weights: dict[int, torch.Tensor] | None = None,
+    ) -> dict[str, float]:
+        """Accumulate gradients over micro-batches, then clip and step once."""
+        m = self.models
+        totals = lp.track_totals(buffer.mask_tensors(rows))
+        losses: Counter[str] = Counter()  # per-micro losses are already globally normalised: sum them
+        weighted: defaultdict[str, float] = defaultdict(float)  # token-weighted averages (clip fraction, entropy)
+        n_full = totals.tokens.get("full", 0.0) or 1.0
+        self.optimizer.zero_grad(set_to_none=True)
+        for micro in micro_batches(rows, buffer, self.optim.micro_batch_size):
+            batch = buffer.policy_batch(micro, m.tokenizer.pad_token_id)
+            ref = self._ref_log_probs(batch) if beta > 0 else None
+            with self.watch.measure("update"):
+                logp, entropy = lp.response_log_probs(
+                    m.model,
+                    batch,
+                    m.device,
+                    m.autocast,
+                    with_entropy=True,
+                    entropy_grad=self.loss_settings.entropy_coeff > 0,
+                )  # [micro, resp_len] x2
+                old_lp = (
+                    torch.stack([_pad_to(old[i], logp.shape[1]) for i in micro]).to(logp.device)
+                    if old
+                    else logp.detach()
+                )  # [micro, resp_len]
+                isw = (
+                    torch.stack([_pad_to(is_weights[i], logp.shape[1]) for i in micro]) if is_weights else None
+                )  # [micro, resp_len]
+                loss, metrics = lp.grpo_loss(
+                    logp,
+                    old_lp,
+                    batch.masks,
+                    batch.advantages,
+                    totals,
+                    self.loss_settings,
+                    beta=beta,
+                    ref_log_probs=ref,
+                    entropy=entropy,
+                    rollout_is_weights=isw,
+                )
+                loss.backward()
+            full = batch.masks["full"].to(logp.device)  # [micro, resp_len]
+            share = float(full.sum()) / n_full
+            if batch.rollout_log_probs is not None and share > 0:
+                for key, value in mismatch_metrics(old_lp, batch.rollout_log_probs, full).items():
+                    weighted[key] += value * share
+            losses.update({k: v for k, v in metrics.items() if k.startswith("pg_loss/") or k == "kl"})
+            weighted["policy/clip_frac"] += metrics.get("clip_frac/full", 0.0) * share
+            weighted["policy/ppo_kl"] += metrics.get("ppo_kl/full", 0.0) * share
+            if entropy is not None:
+                weighted["policy/entropy"] += float((entropy.detach() * full).sum()) / n_full
+        with self.watch.measure("update"):
+            norm = torch.nn.utils.clip_grad_norm_(m.model.parameters(), self.optim.grad_clip)
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            m.sync_generation_copy()
+        return {**losses, **weighted, "policy/grad_norm": float(norm)}
+
+    def old_log_probs(self, buffer: StepBuffer) -> dict[int, torch.Tensor]:
+        """Log-probs of the rollout policy, before any optimizer step of this buffer."""
+        m = self.models
+        out: dict[int, torch.Tensor] = {}
+        with self.watch.measure("logprob"), torch.no_grad():
+            for micro in micro_batches(list(range(buffer.size)), buffer, self.optim.micro_batch_size):
+                batch = buffer.policy_batch(micro, m.tokenizer.pad_token_id)
+                logp, _ = lp.response_log_probs(m.model, batch, m.device, m.autocast)
+                for j, i in enumerate(micro):
+                    out[i] = logp[j].cpu()
+        return out
+
+    def _ref_log_probs(self, batch: lp.PolicyBatch) -> torch.Tensor:
+        m = self.models
+        with self.watch.measure("logprob"), torch.no_grad():
+            logp, _ = lp.response_log_probs(m.ref_model, batch, m.device, m.autocast)
+        return logp
+
+
+def mismatch_metrics(train_lp: torch.Tensor, rollout_lp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """Rollout/training mismatch on ``mask``'s tokens (all [rows, resp_len]): veRL's
+    ``compute_offpolicy_metrics`` (kl = mean(rollout - training log-prob), k3_kl, the two
+    perplexities), prefixed ``rollout_corr/`` as veRL logs them. 0 when generation and
+    training share weights and precision."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_offpolicy_metrics
+
+    mask = mask.to(train_lp.device)
+    if float(mask.sum()) == 0:
+        return {}
+    out = compute_offpolicy_metrics(
+        old_log_prob=train_lp.detach(), rollout_log_prob=rollout_lp.to(train_lp.device), response_mask=mask
+    )
+    return {f"rollout_corr/{k}": float(v) for k, v in out.items()}
+
+
+def apply_rollout_correction(
+    buffer: StepBuffer, old: dict[int, torch.Tensor], corr: Any
+) -> tuple[dict[int, torch.Tensor] | None, dict[str, float]]:
+    """veRL's IS weights and rejection mask for the whole buffer, from the training model's
+    log-probs ``old`` and the generating model's (``trajectory.logprobs``).
+
+    The rejection mask is applied to every track's mask in the buffer (so the loss
+    normalisers count only accepted tokens, as veRL's modified ``response_mask`` does);
+    returns per-row IS weights (None when IS is off) and veRL's ``rollout_corr/*`` metrics.
+    """
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
+
+    rows = list(range(buffer.size))
+    mask = buffer.mask_tensors(rows)["full"]  # [n, W]
+    if float(mask.sum()) == 0:
+        return None, {}
+    width = mask.shape[1]
+    old_t = torch.stack([_pad_to(old[i], width) for i in rows])  # [n, W]
+    roll_t = torch.stack(
+        [_pad_to(torch.tensor(buffer.trajectories[i].logprobs, dtype=torch.float32), width) for i in rows]
+    )  # [n, W]
+    weights, kept, metrics = compute_rollout_correction_and_rejection_mask(
+        old_t,
+        roll_t,
+        mask,
+        rollout_is=corr.rollout_is,
+        rollout_is_threshold=corr.rollout_is_threshold,
+        rollout_is_batch_normalize=corr.rollout_is_batch_normalize,
+        rollout_rs=corr.rollout_rs,
+        rollout_rs_threshold=corr.rollout_rs_threshold,
+    )
+    kept = kept.float()  # [n, W]
+    for _track, per_row in buffer.masks.items():
+        for i in rows:
+            n = len(per_row[i])
+            per_row[i] = [a * b for a, b in zip(per_row[i], kept[i, :n].tolist(), strict=True)]
+    metrics["rollout_corr/rejected_tokens"] = float((mask - kept * mask).sum())
+    if weights is None:
+        return None, metrics
+    w = weights.batch["rollout_is_weights"]  # [n, W]
+    return {i: w[i, : len(buffer.trajectories[i].response_ids)].clone() for i in rows}, metrics
+
+
+def _split(rows: list[int], parts: int) -> list[list[int]]:
+    parts = max(1, min(parts, len(rows)))
+    size = math.ceil(len(rows) / parts)
+    return [rows[i : i + size] for i in range(0, len(rows), size)]
+
+
+def micro_batches(rows: list[int], buffer: StepBuffer, size: int) -> list[list[int]]:
+    """Rows grouped by total length (less padding), ``size`` per micro-batch."""
+    ordered = sorted(rows, key=buffer.length)
+    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
+
+
+def _pad_to(t: torch.Tensor, width: int) -> torch.Tensor:
+    if t.shape[0] >= width:
+        return t[:width]
+    return torch.cat([t, t.new_zeros(width - t.shape[0])])

@@ -21,8 +21,8 @@ from tests.helpers.designs import project_designs
 REPO = Path(__file__).resolve().parents[1]
 PAGE = re.compile(r"(?<![\w/.])((?:docs/[\w/]+|designs/\w+/README)\.md)")
 SECTION = re.compile(r"((?:docs/[\w/]+|designs/\w+/README)\.md)\s*[\"']([^\"'\n]{3,80})[\"']")
-OUTSIDE = re.compile(r"\b(SPEC\.md|FACTS\.md|ARCHITECTURE\.md|STYLE\.md)\b|/work/shared|shared/seeds")
-TEXT = (".py", ".md", ".yaml", ".toml")
+OUTSIDE = re.compile(r"\b(SPEC|FACTS|ARCHITECTURE|STYLE)(\.md\b|\s*§)|/work/shared|shared/seeds")
+TEXT = (".py", ".md", ".yaml", ".toml", ".txt")
 
 
 def tracked_files() -> list[Path]:
@@ -61,6 +61,13 @@ def test_the_citation_reader_finds_pages_and_sections(tmp_path: Path) -> None:
     text = 'see docs/engines.md "The laptop profile" and designs/trustsql/README.md; not xdocs/a.md'
     assert SECTION.findall(text) == [("docs/engines.md", "The laptop profile")]
     assert PAGE.findall(text) == ["docs/engines.md", "designs/trustsql/README.md"]
+
+
+def test_the_outside_reference_reader_finds_the_old_forms() -> None:
+    for line in ("Think2SQL (SPEC §2)", "see FACTS.md", "ARCHITECTURE.md's layout", "../shared/seeds/001"):
+        assert OUTSIDE.search(line), line
+    for line in ('SPEC = "report_spec.json"', "the STYLE of a page", "docs/architecture.md"):
+        assert not OUTSIDE.search(line), line
 
 
 def test_nothing_refers_to_a_document_outside_the_repository() -> None:

@@ -26,8 +26,14 @@ def _report(sweep: Path, out: Path, monkeypatch: pytest.MonkeyPatch, online: boo
     monkeypatch.setattr(wr.Report, "save", fake_save)
     monkeypatch.setattr(wr.Report, "url", property(lambda self: f"https://wandb.example/{self.project}/{self.id}"))
     if online:
+        import wandb
+
+        def unreachable(*args: Any, **kwargs: Any) -> Any:  # what wandb.init raises with no network, without its wait
+            raise wandb.errors.CommError("api.wandb.ai is unreachable from the test machine")
+
         monkeypatch.delenv("WANDB_MODE", raising=False)
         monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+        monkeypatch.setattr(wandb, "init", unreachable)
     else:
         monkeypatch.setenv("WANDB_MODE", "offline")
     said: list[str] = []

@@ -159,7 +159,7 @@ def _questions(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "id": str(r["id"]),
                 "difficulty": r.get("difficulty", "unknown"),
                 "ex": float(r["ex"]) if scorable else None,
-                "ex_official": float(r["ex"]),
+                "ex_official": float(r.get("ex_official", r["ex"])),
                 "rex": float(r["rex"]) if scorable else None,
                 "qatch": float((r.get("qatch") or {}).get("mean", 0.0)) if scorable else None,
             }

@@ -17,7 +17,9 @@ def policy_config(raw: Mapping[str, Any], explicit: set[str], say: Say = print) 
     """The validated ``TrainConfig``, the device, and whether the laptop profile applies. On
     CPU (``engine.laptop_profile=auto``) the profile's caps - greedy, ``laptop.eval_limit``
     questions, turns and token lengths - are applied and printed; values set on the command
-    line are kept."""
+    line are kept. A model served elsewhere (``model.base_url``) costs this machine no
+    compute per question, so its question count is never capped: every question unless
+    ``eval.limit`` (or ``data.eval_limit``) is given."""
     from training.config import TrainConfig, apply_laptop_profile, list_recipes
     from training.config.command import resolve_device
 
@@ -32,7 +34,7 @@ def policy_config(raw: Mapping[str, Any], explicit: set[str], say: Say = print) 
     laptop = mode == "on" or (mode == "auto" and device == "cpu")
     if laptop:
         kept = set(explicit) | {f"evaluation.{k}" for k in ("mode",) if "eval.mode" in explicit}
-        if "eval.limit" in explicit:
+        if "eval.limit" in explicit or cfg.model.base_url:
             kept.add("data.eval_limit")
         cfg, changes = apply_laptop_profile(cfg, sorted(kept))
         shown = {k: v for k, v in changes.items() if k.startswith(("rollout.", "agent.", "evaluation.", "data."))}
@@ -41,6 +43,11 @@ def policy_config(raw: Mapping[str, Any], explicit: set[str], say: Say = print) 
                 "[laptop profile] CPU: evaluation sized for a laptop (engine.laptop_profile=off keeps the recipe's; "
                 "eval.limit / eval.mode / any key on the command line overrides):\n"
                 + "\n".join(f"    {k}: {a} -> {b}" for k, (a, b) in sorted(shown.items()))
+            )
+        if cfg.model.base_url and "eval.limit" not in explicit:
+            say(
+                f"[laptop profile] question count not capped: the model is served at {cfg.model.base_url}, "
+                "so this machine does no model compute (eval.limit=N evaluates a subset)"
             )
     return cfg, device, laptop
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.types import Example
+from eval.data.question_order import QuestionSlot
 from eval.predictions import BIRD_SEPARATOR, pair_predictions, read_predictions
 from eval.run_store import REPORT, SUMMARY, RunStore
 from eval.scoring import Sample, sample_from_trajectories, score_question
@@ -31,12 +32,18 @@ def select_examples(examples: Sequence[Example], limit: int | None, seed: int = 
 
 def load_eval_examples(data: Any, limit: int | None, seed: int, say: Say) -> list[Example]:
     """The evaluated split (``data.eval_split``), cut to the seeded subset of ``limit``."""
-    from eval.data import load_examples
+    return load_eval_split(data, limit, seed, say)[0]
 
-    examples = load_examples(data.kind, data.root, data.eval_split, bool(data.drop_failing_gold), None)
-    chosen = select_examples(examples, limit, seed)
-    say(f"[data] {data.kind}/{data.eval_split}: evaluating {len(chosen)} of {len(examples)} questions")
-    return chosen
+
+def load_eval_split(data: Any, limit: int | None, seed: int, say: Say) -> tuple[list[Example], Sequence[QuestionSlot]]:
+    """``load_eval_examples`` and every question of the split in file order (the
+    ``QuestionSlot``s a BIRD predict file pairs with by position, whatever the subset)."""
+    from eval.data.loaders import load_split
+
+    loaded = load_split(data.kind, data.root, data.eval_split, bool(data.drop_failing_gold), None)
+    chosen = select_examples(loaded.examples, limit, seed)
+    say(f"[data] {data.kind}/{data.eval_split}: evaluating {len(chosen)} of {len(loaded.examples)} questions")
+    return chosen, loaded.order
 
 
 def evaluate(
@@ -114,9 +121,11 @@ def decoding_section(settings: Mapping[str, Any]) -> str:
 
 
 def official_predictions(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """The chosen SQL of every question in BIRD's ``predict_dev.json`` format (keyed by
-    question id, which is the position in BIRD's dev.json), so the official
-    ``evaluation.py`` can be run on a model's answers too; no answer is written as ''."""
+    """The chosen SQL of every question in BIRD's ``predict_dev.json`` format, in the
+    question file's order and keyed by question id (BIRD's dev.json ids are positions), so
+    the official ``evaluation.py``, which pairs by position, can be run on a model's answers
+    when every question was evaluated; no answer is written as ''. An ``eval.limit``
+    subset's file is keyed by id out of position: reading it back is refused by name."""
     return {str(r["id"]): f"{r['sql'] or ''}{BIRD_SEPARATOR}{r['db_id']}" for r in records}
 
 
@@ -153,11 +162,16 @@ def evaluate_predictions(
     data_info: Mapping[str, Any] | None = None,
     say: Say = print,
     progress: bool = True,
+    order: Sequence[QuestionSlot] | None = None,
 ) -> dict[str, Any]:
-    """Score a predictions file against ``examples`` (paired by question id, db_id checked)."""
+    """Score a predictions file against ``examples``, db_id checked: JSONL paired by question
+    id, BIRD's predict files by position in ``order`` (the split's questions in file order,
+    ``load_eval_split``; None: ``examples`` are the whole split in file order)."""
     if settings.mode not in (None, "greedy"):
         raise ConfigError(f"eval.mode={settings.mode!r} needs a model; a predictions file has one SQL per question")
-    pairing = pair_predictions(examples, read_predictions(predictions))
+    pairing = pair_predictions(examples, read_predictions(predictions), order)
+    for note in pairing.notes:
+        say(f"[eval] {note}")
     if pairing.missing:
         say(
             f"[eval] {len(pairing.missing)} of {len(examples)} questions have no prediction (counted as missing): "

@@ -1,24 +1,32 @@
 """Reading a predictions file and pairing it with the benchmark's examples.
 
 Two formats:
-- JSONL, one object per line: ``{"question_id" (or "id"): ..., "db_id": ..., "sql": ...}``;
-- BIRD's official ``predict_dev.json``: a JSON object
-  ``{"0": "SELECT ...\\t----- bird -----\\tdb_id", ...}`` keyed by question id.
+- JSONL, one object per line: ``{"question_id" (or "id"): ..., "db_id": ..., "sql": ...}``,
+  paired by question id, never by position;
+- BIRD's ``predict_dev.json`` / ``predict_mini_dev_*.json``: a JSON object
+  ``{"0": "SELECT ...\\t----- bird -----\\tdb_id", ...}``, paired by position as BIRD's
+  ``evaluation_ex.py`` pairs it: the i-th value answers the i-th question of the question
+  file (its keys are not ids: MINIDEV's files are keyed 0..499, its question ids are not).
+  A key must still be its position or the id of the question there, so a file written in
+  another order (keys sorted as text, a subset) is an error instead of a silent
+  misalignment; a repeated key is read as written (``json`` would keep only the last).
 
-Pairing is by question id, never by position; each prediction's db_id must equal its
-question's (a mismatch means the file belongs to another split or benchmark, and is an
-error naming the id and both db_ids). Questions without a prediction are returned as
-missing, to be counted, never skipped.
+Each prediction's db_id must equal its question's (a mismatch means the file belongs to
+another split or benchmark, and is an error naming the id, or the position, and both
+db_ids). A BIRD file with more values than the question file has questions is an error;
+with fewer, the questions past its end have no prediction. Questions without a prediction
+are returned as missing, to be counted, never skipped.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from agents.types import Example
+from eval.data.question_order import QuestionSlot, slots_in_order
 from tools.errors import DataError
 
 BIRD_SEPARATOR = "\t----- bird -----\t"
@@ -26,22 +34,28 @@ BIRD_SEPARATOR = "\t----- bird -----\t"
 
 @dataclass(frozen=True)
 class Prediction:
-    """One predicted SQL for one question (``where`` says where it was read, for messages)."""
+    """One predicted SQL for one question (``where`` says where it was read, for messages).
+
+    ``position`` is set for BIRD's predict files (the value's index, what it pairs by;
+    ``question_id`` is then the file's key until paired), None for JSONL (paired by id)."""
 
     question_id: str
     db_id: str
     sql: str
     where: str
+    position: int | None = None
 
 
 @dataclass(frozen=True)
 class Pairing:
     """Predictions matched to examples: ``sql`` by example id (None = missing), and the
-    ids of predictions that match no example (e.g. outside ``eval.limit``)."""
+    ids of predictions that match no example (e.g. outside ``eval.limit``); ``notes`` say
+    what else a user should know (a BIRD file shorter than the question file)."""
 
     sql: Mapping[str, str | None]
     missing: tuple[str, ...]
     unmatched: tuple[str, ...]
+    notes: tuple[str, ...] = ()
 
 
 def read_predictions(path: str | Path) -> list[Prediction]:
@@ -59,6 +73,8 @@ def read_predictions(path: str | Path) -> list[Prediction]:
         predictions, problems = _read_jsonl(file, text)
     seen: dict[str, str] = {}
     for p in predictions:
+        if p.position is not None:
+            continue  # paired by position: a repeated key is no conflict
         if p.question_id in seen:
             problems.append(
                 f"{p.where}: question id {p.question_id!r} predicted twice (first at {seen[p.question_id]})"
@@ -114,10 +130,10 @@ def _read_jsonl(file: Path, text: str) -> tuple[list[Prediction], list[str]]:
 
 
 def _read_bird_dict(file: Path, text: str) -> tuple[list[Prediction], list[str]]:
-    data = json.loads(text)
+    pairs = json.loads(text, object_pairs_hook=list)  # every value in file order, repeated keys too
     out: list[Prediction] = []
     problems: list[str] = []
-    for key, value in data.items():
+    for position, (key, value) in enumerate(pairs):
         where = f"{file.name}[{key!r}]"
         if not isinstance(value, str) or BIRD_SEPARATOR not in value:
             problems.append(
@@ -126,16 +142,25 @@ def _read_bird_dict(file: Path, text: str) -> tuple[list[Prediction], list[str]]
             )
             continue
         sql, db_id = value.rsplit(BIRD_SEPARATOR, 1)
-        out.append(Prediction(str(key), db_id.strip(), sql, where))
+        out.append(Prediction(str(key), db_id.strip(), sql, where, position))
     return out, problems
 
 
-def pair_predictions(examples: Sequence[Example], predictions: Sequence[Prediction]) -> Pairing:
-    """Match predictions to examples by id and check each db_id.
+def pair_predictions(
+    examples: Sequence[Example], predictions: Sequence[Prediction], order: Sequence[QuestionSlot] | None = None
+) -> Pairing:
+    """Match predictions to examples and check each db_id: JSONL by id, BIRD's predict
+    files by position in ``order`` (every question of the question file in file order,
+    ``eval.data.loaders.load_split``; None: ``examples`` are the whole file in order).
 
-    Raises ``DataError`` listing every db_id mismatch, and when no prediction matches any
-    example (the wrong split or benchmark).
+    Raises ``DataError`` listing every db_id mismatch, when no prediction matches any
+    example (the wrong split or benchmark), and for a BIRD file longer than the question
+    file or not in its order.
     """
+    notes: tuple[str, ...] = ()
+    if predictions and predictions[0].position is not None:
+        slots = list(order) if order is not None else slots_in_order([(e.id, e.db_id) for e in examples])
+        predictions, notes = _by_position(predictions, slots)
     by_id = {p.question_id: p for p in predictions}
     mismatches = [
         f"question {ex.id}: the prediction ({by_id[ex.id].where}) is for db_id {by_id[ex.id].db_id!r} "
@@ -152,7 +177,7 @@ def pair_predictions(examples: Sequence[Example], predictions: Sequence[Predicti
             f"(is the file for another split or benchmark?):\n  {head}"
         )
     ids = {ex.id for ex in examples}
-    if predictions and examples and not ids & set(by_id):
+    if predictions and examples and not ids & set(by_id) and predictions[0].position is None:
         raise DataError(
             f"none of the {len(predictions)} predictions has the id of a question in the data "
             f"(prediction ids start {sorted(by_id)[:3]}, question ids {sorted(ids)[:3]}); "
@@ -163,4 +188,55 @@ def pair_predictions(examples: Sequence[Example], predictions: Sequence[Predicti
         sql=sql,
         missing=tuple(ex.id for ex in examples if ex.id not in by_id),
         unmatched=tuple(p.question_id for p in predictions if p.question_id not in ids),
+        notes=notes,
     )
+
+
+def _by_position(
+    predictions: Sequence[Prediction], slots: Sequence[QuestionSlot]
+) -> tuple[list[Prediction], tuple[str, ...]]:
+    """The i-th prediction given the id of the i-th question, after checking the file fits
+    the question file: not longer, keys in its order, the same db_id at every position."""
+    if len(predictions) > len(slots):
+        raise DataError(
+            f"the predictions file has {len(predictions)} predictions but the question file has "
+            f"{len(slots)} questions; BIRD's format pairs the i-th prediction with the i-th question, so the "
+            "file is for another split or benchmark (check data.root and the split: data.split or data.eval_split)"
+        )
+    out_of_order, mismatches = [], []
+    for p, slot in zip(predictions, slots, strict=False):
+        if p.question_id not in (str(slot.position), slot.id, slot.original_id):
+            out_of_order.append(
+                f"position {slot.position}: key {p.question_id!r}, but the question there has id {slot.original_id}"
+            )
+        elif p.db_id != slot.db_id:
+            mismatches.append(
+                f"position {slot.position} (key {p.question_id!r}): the prediction is for db_id {p.db_id!r} but "
+                f"question {slot.id} at that position of the question file is on db_id {slot.db_id!r}"
+            )
+    if out_of_order:
+        raise DataError(
+            "the predictions file is not in the question file's order: BIRD's evaluation pairs the i-th "
+            f"value with the i-th question and ignores the keys, so {len(out_of_order)} value(s) would be scored "
+            "against another question than their key names (keys sorted as text? a predict.json of an "
+            "eval.limit run?); write the values in question-file order keyed 0..n-1, or pass JSONL "
+            f"(question_id, db_id, sql; paired by id):\n  {_head(out_of_order)}"
+        )
+    if mismatches:
+        raise DataError(
+            f"{len(mismatches)} prediction(s) name another database than the question at their "
+            f"position (is the file for another split or benchmark?):\n  {_head(mismatches)}"
+        )
+    paired = [replace(p, question_id=slot.id) for p, slot in zip(predictions, slots, strict=False)]
+    notes: tuple[str, ...] = ()
+    if len(predictions) < len(slots):
+        notes = (
+            f"the predictions file has {len(predictions)} predictions for the {len(slots)} questions of the "
+            f"question file: positions {len(predictions)}..{len(slots) - 1} have none (missing where evaluated)",
+        )
+    return paired, notes
+
+
+def _head(problems: Sequence[str]) -> str:
+    more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+    return "\n  ".join(problems[:20]) + more

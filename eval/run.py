@@ -5,14 +5,17 @@ no update) or a predictions file, and write records, a summary and a report.
     python -m eval.run recipe=retoolsql eval.mode=sc eval.samples=4 eval.limit=4
     python -m eval.run recipe=think2sql dry_run=true      # print the effective evaluation settings
     python -m eval.run predictions=preds.jsonl data=bird data.root=/data/bird
+    python -m eval.run predictions=predict_dev.json data=bird data.root=/data/bird data.split=dev
 
 Decoding is the recipe's ``evaluation`` block - the paper's settings (Think2SQL: one sample
 at T 0.7, top-p 0.95, 30k tokens; ReToolSQL: greedy, SC@16 at T 1.2; TRUST-SQL: greedy, 15
 turns, majority vote at T 0.8) - unless ``eval.mode`` / ``eval.samples`` /
 ``eval.temperature`` or ``evaluation.*`` override it. On CPU the laptop profile applies
 (greedy, ``laptop.eval_limit`` questions, its token and turn caps), printed; any value set
-on the command line is kept. A generation never asks for more tokens than the model's
-context minus the prompt.
+on the command line is kept, and a model served elsewhere (``model.base_url``) is scored on
+every question unless ``eval.limit`` says otherwise. A generation never asks for more
+tokens than the model's context minus the prompt. Scoring a predictions file has no
+training split: ``data.split`` there names the split to score (as ``data.eval_split``).
 
 The config is ``recipes/eval.yaml``: the training config plus an ``eval`` block, so a
 design is evaluated with the same agent options, rollout limits and (on CPU) laptop
@@ -29,37 +32,54 @@ and ``eval.model_run`` (mode A from a config: a local model or an endpoint).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 from eval.decoding import describe_decoding, model_context_from_path, policy_config, resolve_decoding
-from eval.evaluate import evaluate_predictions, load_eval_examples
+from eval.evaluate import evaluate_predictions, load_eval_split
 from eval.model_run import run_model
 from eval.settings import Say, default_out_dir, settings_from
+from tools.errors import ConfigError
 
 
-def run_predictions(raw: Mapping[str, Any], say: Say = print) -> dict[str, Any]:
-    """Mode B from a composed config."""
+def scored_split(data: Mapping[str, Any], explicit: Collection[str]) -> str:
+    """The split a predictions file is scored on: ``data.eval_split``, or ``data.split`` when
+    only that one was set on the command line (no training happens, so it can only mean the
+    split to score); both set to different splits is an error."""
+    split, eval_split = data.get("split"), data.get("eval_split")
+    if "data.split" not in explicit or split == eval_split:
+        return str(eval_split)
+    if "data.eval_split" in explicit:
+        raise ConfigError(
+            f"data.split={split} and data.eval_split={eval_split}: scoring a predictions file reads one split; "
+            "pass only one of them"
+        )
+    return str(split)
+
+
+def run_predictions(raw: Mapping[str, Any], say: Say = print, explicit: Collection[str] = ()) -> dict[str, Any]:
+    """Mode B from a composed config: the file scored on ``scored_split``."""
     from training.config import DataConfig
 
     settings = settings_from(raw)
-    data = DataConfig(**raw["data"])
+    data = DataConfig(**{**raw["data"], "eval_split": scored_split(raw["data"], explicit)})
     settings = dataclasses.replace(settings, ex_metric=settings.ex_metric or data.ex_metric)
-    examples = load_eval_examples(data, settings.limit or data.eval_limit, int(raw.get("seed", 0)), say)
+    examples, order = load_eval_split(data, settings.limit or data.eval_limit, int(raw.get("seed", 0)), say)
     path = str(raw["predictions"])
     out = settings.out_dir or default_out_dir(Path(path).stem, data.kind, data.eval_split, settings)
     info = {"data_kind": data.kind, "data_root": data.root, "split": data.eval_split, "ex_metric": settings.ex_metric}
-    return evaluate_predictions(examples, path, out, settings, info, say)
+    return evaluate_predictions(examples, path, out, settings, info, say, order=order)
 
 
 def dry_run(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> None:
     """Print the effective evaluation settings and exit (no model loaded, nothing written)."""
     settings = settings_from(raw)
     if raw.get("predictions"):
+        data = raw.get("data") or {}
         say(
-            f"[eval settings] scoring {raw['predictions']}: one SQL per question, greedy; questions: "
-            f"{settings.limit or (raw.get('data') or {}).get('eval_limit') or 'all'}"
+            f"[eval settings] scoring {raw['predictions']} on {data.get('kind')}/{scored_split(data, explicit)}: "
+            f"one SQL per question, greedy; questions: {settings.limit or data.get('eval_limit') or 'all'}"
         )
         return
     cfg, _device, laptop = policy_config(raw, explicit, say)
@@ -72,7 +92,7 @@ def run(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> dict[st
         dry_run(raw, explicit, say)
         return None
     if raw.get("predictions"):
-        return run_predictions(raw, say)
+        return run_predictions(raw, say, explicit)
     return run_model(raw, explicit, say)
 
 

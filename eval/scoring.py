@@ -14,7 +14,8 @@ from typing import Any
 
 from agents.types import Example, Trajectory, final_sql
 from eval.voting import unique_sql, vote
-from rex import ExecScorer, score_results
+from rex import ExecScorer, get_metric, score_results
+from rex.bird_ex import official_ex
 from tools import get_database
 
 MODES = ("greedy", "sc", "passk")
@@ -69,7 +70,25 @@ def _outcome(gold: Any, result: Any, ex_metric: str) -> str:
     if ex_metric == "ex" or bird.outcome not in ("match", "mismatch"):
         return bird.outcome
     official = score_results(gold.result, result, ex_metric, gold.ordered_for(ex_metric))
-    return "match" if official.score == 1.0 else "mismatch"
+    return _rule_outcome(official)
+
+
+def _rule_outcome(scored: Any) -> str:
+    """Match / mismatch by the metric's score where both queries ran; the failure otherwise."""
+    if scored.outcome not in ("match", "mismatch"):
+        return scored.outcome
+    return "match" if scored.score == 1.0 else "mismatch"
+
+
+def _outcomes(
+    example: Example, samples: Sequence[Sample], scorer: ExecScorer, db: Any, gold: Any, results: list, ex_metric: str
+) -> list[str]:
+    """Each sample's EX outcome. A rule that rewrites the SQL before running it (Spider's
+    official pipeline: ``> =`` joined, DISTINCT dropped) decides on the rewritten pair, which
+    may run where the text as written fails."""
+    if getattr(get_metric(ex_metric), "rewrite", None) is None:
+        return [_outcome(gold, r, ex_metric) for r in results]
+    return [_rule_outcome(scorer.score(db, example.gold_sql, s.sql, ex_metric)) for s in samples]
 
 
 def score_question(
@@ -86,7 +105,7 @@ def score_question(
     db = get_database(example.db_path)
     gold = scorer.gold(db, example.gold_sql)
     results = [scorer.execute(db, s.sql) if s.sql is not None else None for s in samples]
-    outcomes = [_outcome(gold, r, ex_metric) for r in results]
+    outcomes = _outcomes(example, samples, scorer, db, gold, results, ex_metric)
     # With several samples the vote is reported in every mode (sc takes its choice as the
     # prediction; passk keeps sample 0), so one sampling run gives pass@k and SC together.
     ballot = vote([s.sql for s in samples], results) if len(samples) > 1 or mode == "sc" else None
@@ -106,6 +125,10 @@ def score_question(
         "sql": samples[chosen].sql,
         "outcome": outcome,
         "ex": 1 if ex_match else 0,
+        # BIRD's evaluation script's own 0/1 (empty and ";;" predictions, gold failures: rex.bird_ex)
+        "ex_official": official_ex(scorer, db, example.gold_sql, samples[chosen].sql, gold.result, results[chosen])
+        if ex_metric == "ex"
+        else (1 if ex_match else 0),
         "ex_metric": ex_metric,
         "rex": rex.score,
         "qatch": qatch.details.get("qatch", {"cp": 0.0, "cr": 0.0, "tc": 0.0, "mean": 0.0}),

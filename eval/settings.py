@@ -52,10 +52,10 @@ class EvalSettings:
             raise ConfigError(f"eval.batch_size={self.batch_size!r}: a positive integer")
         if self.timeout_s <= 0:
             raise ConfigError(f"eval.timeout_s={self.timeout_s}: a positive number of seconds")
-        if self.ex_metric not in (None, "ex", "spider"):
+        if self.ex_metric not in (None, "ex", "spider", "spider_strict"):
             raise ConfigError(
                 f"eval.ex_metric={self.ex_metric!r}; choose ex (BIRD's set rule) or spider "
-                "(Spider's official execution match), or null for data.ex_metric"
+                "(Spider's official execution match; spider_strict: on the SQL as written), or null for data.ex_metric"
             )
 
     @property

@@ -4,7 +4,9 @@ Two EX numbers (docs/evaluation.md "Semantics"):
 - ``ex`` (project): matches / questions whose gold SQL ran. A question whose gold SQL
   errors or times out cannot be scored; it is reported as ``gold_error`` /
   ``gold_timeout`` and left out of the denominator. Missing predictions stay in it.
-- ``ex_official`` (BIRD ``evaluation.py``-compatible): matches / all questions; every
+- ``ex_official`` (BIRD ``evaluation_ex.py``-compatible): the script's own 0/1 per question
+  (``rex.bird_ex``: the SQL run as written, so an empty prediction on a question whose gold
+  result is empty matches and ``SELECT 1;;`` is an error) over all questions; every other
   error, timeout (gold's included) and missing prediction counts as wrong.
 The six outcomes (plus ``missing`` for a predictions file) are counted separately.
 REX, QATCH, pass@k and self-consistency are averaged over the scorable questions.
@@ -36,13 +38,15 @@ def _block(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     n = len(records)
     scorable = [r for r in records if not r["gold_failed"]]
     matches = sum(r["ex"] for r in records)
+    # BIRD's script's own 0/1 per question (rex.bird_ex); records written before it fall back to ex
+    official = sum(r.get("ex_official", r["ex"]) for r in records)
     outcomes = Counter(r["outcome"] for r in records)
     return {
         "n": n,
         "scorable": len(scorable),
         "matches": matches,
         "ex": matches / len(scorable) if scorable else 0.0,
-        "ex_official": matches / n if n else 0.0,
+        "ex_official": official / n if n else 0.0,
         "rex": _mean([r["rex"] for r in scorable]),
         "qatch": {k: _mean([r["qatch"][k] for r in scorable]) for k in ("cp", "cr", "tc", "mean")},
         "outcomes": {o: outcomes.get(o, 0) for o in OUTCOME_ORDER if o in outcomes or o in OUTCOMES},

@@ -1,6 +1,7 @@
 """``python -m rex compare --db PATH --gold "SQL" --pred "SQL"``: one JSON object on stdout.
 
-The object holds the EX outcome (project and official-script modes), the REX score with
+The object holds the EX outcome (project and official-script modes; ``ex_official`` runs
+both queries as BIRD's evaluation script does, ``rex.bird_ex``), the REX score with
 its column mapping, the QATCH scores, and for each query its tables/columns, whether it
 has a top-level ORDER BY, and its row count or error.
 """
@@ -13,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from rex.bird_ex import official_result
 from rex.metrics import execution_match, qatch_scores, rex_compare
 from rex.scorer import ExecScorer
 from rex.sql import has_top_level_order_by, is_select_only, referenced_schema
@@ -64,7 +66,11 @@ def compare(db_path: str, gold_sql: str, pred_sql: str, timeout_s: float = 30.0)
     report: dict[str, Any] = {
         "db": str(db.path),
         "ex": execution_match(gold.result, pred),
-        "ex_official": execution_match(gold.result, pred, official=True),
+        "ex_official": execution_match(
+            official_result(scorer, db, gold_sql, gold.result),
+            official_result(scorer, db, pred_sql, pred),
+            official=True,
+        ),
         "rex": None,
         "qatch": None,
     }

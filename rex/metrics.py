@@ -50,10 +50,32 @@ def execution_match(gold: ResultLike, pred: ResultLike, official: bool = False) 
     is reported before a predicted one, so two errors are ``gold_error`` (or
     ``gold_timeout``), never a match. Timeouts include VM step-limit overruns.
 
-    ``official=True`` reproduces the scoring of BIRD's ``evaluation.py`` for
+    ``official=True`` is the scoring of BIRD's ``evaluation_ex.py`` for
     leaderboard-comparable numbers: any error or timeout (gold's included) is lumped
-    with wrong answers, so the outcome is only ``match`` or ``mismatch``. Both modes give
-    the same score (``match`` = 1) on every input; they differ only in the label.
+    with wrong answers, so the outcome is only ``match`` or ``mismatch``. On the same two
+    results both modes give the same score; the official script's 0/1 also needs its
+    results, the queries run as Python's sqlite3 runs the text as written
+    (``rex.bird_ex.official_result``; ``rex.bird_ex.official_ex`` does both steps). Where
+    the project's strict EX (``ExecScorer``) and the official EX differ:
+
+    - empty, whitespace-only or comment-only SQL, or no SQL at all: strict ``pred_error``;
+      official, it runs as no statement and returns no rows, a match when the gold
+      result has no rows;
+    - text after the first statement: strict drops trailing ``;`` and comments, so
+      ``SELECT 1;;`` runs; official, anything but whitespace or comments after the first
+      ``;`` (a second ``;`` included) is an error (``SELECT 1; SELECT 2`` fails in both);
+    - whitespace SQLite does not know (a no-break space, a vertical tab): strict
+      collapses it to a space and runs the query; official, a syntax error;
+    - a result cell that is not valid UTF-8: strict reads it with replacement
+      characters; official, an error;
+    - a failing gold query: strict ``gold_error`` / ``gold_timeout``, left out of the
+      project EX; official, a 0 like any wrong answer;
+    - statements other than SELECT / WITH / VALUES: strict refuses them all; official
+      runs ``EXPLAIN`` and the read-only metadata PRAGMAs as the script does, but
+      refuses writes, ATTACH, transactions and other PRAGMAs (a 0), which the script
+      runs on a writable connection;
+    - time: each query gets the scorer's timeout (30 s) in both modes; the official
+      script gives 30 s to the prediction and the gold query together.
 
     >>> execution_match((["a"], [(1,), (1,), (2,)]), (["x"], [(2,), (1.0,)]))
     'match'

@@ -21,7 +21,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rex.metrics import ex_score, execution_match, qatch_scores, rex_compare
-from rex.spider import order_matters, spider_execution_match
+from rex.spider import official_execution_match, official_sql_pair, order_matters, spider_execution_match
 from rex.sql import has_top_level_order_by, normalize_sql
 from rex.tables import Failure, Table, as_outcome
 from tools.errors import ConfigError
@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 OrderRule = Callable[[str], bool]
 """Gold SQL -> whether row order matters for the metric (read once per cached gold query)."""
 MetricFn = Callable[[Table, Table, "bool | None", str], "tuple[float, dict[str, Any]]"]
+SqlRewrite = Callable[[str, str], "tuple[str, str]"]
+"""(gold SQL, predicted SQL) -> the pair the metric executes (Spider's official pipeline
+rewrites both before running them)."""
 
 
 class ExecMetric(Protocol):
@@ -46,6 +49,7 @@ class ExecMetric(Protocol):
     """
 
     order_rule: OrderRule | None
+    rewrite: SqlRewrite | None  # applied by ``ExecScorer.score`` before executing; None: SQL as written
 
     def __call__(
         self, gold: Table, pred: Table, ordered: bool | None, outcome: str
@@ -54,17 +58,19 @@ class ExecMetric(Protocol):
 
 METRICS: Registry[ExecMetric] = Registry("execution metric", plugins=DESIGN_GROUP)
 """The execution-metric knob of every reward (docs/designs.md "One execution-metric knob"): ``ex``,
-``rex``, ``qatch`` and ``spider`` (Spider's official execution match, the EX rule of
-``data=spider``), plus any metric registered with :func:`register_metric`."""
+``rex``, ``qatch``, ``spider`` (Spider's official execution match, ``evaluation.py``'s SQL
+rewrite included: the EX rule of ``data=spider``) and ``spider_strict`` (its comparison on the
+SQL as written), plus any metric registered with :func:`register_metric`."""
 
 
 def register_metric(
-    name: str, order_rule: OrderRule | None = None, replace: bool = False
+    name: str, order_rule: OrderRule | None = None, replace: bool = False, rewrite: SqlRewrite | None = None
 ) -> Callable[[MetricFn], MetricFn]:
     """Decorator: register an execution metric (see :class:`ExecMetric`) as ``name``.
 
     ``order_rule`` (e.g. ``has_top_level_order_by``) makes the scorer work out, once per
-    gold query, whether row order matters and pass it as ``ordered``::
+    gold query, whether row order matters and pass it as ``ordered``; ``rewrite`` (see
+    :data:`SqlRewrite`) makes :meth:`ExecScorer.score` run a rewritten pair instead::
 
         @register_metric("same_row_count")
         def same_row_count(gold, pred, ordered, outcome):
@@ -73,6 +79,7 @@ def register_metric(
 
     def wrap(fn: MetricFn) -> MetricFn:
         fn.order_rule = order_rule  # type: ignore[attr-defined]  # read by the scorer (ExecMetric)
+        fn.rewrite = rewrite  # type: ignore[attr-defined]
         METRICS.register(name, replace=replace)(fn)  # type: ignore[arg-type]
         return fn
 
@@ -102,9 +109,17 @@ def ex_metric(gold: Table, pred: Table, ordered: bool | None, outcome: str) -> t
     return ex_score(outcome), {}
 
 
-@register_metric("spider", order_rule=order_matters)
+@register_metric("spider", order_rule=order_matters, rewrite=official_sql_pair)
 def spider_metric(gold: Table, pred: Table, ordered: bool | None, outcome: str) -> tuple[float, dict[str, Any]]:
-    """Spider's official execution match (multiset; ordered when the gold query orders)."""
+    """Spider's official execution match: ``evaluation.py``'s SQL rewrite (DISTINCT dropped,
+    ``> =`` joined, ``value`` filled) and its comparison (``rex.spider``)."""
+    match = official_execution_match(gold, pred, bool(ordered))
+    return (1.0 if match else 0.0), {"spider_match": match}
+
+
+@register_metric("spider_strict", order_rule=order_matters)
+def spider_strict_metric(gold: Table, pred: Table, ordered: bool | None, outcome: str) -> tuple[float, dict[str, Any]]:
+    """The project's stricter Spider rule: Spider's comparison on the SQL as written."""
     match = spider_execution_match(gold, pred, bool(ordered))
     return (1.0 if match else 0.0), {"spider_match": match}
 
@@ -264,10 +279,12 @@ class ExecScorer:
         """Execute both queries and score the prediction under ``metric``.
 
         ``pred_sql`` None (the model gave no SQL) scores like a failing prediction
-        (outcome ``pred_error``). Never raises on SQL text; an unknown ``metric`` is a
-        ``ConfigError``.
+        (outcome ``pred_error``). A metric with a ``rewrite`` (``spider``) executes the
+        rewritten pair. Never raises on SQL text; an unknown ``metric`` is a ``ConfigError``.
         """
-        get_metric(metric)
+        rewrite = getattr(get_metric(metric), "rewrite", None)
+        if rewrite is not None and isinstance(gold_sql, str) and isinstance(pred_sql, str):
+            gold_sql, pred_sql = rewrite(gold_sql, pred_sql)
         gold = self.gold(db, gold_sql)
         pred = self.execute(db, pred_sql) if pred_sql is not None else None
         return score_results(gold.result, pred, metric, gold.ordered_for(metric))

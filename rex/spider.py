@@ -1,35 +1,66 @@
-"""Spider's own rules: its official execution match and its hardness levels.
+"""Spider's official execution match (``evaluation.py --etype exec``, test-suite evaluator).
 
-Execution match (the test-suite evaluator's ``result_eq``, Zhong et al. 2020, which Spider's
-``evaluation.py --etype exec`` uses): the two results must have the same number of rows and
-columns; some permutation of the predicted columns must make the rows equal as a multiset
-(duplicates count) - or as a list when the gold query says ``order by`` (the evaluator
-tests the substring ``'order by'`` in the lower-cased gold SQL, and so does this module).
-Values compare with Python equality (``1 == 1.0``), like the evaluator. Two empty results
-match. Unlike BIRD's EX (a set of rows, column order fixed), duplicates and row order can
-make a difference here, and a column permutation cannot.
+Two metrics (registered in ``rex.scorer``):
 
-Hardness (Spider's ``Evaluator.eval_hardness``): counts of components of the gold SQL -
-component 1 (WHERE, GROUP BY, ORDER BY, LIMIT, each extra FROM table, OR, LIKE), component
-2 (nested queries: subqueries and INTERSECT / UNION / EXCEPT), others (more than one
-aggregate, more than one selected column, more than one WHERE condition, more than one
-GROUP BY column) - mapped to easy / medium / hard / extra by Spider's thresholds. The
-counts are taken from a sqlglot parse of the top-level query, as Spider's parser takes them
-from its own SQL dict.
+- ``spider`` reproduces ``evaluation.py`` with its default flags (what published Spider EX
+  uses). Before running anything it rewrites the SQL as that script does
+  (:func:`official_sql_pair`): in the prediction every ``value`` becomes ``1`` (the script's
+  placeholder filling when ``--plug_value`` is off; it is a plain substring replacement, so
+  a column ``value_x`` becomes ``1_x`` as well); in both queries ``> =``, ``< =``, ``! =``
+  are joined; every ``DISTINCT`` keyword is dropped (``--keep_distinct`` is off), including
+  ``count(DISTINCT x)``; ``YEAR(CURDATE())`` becomes ``2020``. Then the results are compared
+  (:func:`official_execution_match`).
+- ``spider_strict`` is the project's stricter reading: the same comparison on the SQL as
+  written (DISTINCT kept, no repair, no ``value`` filling) and without the row-sorting quick
+  rejection below. Gold ``SELECT Country FROM airlines`` against ``SELECT DISTINCT Country
+  FROM airlines`` is 1 under ``spider`` and 0 under ``spider_strict``.
+
+The comparison (the evaluator's ``result_eq``): the two results must have the same number of
+rows and columns; some permutation of the predicted columns must make the rows equal as a
+multiset (duplicates count) - or as a list when the gold SQL contains ``order by`` (a
+substring test on the lower-cased gold, after the rewrite). Values compare with Python
+equality (``1 == 1.0``). Two empty results match. Before searching permutations the
+evaluator sorts each row's values by ``str(value) + str(type(value))`` and rejects when the
+sorted rows differ (as a list when ordered, else as a set); that text sort places ``1`` and
+``1.0`` differently among other values, so a two-column row ``(1, 1.5)`` does not match
+``(1.0, 1.5)`` there, and does not under ``spider`` either.
+
+Not reproduced: ``--plug_value`` (trying every gold value in every predicted value slot) and
+the test-suite's extra databases (a prediction must match on every ``*.sqlite`` beside the
+database); the scorer hands the order rule the whitespace-normalised gold, so a gold with
+``ORDER`` and ``BY`` separated by a run of whitespace counts as ordered here.
+
+Spider's hardness levels live in ``rex.spider_levels`` (re-exported here).
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import SqlglotError
+from sqlglot.tokens import TokenType
+
+from rex.spider_levels import HARDNESS, hardness_counts, spider_hardness
 from rex.tables import Failure, ResultLike, as_outcome
 
+__all__ = [
+    "HARDNESS",
+    "hardness_counts",
+    "official_execution_match",
+    "official_sql_pair",
+    "order_matters",
+    "remove_distinct",
+    "spider_execution_match",
+    "spider_hardness",
+]
+
 MAX_PERMUTATIONS = 10_000
-"""Column permutations tried at most (the evaluator also bounds its search); candidates are
-pruned to columns holding the same multiset of values first, so this is rarely reached."""
+"""Column permutations tried at most; candidates are pruned to columns holding the same
+multiset of values first (the evaluator prunes by sampled rows), so this is rarely reached."""
 
 
 def order_matters(gold_sql: str) -> bool:
@@ -39,6 +70,54 @@ def order_matters(gold_sql: str) -> bool:
     (True, False)
     """
     return "order by" in " ".join(gold_sql.lower().split())
+
+
+# --------------------------------------------------------------------------- the official rewrite
+
+PLACEHOLDER = "value"
+"""The prediction's value placeholder; ``evaluation.py`` replaces it (case-sensitively,
+anywhere in the text) by ``PLACEHOLDER_FILL`` before running the prediction."""
+PLACEHOLDER_FILL = "1"
+_CURRENT_YEAR = re.compile(r"YEAR\s*\(\s*CURDATE\s*\(\s*\)\s*\)\s*", re.IGNORECASE)
+EVALUATION_YEAR = "2020"
+"""What the evaluator runs ``YEAR(CURDATE())`` as (SQLite has no CURDATE)."""
+
+
+def official_sql_pair(gold_sql: str, pred_sql: str, keep_distinct: bool = False) -> tuple[str, str]:
+    """The (gold, prediction) SQL as ``evaluation.py`` runs them (see the module doc).
+
+    >>> official_sql_pair("SELECT DISTINCT a FROM t WHERE b > = 2", "SELECT a FROM t WHERE b = value")
+    ('SELECT  a FROM t WHERE b >= 2', 'SELECT a FROM t WHERE b = 1')
+    """
+    gold, pred = (
+        _join_spaced_operators(gold_sql),
+        _join_spaced_operators(pred_sql.replace(PLACEHOLDER, PLACEHOLDER_FILL)),
+    )
+    if not keep_distinct:
+        gold, pred = remove_distinct(gold), remove_distinct(pred)
+    return _CURRENT_YEAR.sub(EVALUATION_YEAR, gold), _CURRENT_YEAR.sub(EVALUATION_YEAR, pred)
+
+
+def _join_spaced_operators(sql: str) -> str:
+    """The evaluator's repair of tokenised predictions: exactly one space, anywhere in the text."""
+    return sql.replace("> =", ">=").replace("< =", "<=").replace("! =", "!=")
+
+
+def remove_distinct(sql: str) -> str:
+    """``sql`` without its DISTINCT keywords (in strings, quoted names and comments they
+    stay); the text around them is kept as it is. SQL that does not tokenize is returned as is.
+
+    >>> remove_distinct("SELECT DISTINCT a, count(DISTINCT b) FROM t WHERE c = 'distinct'")
+    "SELECT  a, count( b) FROM t WHERE c = 'distinct'"
+    """
+    try:
+        tokens = Dialect.get_or_raise("sqlite").tokenize(sql)
+    except SqlglotError:
+        return sql
+    spans = [(t.start, t.end + 1) for t in tokens if t.token_type == TokenType.DISTINCT]
+    for start, end in reversed(spans):
+        sql = sql[:start] + sql[end:]
+    return sql
 
 
 def spider_execution_match(gold: ResultLike, pred: ResultLike, ordered: bool) -> bool:
@@ -72,6 +151,28 @@ def spider_execution_match(gold: ResultLike, pred: ResultLike, ordered: bool) ->
     return False
 
 
+def official_execution_match(gold: ResultLike, pred: ResultLike, ordered: bool) -> bool:
+    """:func:`spider_execution_match` after the evaluator's quick rejection (module doc).
+
+    >>> official_execution_match((["a", "b"], [(1, 1.5)]), (["a", "b"], [(1.0, 1.5)]), False)
+    False
+    >>> spider_execution_match((["a", "b"], [(1, 1.5)]), (["a", "b"], [(1.0, 1.5)]), False)
+    True
+    """
+    g, p = as_outcome(gold), as_outcome(pred)
+    if isinstance(g, Failure) or isinstance(p, Failure):
+        return False
+    g_sorted = [_text_sorted(row) for row in g.rows]
+    p_sorted = [_text_sorted(row) for row in p.rows]
+    if (g_sorted != p_sorted) if ordered else (set(g_sorted) != set(p_sorted)):
+        return False
+    return spider_execution_match(g, p, ordered)
+
+
+def _text_sorted(row: Sequence) -> tuple:
+    return tuple(sorted(row, key=lambda v: str(v) + str(type(v))))
+
+
 def _candidate_permutations(g_rows: Sequence[tuple], p_rows: Sequence[tuple], width: int):
     """Predicted-column orders worth testing: gold column i may take predicted column j only
     if both hold the same multiset of values (necessary for any row match)."""
@@ -88,120 +189,3 @@ def _candidate_permutations(g_rows: Sequence[tuple], p_rows: Sequence[tuple], wi
         if tried > MAX_PERMUTATIONS:
             return
         yield perm
-
-
-# --------------------------------------------------------------------------- hardness
-
-HARDNESS = ("easy", "medium", "hard", "extra")
-
-
-def spider_hardness(sql: str) -> str:
-    """Spider's difficulty level of ``sql`` (``unknown`` when it does not parse).
-
-    >>> spider_hardness("SELECT count(*) FROM singer")
-    'easy'
-    >>> spider_hardness("SELECT name, age FROM singer WHERE age > 20 ORDER BY age")
-    'medium'
-    >>> spider_hardness("SELECT name FROM singer WHERE id NOT IN (SELECT singer_id FROM concert)")
-    'hard'
-    >>> spider_hardness("SELECT a FROM t1 JOIN t2 ON t1.x = t2.x WHERE b = 1 OR c LIKE '%x%' GROUP BY a "
-    ...                 "HAVING count(*) > 1 ORDER BY a LIMIT 1")
-    'extra'
-    """
-    counts = hardness_counts(sql)
-    if counts is None:
-        return "unknown"
-    c1, c2, others = counts
-    if c1 <= 1 and others == 0 and c2 == 0:
-        return "easy"
-    if (others <= 2 and c1 <= 1 and c2 == 0) or (c1 <= 2 and others < 2 and c2 == 0):
-        return "medium"
-    if (
-        (others > 2 and c1 <= 2 and c2 == 0)
-        or (2 < c1 <= 3 and others <= 2 and c2 == 0)
-        or (c1 <= 1 and others == 0 and c2 <= 1)
-    ):
-        return "hard"
-    return "extra"
-
-
-def hardness_counts(sql: str) -> tuple[int, int, int] | None:
-    """(component 1, component 2, others) as Spider counts them; None if unparsable."""
-    import sqlglot
-    from sqlglot import exp
-
-    try:
-        tree = sqlglot.parse_one(sql, read="sqlite")
-    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):
-        return None
-    if tree is None:
-        return None
-    nested = 0
-    while isinstance(tree, exp.SetOperation):  # INTERSECT / UNION / EXCEPT: the right side is nested
-        nested += 1
-        tree = tree.this
-    if not isinstance(tree, exp.Select):
-        return None
-    where, having, group, order = (tree.args.get(k) for k in ("where", "having", "group", "order"))
-    joins = tree.args.get("joins") or []
-    conditions = [c for c in (where, having, *[j.args.get("on") for j in joins]) if c is not None]
-    top = [n for c in conditions for n in _own_nodes(c)]
-    c1 = sum(x is not None for x in (where, group, order, tree.args.get("limit")))
-    c1 += len(joins)
-    c1 += sum(isinstance(n, exp.Or) for n in top)
-    c1 += sum(isinstance(n, exp.Like) for n in top)
-    from_ = tree.args.get("from_") or tree.args.get("from")
-    sources = [from_.this] if from_ is not None else []
-    sources += [j.this for j in joins]
-    nested += sum(isinstance(s, exp.Subquery) for s in sources)
-    nested += sum(
-        isinstance(n, (exp.Subquery, exp.Select)) and n is not c for c in conditions for n in _own_nodes(c, stop=False)
-    )
-    others = 0
-    agg_parts = [
-        *tree.expressions,
-        *([where] if where else []),
-        *([group] if group else []),
-        *([order] if order else []),
-        *([having] if having else []),
-    ]
-    aggs = sum(isinstance(n, exp.AggFunc) for part in agg_parts for n in _own_nodes(part))
-    others += aggs > 1
-    others += len(tree.expressions) > 1
-    others += _where_conditions(where) > 1
-    others += len(group.expressions) > 1 if group is not None else 0
-    return c1, nested, others
-
-
-def _own_nodes(node: Any, stop: bool = True):
-    """Nodes of ``node`` outside nested queries (``stop``), or the nested queries' roots too."""
-    from sqlglot import exp
-
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        for child in current.iter_expressions():
-            if isinstance(child, (exp.Subquery, exp.Select)) and child is not node:
-                if not stop:
-                    yield child
-                continue
-            stack.append(child)
-
-
-def _where_conditions(where: Any) -> int:
-    """Conditions joined by AND / OR at the top of a WHERE clause (Spider's ``where[::2]``)."""
-    from sqlglot import exp
-
-    if where is None:
-        return 0
-    count, stack = 0, [where.this]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (exp.And, exp.Or)):
-            stack.extend([node.left, node.right])
-        elif isinstance(node, exp.Paren):
-            stack.append(node.this)
-        else:
-            count += 1
-    return count

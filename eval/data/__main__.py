@@ -6,7 +6,9 @@
     python -m eval.data stats data=bird data.root=PATH data.split=dev
 
 ``stats`` takes the same Hydra overrides as training: the ``data`` group is composed
-from the installed ``recipes`` package.
+from the installed ``recipes`` package. It is the data card: counts per split, and the
+question ids a BIRD-layout file repeats with the ids they were given (MINIDEV's
+``mini_dev_sqlite.json``: ``137 -> 137@487``, ``138 -> 138@488``).
 """
 
 from __future__ import annotations
@@ -52,17 +54,24 @@ def compose_data(overrides: Sequence[str]) -> dict[str, Any]:
 
 def stats_text(data: dict[str, Any]) -> str:
     """Counts per split, database and difficulty, as a plain-text table."""
-    from eval.data.loaders import load_examples
+    from eval.data.loaders import load_split
+    from eval.data.question_order import describe_renames
 
     lines = [f"data: kind={data['kind']} root={data['root']}"]
     plan = [(data["split"], data.get("limit"))]
     if data.get("eval_split") and data["eval_split"] != data["split"]:
         plan.append((data["eval_split"], data.get("eval_limit")))
     for split, limit in plan:
-        examples = load_examples(data["kind"], data["root"], split, bool(data.get("drop_failing_gold")), limit)
+        loaded = load_split(data["kind"], data["root"], split, bool(data.get("drop_failing_gold")), limit)
+        examples = loaded.examples
         difficulties = difficulty_order([e.difficulty for e in examples])
         lines.append(f"\nsplit {split}: {len(examples)} examples, {len({e.db_id for e in examples})} databases")
         lines.append(_table(examples, difficulties))
+        if loaded.renamed:  # MINIDEV repeats ids 137 and 138 (eval/data/question_order.py)
+            lines.append(
+                f"  {len(loaded.renamed)} repeated question id(s) renamed <id>@<position> (the first question "
+                "keeps the id; BIRD's evaluation pairs by position):\n    " + describe_renames(loaded.renamed, "\n    ")
+            )
     return "\n".join(lines)
 
 

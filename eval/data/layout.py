@@ -108,6 +108,8 @@ def resolve_bird(root: Path, split: str, problems: Problems) -> Layout:
     ``mini_<split>.json``; databases: ``<split>_databases/<db_id>/<db_id>.sqlite``;
     tables: ``<split>_tables.json`` or ``tables.json`` (optional: schemas are read from
     the SQLite files). Split folders may carry a release suffix (``dev_20240627``).
+    ``mini_dev_sqlite.json`` repeats question ids 137 and 138; the loader keeps every
+    question and renames the repeats ``<id>@<position>`` (``eval.data.question_order``).
     """
     q_names = [f"{split}.json", f"mini_{split}_sqlite.json", f"mini_{split}.json"]
     db_names = [f"{split}_databases", "databases"]

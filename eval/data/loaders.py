@@ -3,10 +3,12 @@
 One pipeline for every kind: resolve the layout (``eval.data.layout``), read the records,
 validate them (required fields, unique ids, a database for every db_id, gold SQL that
 parses), and only then build examples — every problem found is reported together in one
-``DataError``. Gold tables and columns come from ``rex.sql.referenced_schema`` against the
-database's schema. With ``drop_failing_gold`` the gold SQL is executed through the shared
-read-only helper (``tools.execute`` with the ``metric`` preset) and failures are dropped
-with a logged count.
+``DataError``; only a BIRD-layout file may repeat an id (MINIDEV's ``mini_dev_sqlite.json``
+does): BIRD's evaluation pairs questions by position, so the later questions are renamed
+``<id>@<position>`` with a warning (``eval.data.question_order``). Gold tables and
+columns come from ``rex.sql.referenced_schema`` against the database's schema. With
+``drop_failing_gold`` the gold SQL is executed through the shared read-only helper
+(``tools.execute`` with the ``metric`` preset) and failures are dropped with a logged count.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import json
 import logging
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from agents.types import Example
 from eval.data.layout import Layout, Problems, resolve_bird, resolve_jsonl, resolve_spider, show_ids
+from eval.data.question_order import QuestionSlot, RenamedId, describe_renames, renamed_id
 from tools.errors import ConfigError, DataError
 from tools.files import atomic_write_text
 from tools.plugins import DESIGN_GROUP, Registry
@@ -49,12 +52,14 @@ class Record:
     """One validated question record, before its database is looked at."""
 
     id: str
+    original_id: str  # as the file writes it (``id`` differs for a renamed repeat)
     db_id: str
     question: str
     evidence: str
     sql: str
     difficulty: str
     where: str  # "file:line" or "file[index]" for messages
+    position: int  # index in the question file (after the records of earlier files)
 
 
 Resolver = Callable[[Path, str, Problems], Layout]
@@ -70,6 +75,7 @@ class Kind:
     reader: str  # "json" | "jsonl"
     default_root: Callable[[], Path] | None = None
     difficulty_of: Callable[[str], str] | None = None  # gold SQL -> level, when the records carry none
+    rename_repeated_ids: bool = False  # BIRD: its evaluation pairs by position, so a repeated id is renamed
 
 
 def _spider_hardness(sql: str) -> str:
@@ -85,10 +91,23 @@ def _minibird_root() -> Path:
 
 
 KINDS: Registry[Kind] = Registry("dataset kind", plugins=DESIGN_GROUP)
-KINDS.register("bird")(Kind(resolve_bird, BIRD_FIELDS, "json"))
+KINDS.register("bird")(Kind(resolve_bird, BIRD_FIELDS, "json", rename_repeated_ids=True))
 KINDS.register("spider")(Kind(resolve_spider, SPIDER_FIELDS, "json", difficulty_of=_spider_hardness))
 KINDS.register("jsonl")(Kind(resolve_jsonl, JSONL_FIELDS, "jsonl"))
-KINDS.register("minibird")(Kind(resolve_bird, BIRD_FIELDS, "json", default_root=_minibird_root))
+KINDS.register("minibird")(
+    Kind(resolve_bird, BIRD_FIELDS, "json", default_root=_minibird_root, rename_repeated_ids=True)
+)
+
+
+@dataclass(frozen=True)
+class LoadedSplit:
+    """A split's examples, its questions in file order (``order``: what BIRD's predict files
+    pair by position, including questions ``drop_failing_gold`` dropped) and the repeated
+    ids that were renamed."""
+
+    examples: list[Example]
+    order: tuple[QuestionSlot, ...]
+    renamed: tuple[RenamedId, ...]
 
 
 def load_examples(
@@ -108,11 +127,27 @@ def load_examples(
     drops the examples whose SQL errors or times out, logging how many; otherwise they
     are kept without executing anything.
 
+    A BIRD-layout file that repeats a question id (MINIDEV's ``mini_dev_sqlite.json``
+    repeats 137 and 138) loads: the first question keeps the id, later ones become
+    ``<id>@<position>`` (``137@487``), with a logged warning naming each rename.
+
     Raises ``DataError`` listing every layout problem (missing files, db_ids without a
-    database, unparseable gold SQL, duplicate ids, malformed records) with paths and
-    example ids; ``UnknownNameError`` for an unknown kind; ``ConfigError`` for bad
-    arguments.
+    database, unparseable gold SQL, duplicate ids in other kinds, malformed records) with
+    paths and example ids; ``UnknownNameError`` for an unknown kind; ``ConfigError`` for
+    bad arguments.
     """
+    return load_split(kind, root, split, drop_failing_gold, limit).examples
+
+
+def load_split(
+    kind: str = "minibird",
+    root: str | os.PathLike[str] | None = None,
+    split: str = "dev",
+    drop_failing_gold: bool = False,
+    limit: int | None = None,
+) -> LoadedSplit:
+    """``load_examples`` with the question order and the renamed ids (same arguments, same
+    errors)."""
     spec = KINDS.get(kind)
     if limit is not None and (not isinstance(limit, int) or limit < 1):
         raise ConfigError(f"limit={limit!r}: pass a positive integer or None")
@@ -124,8 +159,7 @@ def load_examples(
         problems.add(f"dataset root {base} does not exist; set data.root to the folder holding the dataset")
         problems.raise_if_any()
     layout = spec.resolve(base, split, problems)
-    records = _read_all(layout, spec, problems, limit)
-    _check_unique_ids(records, problems)
+    records, renamed = _unique_ids(_read_all(layout, spec, problems, limit), spec.rename_repeated_ids, problems)
     caches = {db_id: _GoldCache(db) for db_id, db in _databases(records, layout, problems).items()}
     try:
         examples = _build_examples(records, caches, split, problems, spec.difficulty_of)
@@ -135,7 +169,17 @@ def load_examples(
     finally:
         for cache in caches.values():
             cache.flush()
-    return examples
+    if renamed:
+        log.warning(
+            "%s %s: %d question id(s) repeat an earlier question's; BIRD's evaluation pairs questions by "
+            "position, so each keeps its place and the repeat is renamed <id>@<position>: %s",
+            kind,
+            split,
+            len(renamed),
+            describe_renames(renamed),
+        )
+    order = tuple(QuestionSlot(i, r.id, r.original_id, r.db_id) for i, r in enumerate(records))
+    return LoadedSplit(examples, order, tuple(renamed))
 
 
 def _root(kind: str, spec: Kind, root: str | os.PathLike[str] | None) -> Path:
@@ -223,22 +267,34 @@ def _record(item: Any, index: int, where: str, fields: Fields, problems: Problem
     evidence = _get(item, fields.evidence)
     return Record(
         id=ex_id,
+        original_id=ex_id,
         db_id=item["db_id"].strip(),
         question=item["question"].strip(),
         evidence=str(evidence).strip() if evidence is not None else "",
         sql=sql.strip() if isinstance(sql, str) else "",
         difficulty=difficulty,
         where=where,
+        position=index,
     )
 
 
-def _check_unique_ids(records: list[Record], problems: Problems) -> None:
+def _unique_ids(records: list[Record], rename: bool, problems: Problems) -> tuple[list[Record], list[RenamedId]]:
+    """Records with unique ids: with ``rename`` a repeated id becomes ``<id>@<position>``
+    (``eval.data.question_order``), otherwise it is a problem."""
     seen: dict[str, str] = {}
+    out: list[Record] = []
+    renamed: list[RenamedId] = []
     for rec in records:
+        if rec.id in seen and rename:
+            new = renamed_id(rec.id, rec.position)
+            renamed.append(RenamedId(rec.id, new, rec.where, seen[rec.id]))
+            rec = replace(rec, id=new)
         if rec.id in seen:
             problems.add(f"{rec.where}: example id {rec.id} already used at {seen[rec.id]}; ids must be unique")
-        else:
-            seen[rec.id] = rec.where
+            continue
+        seen[rec.id] = rec.where
+        out.append(rec)
+    return out, renamed
 
 
 # --------------------------------------------------------------------------- databases

@@ -21,7 +21,7 @@ from agents import make_agent
 from agents.types import Example
 from eval.data import load_examples
 from tests.helpers.fake_openai import FakeOpenAI, Reply, choice, completion
-from tests.helpers.schools import QUESTIONS, make_db, turn_text
+from tests.helpers.schools import QUESTIONS, make_db, school_rows, turn_text
 from tests.helpers.tiny_model import tiny_tokenizer
 from tests.training.generation.test_sources import client
 from tests.training.supervised.test_demonstrations import LIMITS
@@ -38,10 +38,7 @@ DELAY_S = 0.05
 def data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("jsonl")
     make_db(root / "schools.sqlite")
-    rows = [
-        {"id": f"q{i}", "db_id": "schools", "question": q, "sql": sql, "difficulty": "simple"}
-        for i, (q, sql, _, _) in enumerate(QUESTIONS)
-    ]
+    rows = school_rows()
     (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (root / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return root

@@ -92,6 +92,14 @@ def school_examples(db: Path) -> list[Example]:
     ]
 
 
+def school_rows(copies: int = 1) -> list[dict[str, Any]]:
+    """``QUESTIONS`` as JSONL data rows (``data=jsonl``), repeated ``copies`` times, ids q0, q1, ..."""
+    return [
+        {"id": f"q{i}", "db_id": "schools", "question": q, "sql": sql, "difficulty": "simple"}
+        for i, (q, sql, _, _) in enumerate(QUESTIONS * copies)
+    ]
+
+
 # ----------------------------------------------------------------------------- scripted policy
 
 

@@ -238,21 +238,29 @@ def _check_statement_kind(keyword: str, limits: QueryLimits) -> ToolError | None
     )
 
 
-def execute(db: Database, sql: str, limits: QueryLimits) -> QueryResult | ToolError:
+def execute(db: Database, sql: str, limits: QueryLimits, as_written: bool = False) -> QueryResult | ToolError:
     """Run one statement on ``db``'s read-only connection under ``limits``.
 
     Never raises on SQL text: every failure is a ``ToolError`` (kind, message, "did you
     mean" suggestion for near-miss table and column names).
+
+    ``as_written=True`` runs ``sql`` exactly as Python's sqlite3 ``cursor.execute`` does
+    (what BIRD's evaluation script does, ``rex.bird_ex``): nothing is trimmed; a text that
+    is only whitespace, comments or semicolons runs as no statement and returns no rows;
+    anything but whitespace or comments after the first statement (even a second ``;``) is
+    ``too_many_statements``; a cell that is not valid UTF-8 is an error instead of being
+    decoded with replacement characters. The read-only guards apply as always.
     """
     if not isinstance(sql, str):
         return ToolError("bad_arguments", f"sql must be a string, got {type(sql).__name__}")
-    text = _strip_sql(sql)
-    keyword = _first_keyword(text)
-    if not keyword.strip():
-        return ToolError("syntax", "the SQL is empty", "write one SELECT statement")
-    refused = _check_statement_kind(keyword, limits)
-    if refused is not None:
-        return refused
+    text = sql if as_written else _strip_sql(sql)
+    if not as_written:
+        keyword = _first_keyword(text)
+        if not keyword.strip():
+            return ToolError("syntax", "the SQL is empty", "write one SELECT statement")
+        refused = _check_statement_kind(keyword, limits)
+        if refused is not None:
+            return refused
     try:
         conn, slot = db._connection(limits)
     except (sqlite3.Error, OSError) as exc:
@@ -263,6 +271,8 @@ def execute(db: Database, sql: str, limits: QueryLimits) -> QueryResult | ToolEr
     except sqlite3.OperationalError as exc:
         if "decode" not in str(exc).lower():
             raise
+        if as_written:
+            return ToolError("other", str(exc), "a cell of the result is not valid UTF-8 text")
         # Some cell is not valid UTF-8: run again decoding with replacement characters.
         conn.text_factory = lenient_text
         try:

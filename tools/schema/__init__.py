@@ -5,6 +5,10 @@ Each takes a ``DatabaseProfile`` and an optional restriction: ``tables`` (names)
 ``columns`` entry keeps all its columns; a table named only through ``columns`` keeps
 just those columns. Names that do not exist are ignored (the restriction often comes from
 model output, which must never raise). Foreign keys are listed when both ends are shown.
+
+DDL and the compact list print names as SQL needs them (``tools.spelling.needs_quotes``:
+keywords such as BIRD's ``order`` table and odd names in double quotes, plain names bare),
+so a name can be pasted into a query; M-Schema prints names verbatim, as its notation has it.
 """
 
 from __future__ import annotations
@@ -67,7 +71,8 @@ def m_schema(
     """M-Schema: a ``[DB_ID]`` header, a ``[Schema]`` block with one ``# Table:`` section
     per table (comment, row and column counts) and one bracketed line per column (type,
     meaning, key/nullability flags, Nulls / Non-null / Distinct, Min / Avg / Max, top
-    values for categorical columns, examples), then a ``[Foreign keys]`` block."""
+    values for categorical columns, examples), then a ``[Foreign keys]`` block. Names are
+    verbatim (``# Table: order``), as the notation has them."""
     selection = select(profile, tables, columns)
     lines = [f"[DB_ID] {profile.db_id}", "[Schema]"]
     for table, cols in selection:
@@ -143,6 +148,10 @@ def _quote(name: str) -> str:  # schema text is read by the model: quote only na
     return quote_identifier(name, only_if_needed=True)
 
 
+def _quoted_key(fk: ForeignKey) -> str:
+    return f"{_quote(fk.table)}.{_quote(fk.column)}={_quote(fk.ref_table)}.{_quote(fk.ref_column)}"
+
+
 def ddl_schema(
     profile: DatabaseProfile,
     tables: Iterable[str] | None = None,
@@ -193,5 +202,7 @@ def compact_schema(
     lines = [f"{_quote(t.name)}({', '.join(_quote(c.name) for c in cols)})" for t, cols in selection]
     fks = _shown_foreign_keys(profile, selection)
     if fks:
-        lines.append("Foreign keys: " + ", ".join(f"{fk}{' (inferred)' if fk.inferred else ''}" for fk in fks))
+        lines.append(
+            "Foreign keys: " + ", ".join(f"{_quoted_key(fk)}{' (inferred)' if fk.inferred else ''}" for fk in fks)
+        )
     return "\n".join(lines)

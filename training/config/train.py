@@ -23,7 +23,8 @@ from training.config.sampling import EvaluationConfig, RolloutConfig
 from training.config.search_path import list_recipes
 from training.config.stage import StageConfig, SupervisedConfig
 
-EX_RULES = ("ex", "spider")  # a dataset's official execution match: BIRD's set rule | Spider's
+# a dataset's execution match: BIRD's set rule | Spider's official one | Spider's comparison on the SQL as written
+EX_RULES = ("ex", "spider", "spider_strict")
 LOGGERS = ("console", "jsonl", "wandb")
 
 
@@ -58,6 +59,11 @@ class DataConfig:
         for key in ("limit", "eval_limit"):
             value = getattr(self, key)
             _need(value is None or value >= 1, f"data.{key}={value}: a positive integer or null")
+
+    def check_held_out(self) -> None:
+        """A run with a training split (training; a model's evaluation, whose few-shot pool
+        is that split) must validate on another split. Scoring a predictions file has none,
+        so ``eval.run predictions=...`` builds a ``DataConfig`` without this check."""
         _need(
             self.split != self.eval_split or self.kind == "jsonl",
             f"data.split and data.eval_split are both {self.split!r}: validation must be held out",
@@ -132,6 +138,7 @@ class TrainConfig:
     ablation: dict[str, Any] = _f({}, "swept key -> this run's value (flat); set by a Hydra multirun")
 
     def __post_init__(self) -> None:
+        self.data.check_held_out()
         recipes = list_recipes()
         _need(self.recipe_name is not None, f"no recipe chosen; run with recipe=<name>, one of: {', '.join(recipes)}")
         _need(self.recipe_name in recipes, f"unknown recipe {self.recipe_name!r}; available: {', '.join(recipes)}")

@@ -7,6 +7,7 @@ import os
 import sqlite3
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -57,11 +58,14 @@ HOSTILE = [
 
 # The authorizer alone (no statement-kind check) must refuse everything above as well.
 AUTHORIZER_ONLY = QueryLimits(max_rows=100, timeout_s=2.0, select_only=False, allowed_pragmas=METADATA_PRAGMAS)
-# "metric" runs 30 s before a runaway stops; "metric_short" is the same with a 1 s deadline.
+# A preset with a long deadline (``metric``; the TRUST-SQL and DualSQL executors, which have
+# no step cap) would hold each runaway for its whole deadline; its "_short" copy runs the
+# battery with a 1 s deadline and everything else unchanged.
+LONG_DEADLINE_S = 5.0
 LIMITS = {
-    **{k: v for k, v in PRESETS.items() if k != "metric"},
+    **{k: v for k, v in PRESETS.items() if v.timeout_s <= LONG_DEADLINE_S},
+    **{f"{k}_short": replace(v, timeout_s=1.0) for k, v in PRESETS.items() if v.timeout_s > LONG_DEADLINE_S},
     "authorizer_only": AUTHORIZER_ONLY,
-    "metric_short": QueryLimits(max_rows=None, timeout_s=1.0, max_vm_steps=None),
 }
 
 
@@ -217,6 +221,31 @@ def test_trailing_semicolons_and_comments_are_one_statement(school_db: Path) -> 
     ):
         out = execute(db, sql, PRESETS["retoolsql"])
         assert isinstance(out, QueryResult) and out.rows == ((1,),), sql
+
+
+def test_as_written_runs_the_text_as_pythons_sqlite3_does(school_db: Path) -> None:
+    """BIRD's evaluation script's view of a text (``rex.bird_ex``), checked against Python's
+    sqlite3 itself on the same file; the read-only guards still hold."""
+    db = get_database(school_db)
+    raw = sqlite3.connect(school_db)
+    for sql in ("", " \n", ";;", "-- only a comment", "SELECT 1;", "SELECT 1; -- c", ";SELECT 1", "SELECT 1 /* open"):
+        out = execute(db, sql, PRESETS["metric"], as_written=True)
+        assert isinstance(out, QueryResult) and list(out.rows) == raw.execute(sql).fetchall(), sql
+    for sql in ("SELECT 1;;", "SELECT 1; ;", "SELECT 1; SELECT 2"):
+        with pytest.raises(sqlite3.ProgrammingError, match="one statement at a time"):
+            raw.execute(sql)
+        out = execute(db, sql, PRESETS["metric"], as_written=True)
+        assert isinstance(out, ToolError) and out.kind == "too_many_statements", sql
+    with pytest.raises(sqlite3.OperationalError, match="decode"):
+        raw.execute("SELECT note FROM events").fetchall()
+    out = execute(db, "SELECT note FROM events", PRESETS["metric"], as_written=True)
+    assert isinstance(out, ToolError) and "decode" in out.message
+    out = execute(db, "DELETE FROM schools", PRESETS["metric"], as_written=True)
+    assert isinstance(out, ToolError) and out.kind == "forbidden"
+    raw.close()
+    # The default (strict) run keeps its rules: empty SQL is an error, a trailing ";;" runs.
+    assert execute(db, " ", PRESETS["metric"]).kind == "syntax"  # type: ignore[union-attr]
+    assert isinstance(execute(db, "SELECT 1;;", PRESETS["metric"]), QueryResult)
 
 
 def test_non_string_sql_is_bad_arguments(school_db: Path) -> None:

@@ -17,7 +17,7 @@ from eval.data import load_examples
 from tests.helpers.designs import project_designs
 from tests.helpers.fake_openai import FakeOpenAI
 from tests.helpers.local_trainer import config
-from tests.helpers.schools import QUESTIONS, ScriptedPolicy, make_db
+from tests.helpers.schools import ScriptedPolicy, make_db, school_rows
 from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
 from tests.training.generation.test_sources import teacher_reply
 from training.engines.local.trainer import TrainerInputs
@@ -32,10 +32,7 @@ def data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A JSONL dataset (train + dev) beside its SQLite file, as users bring their own."""
     root = tmp_path_factory.mktemp("jsonl")
     make_db(root / "schools.sqlite")
-    rows = [
-        {"id": f"q{i}", "db_id": "schools", "question": q, "sql": sql, "difficulty": "simple"}
-        for i, (q, sql, _, _) in enumerate(QUESTIONS)
-    ]
+    rows = school_rows()
     (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (root / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
     return root

@@ -1,6 +1,8 @@
 """The evaluation loop: answers for a batch of questions (from a predictions file, or a
 policy through the rollout driver) are scored and appended to a ``RunStore`` batch by
-batch, then the summary, report.md and BIRD's predict.json are written over all of them."""
+batch, then the summary, report.md and BIRD's predict.json are written over all of them.
+The output directory is locked meanwhile (tools/run_lock.py): a second evaluation into it
+is refused."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from eval.scoring import Sample, sample_from_trajectories, score_question
 from eval.settings import EvalSettings, Say
 from eval.summary import console_summary, markdown, summarize
 from tools.errors import ConfigError
+from tools.run_lock import hold_run_dir
 
 Producer = Callable[[Sequence[Example]], dict[str, list[Sample]]]
 """Answers for a batch of questions: example id -> its samples, in sample order."""
@@ -190,21 +193,22 @@ def evaluate_predictions(
         **_split_of(examples),
         **(data_info or {}),
     }
-    store = RunStore(out_dir, run_settings, fresh=settings.fresh)
 
     def produce(batch: Sequence[Example]) -> dict[str, list[Sample]]:
         return {ex.id: [Sample(sql=pairing.sql[ex.id])] for ex in batch}
 
-    return evaluate(
-        examples,
-        produce,
-        store,
-        settings,
-        say,
-        frozenset(pairing.missing),
-        progress,
-        extra={"unmatched_predictions": len(pairing.unmatched)},
-    )
+    with hold_run_dir(out_dir, "eval.out_dir", say):
+        store = RunStore(out_dir, run_settings, fresh=settings.fresh)
+        return evaluate(
+            examples,
+            produce,
+            store,
+            settings,
+            say,
+            frozenset(pairing.missing),
+            progress,
+            extra={"unmatched_predictions": len(pairing.unmatched)},
+        )
 
 
 # ----------------------------------------------------------------------------- mode A: a model
@@ -241,7 +245,6 @@ def evaluate_policy(
         **_split_of(examples),
         **(info or {}),
     }
-    store = RunStore(out_dir, run_settings, fresh=settings.fresh)
 
     def produce(batch: Sequence[Example]) -> dict[str, list[Sample]]:
         requests = [(ex, get_database(ex.db_path), s) for ex in batch for s in range(n)]
@@ -252,4 +255,6 @@ def evaluate_policy(
             grouped.setdefault((t.example_id, t.sample_index), []).append(t)
         return {ex.id: [sample_from_trajectories(grouped.get((ex.id, s), [])) for s in range(n)] for ex in batch}
 
-    return evaluate(examples, produce, store, settings, say, progress=progress)
+    with hold_run_dir(out_dir, "eval.out_dir", say):
+        store = RunStore(out_dir, run_settings, fresh=settings.fresh)
+        return evaluate(examples, produce, store, settings, say, progress=progress)

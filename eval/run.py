@@ -24,6 +24,12 @@ Output (``eval.out_dir``): ``records.jsonl`` (one line per question, appended as
 a killed run resumes where it stopped), ``run.json`` (settings), ``summary.json``,
 ``report.md``.
 
+One process writes an output directory at a time: a run holds ``<eval.out_dir>/run.lock``
+(tools/run_lock.py) while it scores, so a second evaluation into the same directory exits
+at once with status 2, naming the first. With ``eval.out_dir`` set the lock is taken before
+a model is loaded; the default directory is known once the decoding is, and is locked by
+the evaluation loop (``eval.evaluate``). A dry run takes no lock.
+
 The parts: ``eval.settings`` (the ``eval`` block), ``eval.evaluate`` (the scoring loop for
 a predictions file or a policy), ``eval.decoding`` (the effective decoding of a model run)
 and ``eval.model_run`` (mode A from a config: a local model or an endpoint).
@@ -31,6 +37,7 @@ and ``eval.model_run`` (mode A from a config: a local model or an endpoint).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Collection, Mapping
 from pathlib import Path
@@ -41,6 +48,7 @@ from eval.evaluate import evaluate_predictions, load_eval_split
 from eval.model_run import run_model
 from eval.settings import Say, default_out_dir, settings_from
 from tools.errors import ConfigError
+from tools.run_lock import hold_run_dir
 
 
 def scored_split(data: Mapping[str, Any], explicit: Collection[str]) -> str:
@@ -91,9 +99,11 @@ def run(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> dict[st
     if raw.get("dry_run"):
         dry_run(raw, explicit, say)
         return None
-    if raw.get("predictions"):
-        return run_predictions(raw, say, explicit)
-    return run_model(raw, explicit, say)
+    out_dir = settings_from(raw).out_dir
+    with hold_run_dir(out_dir, "eval.out_dir", say) if out_dir else contextlib.nullcontext():
+        if raw.get("predictions"):
+            return run_predictions(raw, say, explicit)
+        return run_model(raw, explicit, say)
 
 
 def _hydra_main() -> None:

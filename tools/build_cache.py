@@ -16,22 +16,23 @@ content hash and the files built; a rerun finds them and reports every database 
 without reading the databases again. A database that changed is rebuilt (the caches are
 keyed by content hash, so stale ones are never read). ``missing()`` is the same test for
 ``engine=verl``'s launch check. The indexes are written atomically (temp file + rename),
-so two builders on one shared cache never leave half a file.
+so two builders on one shared cache never leave half a file, each with a manifest of its
+sizes and checksums (``tools.cache``) that every load checks; a full disk stops the build
+with ``DiskFullError`` naming the cache directory and ``$SQLAGENT_RL_CACHE``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tools.cache import CACHE_ENV, cache_root
+from tools.cache import CACHE_ENV, CACHE_FULL_HINT, cache_root
 from tools.errors import ConfigError
+from tools.files import atomic_write_text
 
 KINDS = ("profile", "fts", "bm25")
 BM25_COLUMNS = ("all", "text")
@@ -126,10 +127,7 @@ def _write_manifest(db_path: Path, content_hash: str, files: dict[str, list[str]
         "content_hash": content_hash,
         "files": merged,
     }
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=1)
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(data, indent=1), hint=CACHE_FULL_HINT)  # a full disk: DiskFullError
 
 
 # ----------------------------------------------------------------------------- building
@@ -183,9 +181,8 @@ def build(
             files: dict[str, list[str]] = {}
             if bar is not None:
                 bar.set_postfix_str(db.db_id)
-            if "profile" in kinds:  # the files on disk are checked, never this process's memory
-                if not profile_cache_path(db).is_file():
-                    load_or_build_profile(db)
+            if "profile" in kinds:  # the file on disk is checked (a damaged one rebuilt), not this process's memory
+                load_or_build_profile(db)
                 files["profile"] = [_relative(profile_cache_path(db))]
                 _step(bar)
             if "fts" in kinds:

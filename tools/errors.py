@@ -31,3 +31,18 @@ class UnknownNameError(ToolkitError, ValueError):
         super().__init__(
             f"unknown {kind} {name!r}{hint or ';'} registered {kind}s: {', '.join(registered) or '(none)'}{note}"
         )
+
+
+class RunDirInUseError(ToolkitError):
+    """Another live process writes the run (or evaluation output) directory: the message names
+    it (host, pid, command, start) and how to proceed (tools/run_lock.py)."""
+
+
+class DiskFullError(ToolkitError, OSError):
+    """A write found its disk full (or the user's quota spent): the message names the
+    directory, the bytes free there and the bytes the write needed, and says where to make
+    room. An ``OSError`` too, so code that already tolerated a failed write still does."""
+
+    def __init__(self, message: str, directory: str = "", free: int | None = None, needed: int | None = None) -> None:
+        super().__init__(message)
+        self.directory, self.free, self.needed = directory, free, needed

@@ -11,11 +11,19 @@ prints a note saying so first.
 A real run copies its console into ``<run_dir>/run.log`` (the lines printed before the
 run directory was known included). Hydra itself writes nothing (``hydra.run.dir: .``,
 no ``.hydra`` folder, console logging only): the run directory is the engine's.
+
+One process writes a run directory at a time: a real run holds ``<run_dir>/run.lock``
+(tools/run_lock.py) from before ``run.log`` is opened until it ends, so a second
+``training.run`` on the same run_dir - a requeued job while the old one still runs, a
+command started twice - exits at once with status 2, naming the holder. A lock left by a
+dead run is taken over with a message. A dry run takes no lock. In a Hydra multirun each
+job locks its own run directory and releases it before the next job starts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +38,6 @@ RUN_LOG = "run.log"
 def run(raw: dict[str, Any], explicit: set[str], say: Say = print) -> dict[str, Any] | None:
     """Prepare the config, then print it (dry run) or train with the chosen engine."""
     from training.engines import get_engine
-    from training.runs.logger import ConsoleLog
     from training.runs.sweep import apply_sweep, current_job
 
     earlier: list[str] = []
@@ -46,14 +53,25 @@ def run(raw: dict[str, Any], explicit: set[str], say: Say = print) -> dict[str, 
 
         if cfg.dry_run:
             return stage_entry(cfg, say)
-        with ConsoleLog(Path(cfg.run_dir) / RUN_LOG, earlier):
+        with writing_run_dir(cfg.run_dir, earlier, keep):
             return stage_entry(cfg, say)
     engine = get_engine(cfg.engine.name)
     if cfg.dry_run:
         say(engine.describe(cfg))
         return None
-    with ConsoleLog(Path(cfg.run_dir) / RUN_LOG, earlier):
+    with writing_run_dir(cfg.run_dir, earlier, keep):
         return engine.train(cfg)
+
+
+@contextlib.contextmanager
+def writing_run_dir(run_dir: str, earlier: list[str], say: Say) -> Iterator[None]:
+    """The run directory's lock, then its console log (which gets the lines printed before,
+    a lock takeover's message included); a refused lock leaves the directory untouched."""
+    from tools.run_lock import hold_run_dir
+    from training.runs.logger import ConsoleLog
+
+    with hold_run_dir(run_dir, "run_dir", say), ConsoleLog(Path(run_dir) / RUN_LOG, earlier):
+        yield
 
 
 def _hydra_main() -> None:

@@ -2,8 +2,8 @@
 
 The schema in the prompt is restricted to the gold SQL's tables (``schema_scope=
 "gold_tables"``, the paper's setting for training and evaluation) or is the full schema
-(``"full"``). The format verdict is the paper's DOTALL fullmatch; the tag-count reward
-reads the turn text from the record.
+(``"full"``). The format verdict is the paper's DOTALL fullmatch (``FORMAT_RE``), decided
+by ``follows_format`` in linear time; the tag-count reward reads the turn text from the record.
 """
 
 from __future__ import annotations
@@ -25,7 +25,32 @@ if TYPE_CHECKING:
 PROMPTS = Prompts(__package__)
 
 FORMAT_RE = re.compile(r"\s*<think>.*?</think>\s*<answer>.*?</answer>\s*", re.DOTALL)
+"""The paper's format rule as written; ``follows_format`` decides the same fullmatch."""
 SCOPES = ("gold_tables", "full")
+
+
+def follows_format(text: str) -> bool:
+    """Whether ``FORMAT_RE`` fullmatches ``text``: ``<think>…</think>``, optional whitespace,
+    ``<answer>…</answer>``, whitespace around. Decided with string scans because the regex
+    backtracks quadratically on a long repetitive turn that does not match (a model looping
+    until its token budget cuts it: 1.5 s at 110k characters, minutes at 1M).
+
+    >>> follows_format(" <think>a</think>\\n<answer>SELECT 1</answer>\\n"), follows_format("<answer>x</answer>")
+    (True, False)
+    """
+    body = text.strip()  # str.strip and the regex's \s agree on every character
+    if not (body.startswith("<think>") and body.endswith("</answer>")):
+        return False
+    answer_close = len(body) - len("</answer>")
+    pos = len("<think>")
+    while (close := body.find("</think>", pos)) >= 0:
+        start = close + len("</think>")
+        while start < len(body) and body[start].isspace():  # whitespace runs are disjoint: linear
+            start += 1
+        if body.startswith("<answer>", start):  # the first such pair leaves the answer the most room
+            return start + len("<answer>") <= answer_close
+        pos = close + 1
+    return False
 
 
 class Think2SQLEpisode(BaseEpisode):
@@ -33,7 +58,7 @@ class Think2SQLEpisode(BaseEpisode):
         super().__init__("agent", messages, [], (), 1)
 
     def _turn(self, text: str) -> TurnOutcome:
-        ok = FORMAT_RE.fullmatch(text) is not None
+        ok = follows_format(text)
         reason = "" if ok else "the turn is not <think>…</think> followed by <answer>…</answer>"
         answers = find_blocks(text, "answer")
         self.final_sql = sql_from_text(answers[0].content) if answers else None

@@ -7,18 +7,17 @@ single turn (``turns[0].text``). Components hold the unweighted signals.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agents.types import Example, RewardBreakdown, Trajectory
+from designs.think2sql.agent import follows_format
 from tools.errors import ConfigError
 from training.algorithm.rewards import check_exec_metric, check_positive, execution, failure, guarded, register_reward
 
 if TYPE_CHECKING:
     from tools import Database
 
-FORMAT_RE = re.compile(r"\s*<think>.*?</think>\s*<answer>.*?</answer>\s*", re.DOTALL)
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 
 
@@ -30,7 +29,7 @@ def format_reward(text: str) -> float:
     >>> format_reward("<answer>SELECT 1</answer>")
     0.0
     """
-    return 1.0 if isinstance(text, str) and FORMAT_RE.fullmatch(text) else 0.0
+    return 1.0 if isinstance(text, str) and follows_format(text) else 0.0
 
 
 def tag_count_reward(text: str) -> float:

@@ -1,202 +1,99 @@
-"""Model text never crashes an episode: thousands of random, truncated and adversarial
-turns through every agent (unclosed and nested tags, huge and deeply nested JSON, wrong
-tool names, SQL injection in tool arguments), and the database file never changes."""
+"""Model text never crashes an episode: hundreds of adversarial turns per design from the
+shared generator (tests/helpers/turn_fuzz.py: unclosed and nested tags, JSON bombs, wrong
+tools, runaway and hostile SQL, odd unicode, huge and looping turns) through whole episodes
+on the real tools, every failure recorded, and the database file never changes. The
+rollout driver and the rewards get the same turns in tests/training/rollout/test_turn_fuzz.py."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 import random
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agents import make_agent
-from agents.types import Step
+from designs.think2sql.agent import FORMAT_RE, follows_format
 from tests.helpers.agent_scripts import SCRIPTS
+from tests.helpers.turn_fuzz import KINDS, TurnFuzzer, finishes_within, looping_turn
+from tests.helpers.turn_fuzz_run import DesignTally, fuzz_example, short_query_deadlines, text_path, variants
 
-TURNS_PER_AGENT = 800
-TAGS = [
-    "think",
-    "action",
-    "tool_call",
-    "schema",
-    "answer",
-    "scratch_pad",
-    "final_answer",
-    "relevant_tables",
-    "relevant_columns",
-    "tool_response",
-]
-TOOL_NAMES = [
-    "sqlite_query",
-    "sqlite_peek",
-    "bm25_search_sqlite",
-    "execute_sql_query",
-    "execute_sql",
-    "fts_search",
-    "get_profile",
-    "exec",
-    "",
-    "drop_table",
-    "../../etc/passwd",
-    "sqlite_query\n",
-]
-ACTIONS = ["explore_schema", "propose_schema", "generate_sql", "confirm_answer", "EXPLORE_SCHEMA", "", "answer"]
-SQL = [
-    "SELECT * FROM schools",
-    "'; DROP TABLE schools; --",
-    "DELETE FROM schools",
-    "UPDATE schools SET city = NULL",
-    "ATTACH DATABASE 'other.db' AS other",
-    "PRAGMA writable_schema = 1",
-    "PRAGMA table_info(schools)",
-    "SELECT 1; DELETE FROM schools",
-    "SELECT load_extension('evil')",
-    "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r LIMIT 20000) SELECT COUNT(*) FROM r",
-    "SELECT randomblob(100000)",
-    "SELECT name FROM sqlite_master",
-    "SELEC broken",
-    "SELECT \x00 FROM schools",
-    "CREATE TABLE x(a)",
-    "VACUUM",
-    "SELECT '\ud800' FROM schools",
-]
+TURNS_PER_DESIGN = 300
 
 
-def _value(rng: random.Random, depth: int = 0):
-    kind = rng.randrange(7 if depth < 4 else 4)
-    if kind == 0:
-        return rng.choice(SQL)
-    if kind == 1:
-        return rng.randint(-(2**70), 2**70)
-    if kind == 2:
-        return rng.choice([None, True, 1.5e308, "", "schools", "schools.city"])
-    if kind == 3:
-        return "".join(chr(rng.randrange(0x20, 0x2FFF)) for _ in range(rng.randrange(20)))
-    if kind == 4:
-        return [_value(rng, depth + 1) for _ in range(rng.randrange(4))]
-    return {
-        rng.choice(["db_id", "sql", "table", "columns", "query", "name", "limit", "where", "x"]): _value(rng, depth + 1)
-        for _ in range(rng.randrange(5))
-    }
-
-
-def _tool_call(rng: random.Random) -> str:
-    extra = _value(rng, 3) if rng.random() < 0.3 else {}
-    arguments = {
-        "db_id": rng.choice(["schools", "other", 7]),
-        "sql": rng.choice(SQL),
-        **(extra if isinstance(extra, dict) else {}),
-    }
-    if rng.random() < 0.2:
-        arguments = _value(rng)
-    elif rng.random() < 0.5:
-        arguments = {
-            "db_id": "schools",
-            "table": rng.choice(["schools", "satscores", "nope", "x'--"]),
-            "column": rng.choice(["city", "name", "nope"]),
-            "columns": ["city"],
-            "query": rng.choice(SQL),
-        }
-    payload = {"name": rng.choice(TOOL_NAMES), "arguments": arguments}
-    if rng.random() < 0.1:
-        payload["arguments"] = json.dumps(arguments)  # arguments as a JSON string
-    body = json.dumps(payload, default=str)
-    if rng.random() < 0.15:
-        body = body[: rng.randrange(len(body) + 1)]  # truncated JSON
-    return f"<tool_call>{body}</tool_call>"
-
-
-def _fragment(rng: random.Random, scripts: list[str]) -> str:
-    tag = rng.choice(TAGS)
-    choice = rng.randrange(14)
-    if choice == 0:
-        return f"<{tag}>"
-    if choice == 1:
-        return f"</{tag}>"
-    if choice == 2:
-        return f"<{tag}>{_fragment(rng, scripts)}</{tag}>"  # nested
-    if choice == 3:
-        return _tool_call(rng)
-    if choice == 4:
-        return f"<action>{rng.choice(ACTIONS)}</action>"
-    if choice == 5:
-        return "<schema>" + json.dumps(_value(rng), default=str) + "</schema>"
-    if choice == 6:
-        return (
-            "```"
-            + rng.choice(["sql", "json", ""])
-            + "\n"
-            + rng.choice(SQL + [json.dumps(_value(rng), default=str)])
-            + rng.choice(["\n```", ""])
-        )
-    if choice == 7:
-        return "".join(chr(rng.randrange(0x110000)) for _ in range(rng.randrange(30)))  # lone surrogates too
-    if choice == 8:
-        text = rng.choice(scripts)
-        return text[: rng.randrange(len(text) + 1)]  # a truncated correct turn
-    if choice == 9:
-        return rng.choice(scripts)
-    if choice == 10 and rng.random() < 0.05:
-        return (
-            '<tool_call>{"name": "execute_sql", "arguments": {"db_id": "schools", "sql": "'
-            + "x" * 200_000
-            + '"}}</tool_call>'
-        )
-    if choice == 11 and rng.random() < 0.05:
-        return "<tool_call>" + "[" * 50_000 + "</tool_call>"  # nesting deeper than the JSON parser's stack
-    if choice == 12:
-        return "<schema>" + "{" * rng.randrange(2000) + "</schema>"
-    return rng.choice(["", " ", "\n", "SELECT", "<", ">", "</", "<think></think>", "```", "}", "{", "\\"])
-
-
-def _turn(rng: random.Random, scripts: list[str]) -> str:
-    with_calls = [t for t in scripts if "<tool_call>" in t and "</tool_call>" in t]
-    if with_calls and rng.random() < 0.3:  # a well-formed turn around an adversarial call
-        text = rng.choice(with_calls)
-        head, rest = text.split("<tool_call>", 1)
-        body, tail = rest.split("</tool_call>", 1)
-        if rng.random() < 0.5:  # the right tool, hostile SQL
-            name = json.loads(body)["name"]
-            call = json.dumps({"name": name, "arguments": {"db_id": "schools", "sql": rng.choice(SQL)}})
-            return f"{head}<tool_call>{call}</tool_call>{tail}"
-        return head + _tool_call(rng) + tail
-    return "".join(_fragment(rng, scripts) for _ in range(rng.randrange(9)))
-
-
-def _digest(path: str) -> str:
+def _digest(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-@pytest.mark.parametrize(
-    "name, options",
-    [("retoolsql", {}), ("think2sql", {}), ("trustsql", {}), ("dualsql", {}), ("dualsql", {"guardrails": False})],
-)
-def test_random_turns_never_raise(name: str, options: dict, join_example, db) -> None:
-    rng = random.Random(f"fuzz-{name}-{options}")
+@pytest.mark.parametrize("label, name, options", variants(), ids=[v[0] for v in variants()])
+def test_adversarial_turns_never_raise(label: str, name: str, options: dict, db: Any) -> None:
     scripts = [t for turns in SCRIPTS[name].values() for t in turns]
-    agent = make_agent(name, **options)
-    before = _digest(join_example.db_path)
-    episode, previous, turns, episodes = agent.start(join_example, db), [], 0, 0
-    outcomes: set[str | None] = set()
-    while turns < TURNS_PER_AGENT:
-        step = episode.step(_turn(rng, scripts))
-        turns += 1
-        assert isinstance(step, Step) and isinstance(step.phase, str) and isinstance(step.format_reason, str)
-        assert step.format_ok or step.format_reason
-        for message in step.observations:
-            assert message["role"] == "tool" and isinstance(message["content"], str)
-        if step.done:
-            result = episode.result()
-            assert result.end_reason in ("answer", "turn_budget", "format_cutoff")
-            assert len(result.turns) == len(episode.turns) and result.turns[-1].index == len(result.turns) - 1
-            json.dumps([t.tool_arguments for t in result.turns], default=str)
-            outcomes.update(t.tool_outcome for t in result.turns)
-            previous = [result] if name == "dualsql" and not previous else []
-            episode = agent.start(join_example, db, previous) or agent.start(join_example, db)
-            episodes += 1
-    assert episodes > 10
+    tally = DesignTally()
+    before = _digest(db.path)
+    with short_query_deadlines(0.2):
+        agent = make_agent(name, **options)
+        text_path(
+            agent,
+            fuzz_example(name, Path(db.path)),
+            db,
+            TurnFuzzer(f"agents-{label}", scripts),
+            TURNS_PER_DESIGN,
+            {},
+            tally,
+        )
+    assert not tally.exceptions, tally.exceptions[:3]
+    assert not tally.violations, tally.violations[:3]
+    assert tally.turns == TURNS_PER_DESIGN and tally.episodes > 10
+    assert tally.format_failures and set(tally.end_reasons) <= {"answer", "turn_budget", "format_cutoff"}
     if name != "think2sql":  # adversarial calls reached the tools and came back as structured errors
-        assert {"ok", "forbidden", "bad_arguments"} <= outcomes, outcomes
-    assert _digest(join_example.db_path) == before  # nothing the model wrote changed the database
+        assert {"ok", "forbidden", "bad_arguments"} <= set(tally.outcomes), tally.outcomes
+    assert _digest(db.path) == before  # nothing the model wrote changed the database
+
+
+# ----------------------------------------------------------------------------- Think2SQL's format check
+
+
+def test_a_looping_think2sql_turn_is_judged_without_backtracking(example: Any, db: Any) -> None:
+    """Found by the fuzz (a looping turn): the paper's regex backtracks quadratically on a
+    long turn that does not match - 1.5 s at 110k characters, about 8 minutes at 2M - so
+    one looping rollout stalled a worker. The check is now linear: 2M characters within
+    the 30 s bound (it needs milliseconds; the regex needs minutes)."""
+    text = looping_turn(2_000_000)
+    episode = make_agent("think2sql").start(example, db)
+    with finishes_within(30):
+        step = episode.step(text)
+    assert not step.format_ok and step.format_reason
+    assert episode.result().final_sql is not None  # the first answer block is still read
+
+
+def test_follows_format_agrees_with_the_papers_regex() -> None:
+    rng = random.Random(11)
+    pieces = ["<think>", "</think>", "<answer>", "</answer>", " ", "\n", "\u2003", "\x1c", "x", "<", "think>", "answer"]
+
+    def soup(n: int) -> str:
+        return "".join(rng.choice(pieces) for _ in range(rng.randrange(n)))
+
+    texts = [soup(12) for _ in range(30_000)]  # mostly misses
+    texts += [  # the format with soup in every gap: matches and near misses
+        f"{soup(2)}<think>{soup(4)}</think>{soup(2)}<answer>{soup(4)}</answer>{soup(2)}" for _ in range(30_000)
+    ]
+    texts += [SCRIPTS["think2sql"]["agent"][0], looping_turn(3000), " \t<think></think><answer></answer>"]
+    verdicts = [(follows_format(t), FORMAT_RE.fullmatch(t) is not None) for t in texts]
+    wrong = [t for t, (mine, paper) in zip(texts, verdicts, strict=True) if mine != paper]
+    assert not wrong, wrong[:3]
+    assert 5_000 < sum(paper for _, paper in verdicts) < 55_000  # matches and misses both covered
+
+
+def test_the_shared_generator_is_seeded_and_covers_every_kind() -> None:
+    scripts = SCRIPTS["trustsql"]["agent"]
+    first, second = TurnFuzzer(5, scripts), TurnFuzzer(5, scripts)
+    draws = [first.turn() for _ in range(600)]
+    assert draws == [second.turn() for _ in range(600)]
+    assert {kind for kind, _ in draws} == {kind for kind, _ in KINDS}
+    texts = [text for _, text in draws]
+    assert max(map(len, texts)) >= 100_000
+    assert any(re.search("[\ud800-\udfff]", t) for t in texts)  # lone surrogates reach the episodes
+    safe = TurnFuzzer(5, scripts)
+    assert not any(re.search("[\ud800-\udfff]", safe.turn(token_safe=True)[1]) for _ in range(600))

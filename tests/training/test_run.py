@@ -9,17 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers.commands import run_module
 from tests.helpers.designs import project_designs
 
 
 def run(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "training.run", *overrides],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_module("training.run", *overrides, cwd=tmp_path)
 
 
 def effective(proc: subprocess.CompletedProcess) -> dict:

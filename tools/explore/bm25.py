@@ -15,7 +15,8 @@ The substring matcher scans one lower-cased, newline-joined string of all values
 ``str.find`` (C speed), so it stays fast on 1M values.
 
 Indexes are keyed by (database content hash, table, column): built once, saved under
-``cache_root()/bm25``, reloaded after restarts, rebuilt when the database changes.
+``cache_root()/bm25`` with a manifest (``tools.cache``), reloaded after restarts, rebuilt
+when the database changes or the files on disk are damaged (with a warning).
 """
 
 from __future__ import annotations
@@ -23,11 +24,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
 import shutil
 import sqlite3
-import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -36,7 +35,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tools.cache import cache_root
+from tools.cache import cache_root, check_cached, load_checked, writing_cache_folder
 from tools.db.connection import Database, execute
 from tools.db.limits import QueryLimits
 from tools.db.names import resolve_columns, resolve_table
@@ -345,26 +344,19 @@ def ensure_index_on_disk(db: Database, table: str, column: str, engine: str = DE
     """Build and save the index of ``table.column`` unless it is on disk already; its folder
     (``python -m tools build-cache``: the disk is checked, never this process's memory)."""
     folder = index_folder(db, table, column, engine)
-    if not (folder / "meta.json").is_file():
+    if check_cached(folder) is not None:  # absent, damaged, or from before manifests
         _load_or_build(db, table, column, engine)
     return folder
 
 
 def _load_or_build(db: Database, table: str, column: str, engine: str) -> ValueIndex:
     folder = index_folder(db, table, column, engine)
-    if (folder / "meta.json").is_file():
-        try:
-            return ValueIndex.load(folder)
-        except (OSError, ValueError, KeyError):
-            shutil.rmtree(folder, ignore_errors=True)  # corrupt: rebuild below
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".building-"))
-    index = ValueIndex.build(distinct_values(db, table, column), engine, tmp)
-    index.save(tmp)
-    try:
-        os.replace(tmp, folder)  # atomic: readers see a whole index or none
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)  # another process finished first
+    index = load_checked(folder, ValueIndex.load)  # a damaged index: warned about, removed, rebuilt below
+    if index is not None:
+        return index
+    with writing_cache_folder(folder, f"the BM25 index of {table}.{column}") as tmp:
+        index = ValueIndex.build(distinct_values(db, table, column), engine, tmp)
+        index.save(tmp)
     if ENGINES.get(engine).in_folder:  # the index was built in tmp, which has just moved
         return ValueIndex.load(folder)
     return index

@@ -1,22 +1,23 @@
 """``fts_search`` (DualSQL): SQLite FTS5 over schema names and cell values.
 
-The index lives in its own cache file (``cache_root()/fts/<db_id>-<hash16>.sqlite``),
-never in the database, and is keyed by the database content hash. It returns the schema
-elements whose names match and, per matching column, up to 5 distinct matching values.
+The index lives in its own cache file (``cache_root()/fts/<db_id>-<hash16>.sqlite``, with
+its manifest: ``tools.cache``), never in the database, and is keyed by the database content
+hash. It returns the schema elements whose names match and, per matching column, up to 5
+distinct matching values.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
 
-from tools.cache import cache_root
+from tools.cache import cache_root, check_cached, load_checked, writing_cache_file
 from tools.db.connection import Database
 from tools.explore.bm25 import tokenize
-from tools.files import atomic_path
 from tools.spelling import quote_identifier
 
 FTS_VERSION = 1
@@ -41,20 +42,39 @@ def split_name(name: str) -> str:
 
 
 def ensure_fts_index(db: Database) -> Path:
-    """Build the index file once per database content (atomic rename when done)."""
+    """Build the index file once per database content (atomic rename when done); a damaged
+    one (``tools.cache`` checks it against its manifest) is rebuilt with a warning."""
     path = fts_index_path(db)
-    if path.is_file():
+    if check_cached(path) is None:  # once per process, then a stat per query
         return path
     with _BUILD_LOCK:
-        if path.is_file():
+        if load_checked(path, lambda found: found, structure=_readable_index) is not None:
             return path
-        with atomic_path(path) as tmp:
+        with writing_cache_file(path) as tmp:
             _build(db, tmp)
     return path
 
 
+def _readable_index(path: Path) -> None:
+    """The structural check of an index written before manifests: SQLite's page check and
+    both tables readable."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        verdict = conn.execute("PRAGMA quick_check").fetchone()[0]
+        if verdict != "ok":
+            raise sqlite3.DatabaseError(f"quick_check: {verdict}")
+        conn.execute("SELECT count(*) FROM schema_fts").fetchone()
+        conn.execute("SELECT count(*) FROM value_fts").fetchone()
+    finally:
+        conn.close()
+
+
 def _build(db: Database, target: Path) -> None:
-    conn = sqlite3.connect(target)
+    with contextlib.closing(sqlite3.connect(target)) as conn:  # closed on a failure too: no journal left
+        _fill(db, conn)
+
+
+def _fill(db: Database, conn: sqlite3.Connection) -> None:
     conn.execute(
         f"CREATE VIRTUAL TABLE schema_fts USING fts5(kind UNINDEXED, table_name UNINDEXED, "
         f"column_name UNINDEXED, body, tokenize = '{_TOKENIZER}')"
@@ -76,7 +96,6 @@ def _build(db: Database, target: Path) -> None:
             )
             conn.executemany("INSERT INTO value_fts VALUES (?, ?, ?)", ((table, column, v) for (v,) in rows))
     conn.commit()
-    conn.close()
 
 
 def _match_expression(query: str) -> str | None:

@@ -2,8 +2,9 @@
 and BIRD column descriptions (DualSQL's profiler, ReToolSQL's M-Schema statistics).
 
 A profile is computed once per database content (and description files) and cached on
-disk as JSON under ``cache_root()/profiles``; values inside are JSON-safe (blobs become a
-short description), so a cached profile equals a fresh one.
+disk as JSON under ``cache_root()/profiles``, with its manifest (``tools.cache``: a damaged
+file is rebuilt with a warning); values inside are JSON-safe (blobs become a short
+description), so a cached profile equals a fresh one.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from tools.cache import cache_root
+from tools.cache import cache_root, load_checked, writing_cache_file
 from tools.db.results import json_cell
-from tools.files import atomic_write_text
 from tools.schema.descriptions import descriptions_hash, read_descriptions
 from tools.spelling import quote_identifier
 
@@ -162,16 +162,20 @@ def _column_from_json(data: Mapping[str, Any]) -> ColumnProfile:
 
 
 def load_or_build_profile(db: Database) -> DatabaseProfile:
-    """The cached profile of ``db`` (built and saved when missing or stale)."""
+    """The cached profile of ``db`` (built and saved when missing, stale or damaged)."""
     path = profile_cache_path(db)
-    if path.is_file():
-        try:
-            return DatabaseProfile.from_json(json.loads(path.read_text(encoding="utf-8")))
-        except (ValueError, KeyError, TypeError):
-            pass  # a corrupt or old cache file is rebuilt below
+    cached = load_checked(path, _read_profile)  # a damaged file: warned about, removed, rebuilt below
+    if cached is not None:
+        return cached
     profile = build_profile(db)
-    atomic_write_text(path, json.dumps(profile.to_json(), ensure_ascii=False))
+    data = json.dumps(profile.to_json(), ensure_ascii=False).encode("utf-8")
+    with writing_cache_file(path, len(data)) as tmp:
+        tmp.write_bytes(data)
     return profile
+
+
+def _read_profile(path: Path) -> DatabaseProfile:
+    return DatabaseProfile.from_json(json.loads(path.read_text(encoding="utf-8")))
 
 
 def profile_cache_path(db: Database) -> Path:

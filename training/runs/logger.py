@@ -12,6 +12,11 @@ evaluation or warm start) or ``time/<phase>`` (seconds of one step spent in a ph
 Accuracies are fractions in [0, 1] in the file and percent on the console.
 
 ``ConsoleLog`` copies the console of a run into ``<run_dir>/run.log``.
+
+Records are appended whole (``tools.files.LineFile``): a disk that fills up mid-record
+raises ``DiskFullError`` (naming the run directory, the bytes free there and the line's
+length) and leaves no half line. A full disk only stops the copy into run.log (said once on
+the console): the console itself goes on.
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ from typing import Any, Literal, TextIO
 
 from eval.units import pct
 from tools.errors import ConfigError
+from tools.files import LineFile
+from training.runs.resume_policy import drop_records_after
+from training.runs.samples import RUN_DIR_FULL_HINT, SAMPLES
 
 Say = Callable[[str], None]
 
@@ -85,17 +93,25 @@ class RunLogger:
         run_name: str | None = None,
         config: Mapping[str, Any] | None = None,
         wandb_id: str | None = None,
-        start_step: int = 0,
+        start_step: int | None = None,
         say: Say = print,
     ) -> None:
+        """``start_step``: the step this run continues from (0: a new run). Records of later
+        steps in metrics.jsonl and samples.jsonl were made by a process that stopped before
+        it saved their checkpoint (killed, its disk full); this run makes them again, so they
+        are dropped (``resume_policy.drop_records_after``) and every step stays recorded once.
+        None (veRL's workers, which drop them on resume themselves): nothing is dropped here."""
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.say = say
         self.console = "console" in sinks
         self.metrics_path = self.run_dir / "metrics.jsonl"
-        self._jsonl = open(self.metrics_path, "a", encoding="utf-8")
+        if start_step is not None:
+            for name in (self.metrics_path.name, SAMPLES):
+                drop_records_after(self.run_dir / name, start_step)
+        self._jsonl = LineFile(self.metrics_path, RUN_DIR_FULL_HINT)
         self._bar: Any = None  # made at the first train record, after the "before" evaluation
-        self._bar_range = (total_steps, start_step)
+        self._bar_range = (total_steps, start_step or 0)
         self.wandb_run: Any = None
         if "wandb" in sinks:
             self.wandb_run = self._start_wandb(project, run_name, config, wandb_id)
@@ -149,8 +165,7 @@ class RunLogger:
         """Write one record; train records also advance the bar and print a line."""
         clean = {k: _plain(v) for k, v in metrics.items()}
         record = {"step": step, "kind": kind, "wall_time": time.time(), **clean}
-        self._jsonl.write(json.dumps(record, sort_keys=True) + "\n")
-        self._jsonl.flush()
+        self._jsonl.append(json.dumps(record, sort_keys=True) + "\n")  # one write: whole or not at all
         if self.wandb_run is not None:
             self.wandb_run.log(
                 {f"{kind}/{k}" if kind != "train" else k: v for k, v in clean.items() if isinstance(v, (int, float))},
@@ -210,7 +225,7 @@ class _Tee:
     """A text stream that writes to the console and to the run log. Progress-bar redraws
     (text before a carriage return) reach only the console; the log gets whole lines."""
 
-    def __init__(self, console: TextIO, log: TextIO) -> None:
+    def __init__(self, console: TextIO, log: Callable[[str], None]) -> None:
         import threading
 
         self.console, self.log, self._line = console, log, ""
@@ -222,13 +237,11 @@ class _Tee:
             self._line += text
             if "\n" in self._line:
                 *done, self._line = self._line.split("\n")
-                self.log.write("".join(part.rsplit("\r", 1)[-1] + "\n" for part in done))
-                self.log.flush()
+                self.log("".join(part.rsplit("\r", 1)[-1] + "\n" for part in done))
         return len(text)
 
     def flush(self) -> None:
         self.console.flush()
-        self.log.flush()
 
     def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding: the console's
         return getattr(self.console, name)
@@ -243,34 +256,47 @@ class ConsoleLog:
     def __init__(self, path: str | Path, earlier: Sequence[str] = ()) -> None:
         self.path, self.earlier = Path(path), list(earlier)
         self._saved: tuple[TextIO, TextIO] | None = None
-        self._file: TextIO | None = None
+        self._file: LineFile | None = None
+
+    def _copy(self, text: str) -> None:
+        """Append to run.log; a write that fails (a full disk) ends the copy, said once on the
+        console, and the run goes on (its own writes report a full disk where it matters)."""
+        if self._file is None:
+            return
+        try:
+            self._file.append(text)
+        except OSError as err:
+            self._file.close()
+            self._file = None
+            console = self._saved[1] if self._saved is not None else sys.stderr
+            console.write(f"[log] {self.path} is no longer written ({err})\n")
 
     def __enter__(self) -> ConsoleLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._file = LineFile(self.path)
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        self._file.write(f"==== {stamp} python -m training.run {' '.join(sys.argv[1:])}\n")
-        self._file.writelines(line + "\n" for line in self.earlier)
-        self._file.flush()
+        self._copy(f"==== {stamp} python -m training.run {' '.join(sys.argv[1:])}\n")
+        self._copy("".join(line + "\n" for line in self.earlier))
         self._saved = (sys.stdout, sys.stderr)
-        sys.stdout = _Tee(sys.stdout, self._file)
-        sys.stderr = _Tee(sys.stderr, self._file)
+        sys.stdout = _Tee(sys.stdout, self._copy)
+        sys.stderr = _Tee(sys.stderr, self._copy)
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc_type is not None and self._file is not None and not issubclass(exc_type, SystemExit):
-            import traceback
-
-            from tools.errors import ToolkitError
-
-            if issubclass(exc_type, ToolkitError):  # the console shows just the message, so does the log
-                self._file.write(f"error: {exc}\n")
-            else:
-                self._file.write("".join(traceback.format_exception(exc_type, exc, tb)))
         if self._saved is not None:
             for tee in (sys.stdout, sys.stderr):
                 if isinstance(tee, _Tee) and tee._line:
                     tee.write("\n")
             sys.stdout, sys.stderr = self._saved
+        if exc_type is not None and not issubclass(exc_type, SystemExit):
+            import traceback
+
+            from tools.errors import ToolkitError
+
+            if issubclass(exc_type, ToolkitError):  # the console shows just the message, so does the log
+                self._copy(f"error: {exc}\n")
+            else:
+                self._copy("".join(traceback.format_exception(exc_type, exc, tb)))
         if self._file is not None:
             self._file.close()
+            self._file = None

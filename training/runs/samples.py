@@ -36,6 +36,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tools.files import append_text, atomic_write_text
+
+RUN_DIR_FULL_HINT = (
+    "free space there, or move the run directory to a disk with room and pass run_dir=<its new place>; "
+    "resume=auto then continues from the last complete checkpoint"
+)
+"""What a ``DiskFullError`` of a run's records and checkpoints says to do."""
+
 SCHEMA = 1
 TABLE_ROWS = 10
 SAMPLES = "samples.jsonl"
@@ -222,16 +230,16 @@ class SampleWriter:
                     continue  # a line cut by a killed run
 
     def write(self, records: Sequence[Mapping[str, Any]], prompts: Mapping[str, Any]) -> None:
-        """``prompts``: prompt_id -> the prompt's chat messages (or text)."""
+        """``prompts``: prompt_id -> the prompt's chat messages (or text). Each file gets one
+        write of whole lines; a full disk raises ``DiskFullError`` and leaves no half line."""
         new = {k: v for k, v in prompts.items() if k not in self.seen}
         if new:
-            with open(self.dir / PROMPTS, "a", encoding="utf-8") as out:
-                for key, messages in new.items():
-                    out.write(json.dumps({"prompt_id": key, "messages": messages}) + "\n")
+            lines = "".join(
+                json.dumps({"prompt_id": key, "messages": messages}) + "\n" for key, messages in new.items()
+            )
+            append_text(self.dir / PROMPTS, lines, RUN_DIR_FULL_HINT)
             self.seen.update(new)
-        with open(self.dir / SAMPLES, "a", encoding="utf-8") as out:
-            for record in records:
-                out.write(json.dumps(record) + "\n")
+        append_text(self.dir / SAMPLES, "".join(json.dumps(record) + "\n" for record in records), RUN_DIR_FULL_HINT)
 
 
 def write_config_record(run_dir: str | Path, step: int, config: Mapping[str, Any]) -> None:
@@ -250,8 +258,7 @@ def write_config_record(run_dir: str | Path, step: int, config: Mapping[str, Any
     }
     path = Path(run_dir) / "metrics.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as out:
-        out.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+    append_text(path, json.dumps(record, sort_keys=True, default=str) + "\n", RUN_DIR_FULL_HINT)
 
 
 SAMPLE_COLUMNS = (
@@ -370,9 +377,8 @@ def write_heldout(
     records = [
         score_question(ex, [sample_from_trajectories(by_example.get(ex.id, []))], scorer, "greedy") for ex in examples
     ]
-    path = Path(run_dir) / f"heldout_{tag}.jsonl"
-    with open(path, "w", encoding="utf-8") as out:
-        out.writelines(json.dumps(record, default=str) + "\n" for record in records)
+    text = "".join(json.dumps(record, default=str) + "\n" for record in records)
+    atomic_write_text(Path(run_dir) / f"heldout_{tag}.jsonl", text, hint=RUN_DIR_FULL_HINT)
     return heldout_scores(records)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from agents.types import SchemaSelection
 from rex.sql import extract_sql
 from tests.helpers.reward_cases import example, trajectory, turn
+from tests.helpers.turn_fuzz import finishes_within, looping_turn
 from tests.rex.fuzz import random_strings
 from training.algorithm.rewards import get_reward
 
@@ -71,3 +72,15 @@ def test_rewards_never_raise_on_model_text(school_db: Any) -> None:
         assert "exec" in out.components and "full" in out.tracks
         assert all(math.isfinite(v) for v in out.components.values())
     assert calls == len(texts)
+
+
+def test_think2sql_reward_reads_a_looping_turn_without_backtracking(school_db: Any) -> None:
+    """Found by the turn fuzz: the format term used the paper's regex, which backtracks
+    quadratically on a long looping turn that does not match (minutes at 2M characters,
+    once per rollout). Now linear: the whole reward within the 30 s bound, in milliseconds."""
+    text = looping_turn(2_000_000)
+    traj = trajectory(extract_sql(text), [turn(0, "answer", ok=False, text=text)], policy_tokens=30000)
+    with finishes_within(30):
+        out = get_reward("think2sql", timeout_s=0.5)(traj, example(), school_db)
+    assert out.error is None and out.components["format"] == 0.0
+    assert out.components["tagcount"] == 0.0  # every tag repeats

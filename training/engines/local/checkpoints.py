@@ -12,10 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tools.errors import DiskFullError
+from tools.files import disk_full_error, disk_is_full
 from training.config import TrainConfig
 from training.engines.local import run_files as rd
 from training.engines.local import state as st
 from training.engines.local.buffer import CandidatePool
+from training.runs.samples import RUN_DIR_FULL_HINT
 
 
 def _latest_local_checkpoint(run_dir: Path) -> Any:
@@ -46,19 +49,34 @@ class Checkpoints:
 
     # ------------------------------------------------------------------ checkpoints
     def save(self) -> Path:
+        """Write the checkpoint of this step. A full disk raises ``DiskFullError`` after removing
+        what this save wrote: the last complete checkpoint stays ``latest``, for resume=auto."""
         meta = st.CheckpointMeta(
             step=self.step, sampler=self.sampler.state_dict(), wandb_id=self.wandb_id, model_source=self.model_source
         )
-        return st.save_checkpoint(
-            self.cfg.run_dir,
-            meta,
-            self.model,
-            self.optimizer,
-            self.scheduler,
-            keep=self.cfg.trainer.keep_checkpoints,
-            save_weights=self.cfg.trainer.save_weights,
-            tokenizer=self.tokenizer,
-        )
+        try:
+            return st.save_checkpoint(
+                self.cfg.run_dir,
+                meta,
+                self.model,
+                self.optimizer,
+                self.scheduler,
+                keep=self.cfg.trainer.keep_checkpoints,
+                save_weights=self.cfg.trainer.save_weights,
+                tokenizer=self.tokenizer,
+            )
+        except Exception as err:
+            root = st.checkpoint_root(self.cfg.run_dir)
+            if not disk_is_full(err, root):  # measured before the cleanup
+                raise
+            written = rd.discard_unfinished_checkpoint(self.cfg.run_dir, self.step)  # the last complete one stays
+            if isinstance(err, DiskFullError):
+                raise
+            last = st.latest_checkpoint(self.cfg.run_dir)
+            basis = f"the size of the last complete checkpoint, {last.name}" if last else "what it had written"
+            needed = st.disk_usage(last)[0] if last is not None else written
+            what = f"the checkpoint of step {self.step}"
+            raise disk_full_error(root, what, needed, RUN_DIR_FULL_HINT, last is None, basis) from err
 
     def restore(self) -> bool:
         """Continue from the latest checkpoint; False when there is none."""

@@ -9,15 +9,17 @@ the files that decision and the training loop need.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from eval.units import pct
+from tools.errors import DiskFullError
+from tools.files import atomic_write_text, disk_full_error, disk_is_full
 from training.engines.local import state as st
 from training.engines.local.warm_start import warm_start_dir
+from training.runs.samples import RUN_DIR_FULL_HINT
 
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
@@ -101,27 +103,53 @@ def relabel_records(path: Path, kind: str, new_kind: str, before_step: int) -> N
     for r in records:
         if r.get("kind") == kind and r.get("step", 0) < before_step:
             r["kind"] = new_kind
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records), hint=RUN_DIR_FULL_HINT)
 
 
 def save_final(run_dir: str | Path, step: int, model: Any, tokenizer: Any) -> Path:
     """A plain HF model directory (model + tokenizer) that eval.run and model.path load:
     hard links to the last checkpoint's files when it holds these weights (no second
-    copy on disk), else written out."""
+    copy on disk), else written out. A full disk raises ``DiskFullError`` (the model's
+    size needed) and leaves no half-written ``final.tmp``."""
     final = Path(run_dir) / FINAL_DIR
-    last = st.latest_checkpoint(run_dir)
-    if last is not None and st.read_meta(last).step == step and st.has_weights(last):
-        st.link_model_dir(last, final)
-        return final
     tmp = final.with_name(final.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-    return final
+    try:
+        last = st.latest_checkpoint(run_dir)
+        if last is not None and st.read_meta(last).step == step and st.has_weights(last):
+            st.link_model_dir(last, final)
+            return final
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        return final
+    except Exception as err:
+        if isinstance(err, DiskFullError) or not disk_is_full(err, final.parent):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+        needed = sum(p.numel() * p.element_size() for p in model.parameters())
+        raise disk_full_error(final.parent, f"the final model ({FINAL_DIR}/)", needed, RUN_DIR_FULL_HINT) from err
+
+
+def discard_unfinished_checkpoint(run_dir: str | Path, step: int) -> int:
+    """After a failed save of ``step``: remove what it wrote (``step_N.tmp``, a renamed
+    ``step_N`` that ``latest`` does not name yet, ``latest.tmp``), so the space comes back and
+    the last complete checkpoint stays the one ``latest`` names. Returns the bytes removed."""
+    root = st.checkpoint_root(run_dir)
+    name = f"step_{step:06d}"
+    leftovers = [root / f"{name}.tmp", root / f"{st.LATEST}.tmp"]
+    if st.latest_checkpoint(run_dir) != root / name:
+        leftovers.append(root / name)
+    removed = 0
+    for path in leftovers:
+        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+        removed += sum(p.stat().st_size for p in files)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return removed
 
 
 def write_summary(
@@ -158,10 +186,10 @@ def write_summary(
         "sweep": head["sweep"],
         "ablation": head["ablation"],
     }
-    (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2))
+    atomic_write_text(run_dir / SUMMARY, json.dumps(summary, indent=2), hint=RUN_DIR_FULL_HINT)
     total, parts = st.disk_usage(run_dir)
     summary["disk_bytes"] = total
-    (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2))
+    atomic_write_text(run_dir / SUMMARY, json.dumps(summary, indent=2), hint=RUN_DIR_FULL_HINT)
     return summary, parts
 
 

@@ -7,7 +7,8 @@ buffer (``algorithm.mini_batches`` optimizer steps, gradient accumulation over
 micro-batches). Old log-probs come from a forward pass (with one mini-batch the policy
 has not moved since the rollout, so they are the detached log-probs of the update's own
 forward pass); reference log-probs only while beta > 0. Checkpoints every N steps;
-``resume=true`` continues exactly.
+``resume=true`` continues exactly. SIGTERM or SIGUSR1 stops the run after the step in
+progress, with a checkpoint and exit status 75 (training/runs/preemption.py).
 
 With ``stage.warm_start.enable`` (on in the CPU laptop profile) the run first fine-tunes
 on demonstrations of the design's protocol (warm_start.py), then runs GRPO from
@@ -41,6 +42,7 @@ from training.engines.local.checkpoints import Checkpoints
 from training.engines.local.policy_models import PolicyModels
 from training.engines.local.step import TrainStep
 from training.engines.local.update import Stopwatch, Updater
+from training.runs.preemption import Preempted, StopSignals, stopped_message
 
 Say = Callable[[str], None]
 
@@ -275,23 +277,42 @@ class LocalTrainer(TrainStep, Checkpoints):
             say=self.say,
         )
         self.wandb_id = self.logger.wandb_id
-        before = self._eval_once("before") if cfg.trainer.eval_before_after and self.step == 0 else {}
-        warm = self._warm_start() if cfg.stage.warm_start.enable and self.step == 0 else {}
-        self.logger.start_progress()
-        try:
-            while self.step < self.total_steps:
-                metrics = self.train_step()
-                self.logger.log(self.step, metrics)
-                if self.step % cfg.trainer.save_every == 0 or self.step == self.total_steps:
-                    with self.watch.measure("checkpoint"):
-                        self.save()
-                if cfg.trainer.val_every and self.step % cfg.trainer.val_every == 0 and self.step < self.total_steps:
-                    self._eval_logged("val")
-            after = self._eval_once("after") if cfg.trainer.eval_before_after else {}
-            final_dir = self._save_final()
-        finally:
-            self.logger.close()
+        with StopSignals(self._say) as stop:  # SIGTERM / SIGUSR1: stop after the step in progress
+            try:
+                before = self._eval_once("before") if cfg.trainer.eval_before_after and self.step == 0 else {}
+                warm = self._warm_start() if cfg.stage.warm_start.enable and self.step == 0 else {}
+                self.logger.start_progress()
+                while self.step < self.total_steps:
+                    self._stop_if_asked(stop)
+                    metrics = self.train_step()
+                    self.logger.log(self.step, metrics)
+                    if self.step % cfg.trainer.save_every == 0 or self.step == self.total_steps:
+                        with self.watch.measure("checkpoint"):
+                            self.save()
+                    self._stop_if_asked(stop)
+                    val_every = cfg.trainer.val_every
+                    if val_every and self.step % val_every == 0 and self.step < self.total_steps:
+                        self._eval_logged("val")
+                self._stop_if_asked(stop)
+                after = self._eval_once("after") if cfg.trainer.eval_before_after else {}
+                if stop.requested:  # what is left (links and the summary) takes a moment
+                    self._say("[preempt] training is complete: writing final/ and the summary, then exiting normally")
+                final_dir = self._save_final()
+            finally:
+                self.logger.close()
         return self._summary(before, after, final_dir, warm)
+
+    def _stop_if_asked(self, stop: StopSignals) -> None:
+        """After a signal: the checkpoint of the current step (the regular save, unless this
+        step's checkpoint is there already), then ``Preempted`` (exit status 75)."""
+        if not stop.requested:
+            return
+        latest = st.latest_checkpoint(self.cfg.run_dir)
+        if self.step > 0 and (latest is None or st.read_meta(latest).step != self.step):
+            with self.watch.measure("checkpoint"):
+                latest = self.save()
+        self._say(stopped_message(self.step, latest))
+        raise Preempted(self.step, latest)
 
     def run_warm_start(self) -> dict[str, Any]:
         """Fine-tune the policy on demonstrations (or reload a finished warm start), then

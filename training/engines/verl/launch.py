@@ -31,6 +31,7 @@ from training.engines.verl.config.translate import (
     verl_config_for,
 )
 from training.engines.verl.shared import VERL_METRICS_FILE
+from training.runs.preemption import REQUEUE_EXIT_STATUS, StopSignals, raise_if_stopped
 from training.runs.resume_policy import ResumeDecision, check_shared_storage
 
 if TYPE_CHECKING:
@@ -88,6 +89,9 @@ def train(cfg: TrainConfig, say: Say = print) -> dict[str, Any]:
     starts Ray only when it is not running yet (the second job would join the first
     job's Ray session, with its runtime environment: the first job's wandb group, tags
     and worker settings) and keeps module state (registries, TransferQueue) across calls.
+
+    SIGTERM / SIGUSR1 during training: the trainer stops after the step in progress with a
+    checkpoint, and this raises ``Preempted`` (exit status 75; training/runs/preemption.py).
     """
     verl_cfg, summary = prepare(cfg, say)
     if summary.get("finished"):
@@ -95,10 +99,12 @@ def train(cfg: TrainConfig, say: Say = print) -> dict[str, Any]:
     from training.engines.verl.checks.multinode import prepare_multinode
 
     prepare_multinode(cfg, verl_cfg, say)  # the cache root for every worker; trainer.nnodes > 1: node checks
-    if cfg.sweep:
-        launch_in_child(verl_cfg, cfg.run_dir, say)
-    else:
-        launch(verl_cfg)
+    with StopSignals(say, run_dir=Path(cfg.run_dir).resolve(), what="the veRL step in progress") as stop:
+        if cfg.sweep:
+            launch_in_child(verl_cfg, cfg.run_dir, say)
+        else:
+            launch(verl_cfg, stop)
+    raise_if_stopped(cfg.run_dir)
     return summary
 
 
@@ -123,6 +129,8 @@ def launch_in_child(verl_cfg: DictConfig, run_dir: str, say: Say = print, dry_ru
     command = [sys.executable, "-m", "training.engines.verl.launch", str(path)] + (["--dry-run"] if dry_run else [])
     say(f"[verl] sweep job: launching veRL in its own process ({' '.join(command[1:])})")
     done = subprocess.run(command, capture_output=dry_run, text=True, check=False)
+    if done.returncode == REQUEUE_EXIT_STATUS:
+        raise_if_stopped(run_dir)  # it stopped on a signal after a checkpoint: this process requeues too
     if done.returncode != 0:
         detail = f":\n{done.stderr}" if dry_run else " (its output is above)"
         raise ToolkitError(f"the veRL process of sweep job {run_dir} exited with status {done.returncode}{detail}")
@@ -157,7 +165,10 @@ def child_main(argv: list[str] | None = None) -> int:
             )
         )
         return 0
-    launch(cfg)
+    run_dir = Path(cfg.sqlagent.run_dir)
+    with StopSignals(print, run_dir=run_dir, what="the veRL step in progress") as stop:
+        launch(cfg, stop)
+    raise_if_stopped(run_dir)
     return 0
 
 
@@ -225,15 +236,31 @@ def prepare(cfg: TrainConfig, say: Say = print, check_devices: bool = True) -> t
     return verl_cfg, summary
 
 
-def launch(cfg: DictConfig) -> None:
-    """Run veRL's v1 trainer (our ``sqlagent_sync``) on Ray; blocks until training ends."""
+def launch(cfg: DictConfig, stop: StopSignals | None = None) -> None:
+    """Run veRL's v1 trainer (our ``sqlagent_sync``) on Ray; blocks until training ends.
+    ``stop``: the driver's signal handlers, installed again right after ``ray.init``, which
+    replaces the SIGTERM handler with one that shuts Ray down at once (no checkpoint)."""
+    import ray
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
     from verl.utils.device import auto_set_device
 
     import training.engines.verl.workers.plugin  # noqa: F401  (agent loop + trainer registered here too)
 
     auto_set_device(cfg)
-    run_ppo(cfg, task_runner_class=TaskRunnerV1)
+    real_init = ray.init
+
+    def init_keeping_handlers(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return real_init(*args, **kwargs)
+        finally:
+            stop.install()  # type: ignore[union-attr]
+
+    if stop is not None:
+        ray.init = init_keeping_handlers
+    try:
+        run_ppo(cfg, task_runner_class=TaskRunnerV1)
+    finally:
+        ray.init = real_init
 
 
 def _verl_version() -> str:
@@ -339,8 +366,10 @@ def prepare_run_dir(run_dir: str | Path, resume: str | bool, fresh: bool, say: S
     removed, and veRL's tracker names that point."""
     import shutil
 
+    from training.runs.preemption import clear_stop_files
     from training.runs.resume_policy import apply_verl_decision, resume_decision
 
+    clear_stop_files(run_dir)  # an earlier process's stop request is spent
     ckpt = checkpoint_dir(run_dir)
     if fresh:
         shutil.rmtree(ckpt, ignore_errors=True)

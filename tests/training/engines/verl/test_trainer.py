@@ -225,3 +225,27 @@ def test_eval_record_never_labels_another_metric_as_ex() -> None:
     val = {"val-aux/sqlagent/exec/mean@1": 0.7, "val-core/sqlagent/reward/mean@1": 2.0}
     assert T.eval_record(val, "ex") == {"ex": 0.7, "reward/total": 2.0}
     assert T.eval_record(val, "qatch") == {"exec/qatch": 0.7, "reward/total": 2.0}
+
+
+def test_a_rerun_with_no_checkpoint_drops_the_step_records_of_the_last_process(tmp_path: Any) -> None:
+    """veRL starting at step 0 (no checkpoint to continue from) redoes every step: the step
+    records a stopped process wrote go first, so each step is recorded once; its step-0
+    records (the config, the evaluation before training) stay."""
+    import json
+
+    from training.engines.verl.shared import WorkerSettings
+
+    def write(name: str, rows: list[dict[str, Any]]) -> None:
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    write("metrics.jsonl", [{"step": 0, "kind": "config"}, {"step": 0, "kind": "eval_before"}])
+    with open(tmp_path / "metrics.jsonl", "a") as out:
+        out.write("".join(json.dumps({"step": s, "kind": "train"}) + "\n" for s in (1, 2)))
+    write("samples.jsonl", [{"step": 1}, {"step": 1}, {"step": 2}])
+    trainer = object.__new__(T.SqlAgentTrainer)
+    trainer._settings = WorkerSettings(agent="think2sql", run_dir=str(tmp_path))
+    trainer.global_steps = 0
+    trainer._drop_records_after_resume()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["kind"], r["step"]) for r in rows] == [("config", 0), ("eval_before", 0)]
+    assert (tmp_path / "samples.jsonl").read_text() == ""

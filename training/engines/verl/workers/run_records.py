@@ -148,15 +148,15 @@ class RunRecordsMixin(PPOTrainerSync):
             self._previous_file_log = b""
 
     def _drop_records_after_resume(self) -> None:
-        """A resumed run redoes the steps after its checkpoint: the records a killed process
-        wrote for them (metrics.jsonl, samples.jsonl) are removed first, so no step is
-        recorded twice."""
+        """A resumed run redoes the steps after its checkpoint (all of them when there is
+        none): the records a killed process wrote for them (metrics.jsonl, samples.jsonl)
+        are removed first, so no step is recorded twice."""
         from pathlib import Path
 
         from training.runs.resume_policy import drop_records_after
 
         run_dir = self.settings.run_dir
-        if run_dir and int(self.global_steps) > 0:
+        if run_dir:
             for name in ("metrics.jsonl", "samples.jsonl"):
                 dropped = drop_records_after(Path(run_dir) / name, int(self.global_steps))
                 if dropped:

@@ -12,6 +12,8 @@ the project's advantages, KL schedule and dynamic sampling.
   weights exported, and the post-training evaluation logged to veRL's loggers.
 - KL schedule: :mod:`training.engines.verl.workers.kl_schedule` (a new loss sent to the actor workers when
   beta changes).
+- SIGTERM / SIGUSR1: :mod:`training.engines.verl.workers.stop_on_signal` (finish the step, save it
+  through veRL's ``_save_checkpoint``, stop).
 
 The registered name is ours, but veRL also branches on ``trainer_mode == "sync"``; this
 trainer behaves as veRL's sync trainer.
@@ -39,6 +41,7 @@ from training.engines.verl.workers.kl_schedule import KLScheduleMixin
 from training.engines.verl.workers.replay_buffer import ZERO_MASK_TAG, SqlAgentReplayBuffer
 from training.engines.verl.workers.row_advantages import eval_record, nested_like, phase_aware_advantages, step_record
 from training.engines.verl.workers.run_records import RunRecordsMixin
+from training.engines.verl.workers.stop_on_signal import StopOnSignalMixin
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +75,11 @@ class ValidationRows:
 
 
 @register_trainer(TRAINER_MODE)
-class SqlAgentTrainer(RunRecordsMixin, KLScheduleMixin):
+class SqlAgentTrainer(StopOnSignalMixin, RunRecordsMixin, KLScheduleMixin):
     """veRL's sync trainer with the project's advantages, KL schedule and dynamic sampling,
-    one optimizer step per mini-batch of questions, every requested step, and logs that
-    survive a resume."""
+    one optimizer step per mini-batch of questions, every requested step, logs that
+    survive a resume, and a checkpoint and stop after the step in progress on SIGTERM or
+    SIGUSR1."""
 
     @property
     def settings(self) -> WorkerSettings:
@@ -264,13 +268,15 @@ class SqlAgentTrainer(RunRecordsMixin, KLScheduleMixin):
     def fit(self, agent_loop_manager: Any) -> None:
         """veRL's loop; then the held-out evaluation after training (when the project asks
         for one and veRL's periodic validation did not already run at the last step),
-        logged to veRL's loggers (wandb, console, file) too, and the final weights."""
+        logged to veRL's loggers (wandb, console, file) too, and the final weights - unless
+        a signal stopped the loop early (training/engines/verl/workers/stop_on_signal.py)."""
         self._previous_file_log = self._read_metrics_file()
         self._drop_records_after_resume()
         super().fit(agent_loop_manager)
         last = getattr(self, "_last_step", None)
         if last is not None:
             self.global_steps = last  # veRL leaves it one past the last step
+        if last is not None and self.stopped_at is None:
             if self.settings.eval_after and int(self.config.trainer.test_freq) <= 0:
                 self._init_dump_executor()  # veRL shut it down at the last step; validation dumps use it
                 self.on_validate_begin()

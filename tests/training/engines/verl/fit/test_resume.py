@@ -1,5 +1,6 @@
 """Preemption and requeue through veRL's real ``fit()``: a job killed with SIGKILL in the
-middle of a checkpoint save, then the same command again (``resume=auto``).
+middle of a checkpoint save, or sent SIGTERM in the middle of a step, then the same command
+again (``resume=auto``).
 
 The job (``resume_child.py``, a subprocess in its own session) trains Think2SQL for 4 steps
 with a checkpoint every 2 steps and is killed halfway through writing step 4's optimizer
@@ -25,15 +26,19 @@ from pathlib import Path
 import pytest
 
 from training.runs import resume_policy as R
+from training.runs.preemption import REQUEUE_EXIT_STATUS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 REPO = Path(__file__).resolve().parents[5]
 
 
-def job(root: Path, kill_at: int | None = None) -> subprocess.CompletedProcess:
+def job(
+    root: Path, kill_at: int | None = None, sigterm_at: int | None = None, changes: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO), WANDB_MODE="offline", TOKENIZERS_PARALLELISM="false")
     env.pop("SQLAGENT_TEST_KILL_SAVE_AT", None)
+    env.pop("SQLAGENT_TEST_SIGTERM_AT", None)
     # a fresh job on a fresh node: no wandb service or run of this test process (wandb puts
     # WANDB_SERVICE in os.environ, and a child would join that service, where the killed job's
     # run id stays in use)
@@ -41,7 +46,9 @@ def job(root: Path, kill_at: int | None = None) -> subprocess.CompletedProcess:
         env.pop(key, None)
     if kill_at is not None:
         env["SQLAGENT_TEST_KILL_SAVE_AT"] = str(kill_at)
-    command = [sys.executable, "-m", "tests.training.engines.verl.fit.resume_child", str(root)]
+    if sigterm_at is not None:
+        env["SQLAGENT_TEST_SIGTERM_AT"] = str(sigterm_at)
+    command = [sys.executable, "-m", "tests.training.engines.verl.fit.resume_child", str(root), *changes]
     proc = subprocess.Popen(
         command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
@@ -105,3 +112,34 @@ def test_a_job_killed_mid_save_continues_from_the_last_complete_checkpoint(tmp_p
     assert (run_dir / "final" / "config.json").is_file() and any((run_dir / "final").glob("*.safetensors"))
     runs = sorted(p.name for p in (run_dir / "wandb").glob("offline-run-*"))
     assert len(runs) == 2 and all(name.endswith(f"-{wandb_id}") for name in runs), runs
+
+
+def test_sigterm_saves_the_step_in_progress_and_the_requeued_job_continues_after_it(tmp_path: Path) -> None:
+    """SIGTERM in the middle of step 2 of 3, with no checkpoint due before step 3: the job
+    finishes step 2, saves it through veRL's ``_save_checkpoint`` and exits with the requeue
+    status; the same command then continues at step 3, every step recorded once."""
+    run_dir = tmp_path / "run"
+    ckpt = run_dir / "checkpoints"
+    changes = ("trainer.total_steps=3", "trainer.save_every=10")
+    stopped = job(tmp_path, sigterm_at=2, changes=changes)
+    assert stopped.returncode == REQUEUE_EXIT_STATUS, stopped.stdout[-2000:] + stopped.stderr[-3000:]
+    assert "[preempt] SIGTERM received" in stopped.stdout and "stopped after step 2" in stopped.stdout
+    assert [(c.step, c.complete) for c in R.verl_step_checkpoints(ckpt)] == [(2, True)]
+    assert [r["step"] for r in records(run_dir / "metrics.jsonl") if r["kind"] == "train"] == [1, 2]
+    assert sorted({r["step"] for r in records(run_dir / "samples.jsonl")}) == [1, 2]
+    assert not (run_dir / "final").exists()
+
+    again = job(tmp_path, changes=changes)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
+    assert "[child] fit starts at step 2" in again.stdout and "[child] fit ended at step 3" in again.stdout
+    train = Counter(r["step"] for r in records(run_dir / "metrics.jsonl") if r["kind"] == "train")
+    assert train == {1: 1, 2: 1, 3: 1}
+    samples = Counter(r["step"] for r in records(run_dir / "samples.jsonl"))
+    assert sorted(samples) == [1, 2, 3] and len(set(samples.values())) == 1
+    verl_steps = Counter(
+        r["step"] for r in records(run_dir / "verl_metrics.jsonl") if "training/global_step" in r["data"]
+    )
+    assert verl_steps == {1: 1, 2: 1, 3: 1}
+    assert [(c.step, c.complete) for c in R.verl_step_checkpoints(ckpt)] == [(2, True), (3, True)]
+    assert (run_dir / "final" / "config.json").is_file()
+    assert not (run_dir / "stopped.json").exists() and not (run_dir / "stop_requested").exists()

@@ -1,0 +1,137 @@
+"""Stopped runs of the local engine and the rerun with ``resume=auto``: every step recorded
+once, whatever the rerun finds; SIGTERM / SIGUSR1 in a real child process (preempt_child.py)
+finish the step in progress, save it and exit with the requeue status; a second signal
+exits at once and leaves the last complete checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from agents.types import Example
+from tests.helpers.local_trainer import trainer
+from tests.helpers.schools import make_db, school_examples
+from training.engines.local import state as st
+from training.runs.preemption import REQUEUE_EXIT_STATUS
+
+REPO = Path(__file__).resolve().parents[4]
+NO_EARLY_CHECKPOINT = ("trainer.save_every=100", "algorithm.dynamic_sampling.enable=false")
+
+
+def rows(run_dir: Path, name: str = "metrics.jsonl") -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / name).read_text().splitlines()]
+
+
+def train_steps(run_dir: Path) -> list[int]:
+    return [r["step"] for r in rows(run_dir) if r["kind"] == "train"]
+
+
+def sample_steps(run_dir: Path) -> list[int]:
+    return sorted({r["step"] for r in rows(run_dir, "samples.jsonl")})
+
+
+def test_a_rerun_with_no_checkpoint_records_every_step_once(tmp_path: Path, examples: list[Example]) -> None:
+    """The report: a run stopped after two steps before its first checkpoint, rerun with
+    resume=auto, started at step 1 again and appended to the old records (1, 2, 1, 2, 3)."""
+    extra = (*NO_EARLY_CHECKPOINT, "trainer.total_steps=3")
+    first = trainer("think2sql", tmp_path, examples, *extra)
+    original = first.train_step
+
+    def killed_in_step_three() -> dict[str, Any]:
+        if first.step == 2:
+            raise KeyboardInterrupt("killed in step 3")
+        return original()
+
+    first.train_step = killed_in_step_three  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        first.fit()
+    assert train_steps(tmp_path) == [1, 2] and st.latest_checkpoint(tmp_path) is None
+
+    again = trainer("think2sql", tmp_path, examples, *extra, "resume=auto")
+    assert again.fit()["steps"] == 3
+    assert train_steps(tmp_path) == [1, 2, 3]
+    per_step = Counter(r["step"] for r in rows(tmp_path, "samples.jsonl"))
+    assert sorted(per_step) == [1, 2, 3] and len(set(per_step.values())) == 1
+
+
+# ----------------------------------------------------------------------------- signals, in a child process
+
+CHILD_EXTRA = ("trainer.total_steps=3", *NO_EARLY_CHECKPOINT)
+
+
+def start_child(run_dir: Path, db: Path, *extra: str) -> subprocess.Popen[str]:
+    """``preempt_child.py``: the tiny local run (seed 5) as a process of its own."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), TOKENIZERS_PARALLELISM="false")
+    command = [sys.executable, "-m", "tests.training.engines.local.preempt_child", str(run_dir), str(db), *extra]
+    return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for_samples_of(step: int, run_dir: Path, child: subprocess.Popen[str], timeout: float = 240) -> None:
+    """Until samples.jsonl holds step ``step``'s rollouts: the child is in the middle of that
+    step (its samples are written after the rollouts, before the update)."""
+    path, end = run_dir / "samples.jsonl", time.monotonic() + timeout
+    while time.monotonic() < end:
+        if child.poll() is not None:
+            pytest.fail(f"the child ended with status {child.returncode}:\n{child.communicate()[0][-3000:]}")
+        if path.is_file() and f'"step": {step},' in path.read_text():
+            return
+        time.sleep(0.02)
+    child.kill()
+    pytest.fail(f"no samples of step {step} after {timeout} s:\n{child.communicate()[0][-3000:]}")
+
+
+@pytest.mark.slow
+def test_sigterm_finishes_the_step_saves_it_and_resume_continues_exactly(tmp_path: Path) -> None:
+    db = make_db(tmp_path / "schools.sqlite")
+    examples = school_examples(db)
+    run_dir = tmp_path / "run"
+    child = start_child(run_dir, db, *CHILD_EXTRA)
+    wait_for_samples_of(2, run_dir, child)
+    child.send_signal(signal.SIGTERM)
+    out = child.communicate(timeout=240)[0]
+    assert child.returncode == REQUEUE_EXIT_STATUS, out[-3000:]
+    assert "SIGTERM received: finishing the current step" in out and "stopped after step 2" in out, out[-3000:]
+    latest = st.latest_checkpoint(run_dir)
+    assert latest is not None and st.read_meta(latest).step == 2 and (latest / st.TRAINER_STATE).is_file()
+    assert train_steps(run_dir) == [1, 2] and not (run_dir / "final").exists()
+
+    resumed = trainer("think2sql", run_dir, examples, *CHILD_EXTRA, "resume=auto", seed=5)
+    assert resumed.fit()["steps"] == 3
+    assert train_steps(run_dir) == [1, 2, 3] and sample_steps(run_dir) == [1, 2, 3]
+
+    straight = trainer("think2sql", tmp_path / "straight", examples, *CHILD_EXTRA, seed=5)
+    straight.fit()
+    a, b = straight.model.state_dict(), resumed.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.slow
+def test_a_second_signal_exits_at_once_and_keeps_the_last_checkpoint(tmp_path: Path) -> None:
+    """SLURM's order: SIGUSR1 before the time limit, SIGTERM at it - here before the step
+    in progress is done."""
+    db = make_db(tmp_path / "schools.sqlite")
+    run_dir = tmp_path / "run"
+    child = start_child(run_dir, db, "trainer.total_steps=3", "trainer.save_every=1")
+    wait_for_samples_of(2, run_dir, child)
+    latest = st.latest_checkpoint(run_dir)
+    assert latest is not None and latest.name == "step_000001"
+    before = {p.name: p.read_bytes() for p in latest.iterdir()}
+    child.send_signal(signal.SIGUSR1)
+    time.sleep(0.2)
+    child.send_signal(signal.SIGTERM)
+    out = child.communicate(timeout=60)[0]
+    assert child.returncode == -signal.SIGTERM, out[-3000:]
+    assert "SIGUSR1 received" in out and "stopped after step" not in out, out[-3000:]
+    assert st.latest_checkpoint(run_dir) == latest and not (latest.parent / "step_000002").exists()
+    assert {p.name: p.read_bytes() for p in latest.iterdir()} == before
+    assert train_steps(run_dir) == [1]

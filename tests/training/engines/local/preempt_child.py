@@ -4,12 +4,42 @@
 The Think2SQL recipe shrunk as in ``tests/helpers/local_trainer.py`` (seed 5, the tiny model,
 the scripted policy on the schools database ``DB``), printing its console; the process exits
 as ``training.run`` would: 0 when done, the requeue status when a signal stopped it.
+
+``SIGNALS_IN_STEP=N:SIGUSR1,SIGTERM`` makes the process send itself those real signals, in
+that order, in the middle of step N (after its rollouts, before its update), so a test
+knows exactly where they land however fast the machine is; just before, it prints the
+SHA-256 of every file of the latest checkpoint (``checkpoint-hashes {json}``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import signal
 import sys
 from pathlib import Path
+from typing import Any
+
+
+def _signal_in_step(trainer: Any, spec: str) -> None:
+    from training.engines.local import state as st
+
+    step, names = spec.split(":")
+    signals = [getattr(signal, name) for name in names.split(",")]
+    update = trainer.update
+
+    def update_then_maybe_signal(*args: Any, **kwargs: Any) -> Any:
+        if trainer.step + 1 == int(step):  # trainer.step counts finished steps
+            latest = st.latest_checkpoint(trainer.cfg.run_dir)
+            files = sorted(latest.iterdir()) if latest is not None else []
+            hashes = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.is_file()}
+            print("checkpoint-hashes " + json.dumps(hashes), flush=True)
+            for sig in signals:
+                os.kill(os.getpid(), sig)
+        return update(*args, **kwargs)
+
+    trainer.update = update_then_maybe_signal
 
 
 def main(run_dir: Path, db: Path, overrides: list[str]) -> int:
@@ -18,6 +48,8 @@ def main(run_dir: Path, db: Path, overrides: list[str]) -> int:
 
     t = trainer("think2sql", run_dir, school_examples(db), *overrides, seed=5)
     t.say = lambda text: print(text, flush=True)
+    if os.environ.get("SIGNALS_IN_STEP"):
+        _signal_in_step(t, os.environ["SIGNALS_IN_STEP"])
     t.fit()
     return 0
 

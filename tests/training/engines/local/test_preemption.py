@@ -5,12 +5,12 @@ exits at once and leaves the last complete checkpoint."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -69,25 +69,12 @@ def test_a_rerun_with_no_checkpoint_records_every_step_once(tmp_path: Path, exam
 CHILD_EXTRA = ("trainer.total_steps=3", *NO_EARLY_CHECKPOINT)
 
 
-def start_child(run_dir: Path, db: Path, *extra: str) -> subprocess.Popen[str]:
-    """``preempt_child.py``: the tiny local run (seed 5) as a process of its own."""
-    env = dict(os.environ, PYTHONPATH=str(REPO), TOKENIZERS_PARALLELISM="false")
+def run_child(run_dir: Path, db: Path, signals_in_step: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    """``preempt_child.py``: the tiny local run (seed 5) as a process of its own, sending
+    itself ``signals_in_step`` (``N:SIGNAL,...``) in the middle of step N."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), TOKENIZERS_PARALLELISM="false", SIGNALS_IN_STEP=signals_in_step)
     command = [sys.executable, "-m", "tests.training.engines.local.preempt_child", str(run_dir), str(db), *extra]
-    return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def wait_for_samples_of(step: int, run_dir: Path, child: subprocess.Popen[str], timeout: float = 240) -> None:
-    """Until samples.jsonl holds step ``step``'s rollouts: the child is in the middle of that
-    step (its samples are written after the rollouts, before the update)."""
-    path, end = run_dir / "samples.jsonl", time.monotonic() + timeout
-    while time.monotonic() < end:
-        if child.poll() is not None:
-            pytest.fail(f"the child ended with status {child.returncode}:\n{child.communicate()[0][-3000:]}")
-        if path.is_file() and f'"step": {step},' in path.read_text():
-            return
-        time.sleep(0.02)
-    child.kill()
-    pytest.fail(f"no samples of step {step} after {timeout} s:\n{child.communicate()[0][-3000:]}")
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=240, check=False)
 
 
 @pytest.mark.slow
@@ -95,10 +82,8 @@ def test_sigterm_finishes_the_step_saves_it_and_resume_continues_exactly(tmp_pat
     db = make_db(tmp_path / "schools.sqlite")
     examples = school_examples(db)
     run_dir = tmp_path / "run"
-    child = start_child(run_dir, db, *CHILD_EXTRA)
-    wait_for_samples_of(2, run_dir, child)
-    child.send_signal(signal.SIGTERM)
-    out = child.communicate(timeout=240)[0]
+    child = run_child(run_dir, db, "2:SIGTERM", *CHILD_EXTRA)
+    out = child.stdout + child.stderr
     assert child.returncode == REQUEUE_EXIT_STATUS, out[-3000:]
     assert "SIGTERM received: finishing the current step" in out and "stopped after step 2" in out, out[-3000:]
     latest = st.latest_checkpoint(run_dir)
@@ -117,21 +102,17 @@ def test_sigterm_finishes_the_step_saves_it_and_resume_continues_exactly(tmp_pat
 
 @pytest.mark.slow
 def test_a_second_signal_exits_at_once_and_keeps_the_last_checkpoint(tmp_path: Path) -> None:
-    """SLURM's order: SIGUSR1 before the time limit, SIGTERM at it - here before the step
-    in progress is done."""
+    """SLURM's order: SIGUSR1 before the time limit, SIGTERM at it - both before the step in
+    progress is done."""
     db = make_db(tmp_path / "schools.sqlite")
     run_dir = tmp_path / "run"
-    child = start_child(run_dir, db, "trainer.total_steps=3", "trainer.save_every=1")
-    wait_for_samples_of(2, run_dir, child)
-    latest = st.latest_checkpoint(run_dir)
-    assert latest is not None and latest.name == "step_000001"
-    before = {p.name: p.read_bytes() for p in latest.iterdir()}
-    child.send_signal(signal.SIGUSR1)
-    time.sleep(0.2)
-    child.send_signal(signal.SIGTERM)
-    out = child.communicate(timeout=60)[0]
+    child = run_child(run_dir, db, "2:SIGUSR1,SIGTERM", "trainer.total_steps=3", "trainer.save_every=1")
+    out = child.stdout + child.stderr
     assert child.returncode == -signal.SIGTERM, out[-3000:]
     assert "SIGUSR1 received" in out and "stopped after step" not in out, out[-3000:]
-    assert st.latest_checkpoint(run_dir) == latest and not (latest.parent / "step_000002").exists()
-    assert {p.name: p.read_bytes() for p in latest.iterdir()} == before
+    before = json.loads(next(line for line in out.splitlines() if line.startswith("checkpoint-hashes "))[18:])
+    latest = st.latest_checkpoint(run_dir)
+    assert latest is not None and latest.name == "step_000001" and not (latest.parent / "step_000002").exists()
+    after = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in latest.iterdir() if p.is_file()}
+    assert before and after == before  # the last complete checkpoint, byte for byte
     assert train_steps(run_dir) == [1]

@@ -76,7 +76,7 @@ class Layout:
         return folder / db_id / f"{db_id}.sqlite"
 
 
-def _first_file(folder: Path, names: Sequence[str]) -> Path | None:
+def first_file(folder: Path, names: Sequence[str]) -> Path | None:
     for name in names:
         if (folder / name).is_file():
             return folder / name
@@ -90,7 +90,7 @@ def _first_dir(folder: Path, names: Sequence[str]) -> Path | None:
     return None
 
 
-def _tried(folders: Sequence[Path], names: Sequence[str]) -> str:
+def tried_paths(folders: Sequence[Path], names: Sequence[str]) -> str:
     return "; looked for " + ", ".join(names) + " in " + ", ".join(str(f) for f in dict.fromkeys(folders))
 
 
@@ -118,17 +118,17 @@ def resolve_bird(root: Path, split: str, problems: Problems) -> Layout:
         *sorted(p for p in root.glob(f"{split}_*") if p.is_dir() and not p.name.endswith("_databases")),
         root,
     ]
-    folder = next((f for f in folders if _first_file(f, q_names)), None)
+    folder = next((f for f in folders if first_file(f, q_names)), None)
     if folder is None:
         sibling = root.parent / split
         hint = f" (did you mean data.root={root.parent}? it holds {sibling.name}/)" if sibling.is_dir() else ""
-        problems.add(f"missing questions file for split {split!r}{_tried(folders, q_names)}{hint}")
+        problems.add(f"missing questions file for split {split!r}{tried_paths(folders, q_names)}{hint}")
         folder = next((f for f in folders if f.is_dir() and _first_dir(f, db_names)), folders[0])
-    questions = _first_file(folder, q_names)
+    questions = first_file(folder, q_names)
     db_dir = _first_dir(folder, db_names)
     if db_dir is None:
-        problems.add(f"missing databases folder{_tried([folder], db_names)}{_zip_hint(folder, db_names)}")
-    tables = _first_file(folder, [f"{split}_tables.json", "tables.json", f"mini_{split}_tables.json"])
+        problems.add(f"missing databases folder{tried_paths([folder], db_names)}{_zip_hint(folder, db_names)}")
+    tables = first_file(folder, [f"{split}_tables.json", "tables.json", f"mini_{split}_tables.json"])
     return Layout([questions] if questions else [], [db_dir] if db_dir else [], tables)
 
 
@@ -137,7 +137,7 @@ def resolve_spider(root: Path, split: str, problems: Problems) -> Layout:
     ``test.json``; databases in ``database/<db_id>/<db_id>.sqlite`` (``test_database/``
     first for the test split); ``tables.json``."""
     names = {"train": ["train_spider.json", "train.json"]}.get(split, [f"{split}.json"])
-    first = _first_file(root, names)
+    first = first_file(root, names)
     files = [first] if first else []
     others = root / "train_others.json"
     if first is None and split == "train" and others.is_file():
@@ -152,14 +152,14 @@ def resolve_spider(root: Path, split: str, problems: Problems) -> Layout:
         )
         files = [others]
     elif first is None:
-        problems.add(f"missing questions file for split {split!r}{_tried([root], names)}")
+        problems.add(f"missing questions file for split {split!r}{tried_paths([root], names)}")
     elif split == "train" and (root / "train_others.json").is_file():
         files.append(root / "train_others.json")
     db_names = [f"{split}_database", "database"]
     db_dirs = [root / n for n in db_names if (root / n).is_dir()]
     if not db_dirs:
-        problems.add(f"missing databases folder{_tried([root], db_names)}{_zip_hint(root, db_names)}")
-    tables = _first_file(root, [f"{split}_tables.json", "tables.json"])
+        problems.add(f"missing databases folder{tried_paths([root], db_names)}{_zip_hint(root, db_names)}")
+    tables = first_file(root, [f"{split}_tables.json", "tables.json"])
     return Layout(files, db_dirs, tables)
 
 
@@ -177,6 +177,6 @@ def resolve_jsonl(root: Path, split: str, problems: Problems) -> Layout:
         folder = root
         file = root / f"{split}.jsonl"
         if not file.is_file():
-            problems.add(f"missing questions file{_tried([root], [f'{split}.jsonl'])}")
+            problems.add(f"missing questions file{tried_paths([root], [f'{split}.jsonl'])}")
     db_dirs = [folder, *(folder / n for n in ("databases", f"{split}_databases") if (folder / n).is_dir())]
     return Layout([file] if file.is_file() else [], db_dirs, None)

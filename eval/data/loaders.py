@@ -24,6 +24,7 @@ from typing import Any
 from agents.types import Example
 from eval.data.layout import Layout, Problems, resolve_bird, resolve_jsonl, resolve_spider, show_ids
 from eval.data.question_order import QuestionSlot, RenamedId, describe_renames, renamed_id
+from eval.data.spider_variants import resolve_spider_dk, resolve_spider_realistic, resolve_spider_syn
 from tools.errors import ConfigError, DataError
 from tools.files import atomic_write_text
 from tools.plugins import DESIGN_GROUP, Registry
@@ -40,10 +41,12 @@ class Fields:
     sql_required: bool
     evidence: tuple[str, ...] = ("evidence",)
     difficulty: tuple[str, ...] = ("difficulty",)
+    question: tuple[str, ...] = ("question",)
 
 
 BIRD_FIELDS = Fields(ids=("question_id", "id"), sql=("SQL", "sql", "query"), sql_required=True)
 SPIDER_FIELDS = Fields(ids=(), sql=("query",), sql_required=True, evidence=(), difficulty=())
+SPIDER_SYN_FIELDS = replace(SPIDER_FIELDS, question=("SpiderSynQuestion", "question"))
 JSONL_FIELDS = Fields(ids=("id", "question_id"), sql=("sql", "SQL", "query"), sql_required=False)
 
 
@@ -76,6 +79,10 @@ class Kind:
     default_root: Callable[[], Path] | None = None
     difficulty_of: Callable[[str], str] | None = None  # gold SQL -> level, when the records carry none
     rename_repeated_ids: bool = False  # BIRD: its evaluation pairs by position, so a repeated id is renamed
+    # A published evaluation set is read as published: a gold query that does not parse
+    # (Spider-DK has one) is kept with a warning and scores as gold_error, as in the set's
+    # own evaluation, instead of refusing the whole file.
+    keep_unparsed_gold: bool = False
 
 
 def _spider_hardness(sql: str) -> str:
@@ -94,6 +101,12 @@ KINDS: Registry[Kind] = Registry("dataset kind", plugins=DESIGN_GROUP)
 KINDS.register("bird")(Kind(resolve_bird, BIRD_FIELDS, "json", rename_repeated_ids=True))
 KINDS.register("spider")(Kind(resolve_spider, SPIDER_FIELDS, "json", difficulty_of=_spider_hardness))
 KINDS.register("jsonl")(Kind(resolve_jsonl, JSONL_FIELDS, "jsonl"))
+for _name, _resolve, _fields in (
+    ("spider_syn", resolve_spider_syn, SPIDER_SYN_FIELDS),
+    ("spider_dk", resolve_spider_dk, SPIDER_FIELDS),
+    ("spider_realistic", resolve_spider_realistic, SPIDER_FIELDS),
+):
+    KINDS.register(_name)(Kind(_resolve, _fields, "json", difficulty_of=_spider_hardness, keep_unparsed_gold=True))
 KINDS.register("minibird")(
     Kind(resolve_bird, BIRD_FIELDS, "json", default_root=_minibird_root, rename_repeated_ids=True)
 )
@@ -162,7 +175,7 @@ def load_split(
     records, renamed = _unique_ids(_read_all(layout, spec, problems, limit), spec.rename_repeated_ids, problems)
     caches = {db_id: _GoldCache(db) for db_id, db in _databases(records, layout, problems).items()}
     try:
-        examples = _build_examples(records, caches, split, problems, spec.difficulty_of)
+        examples = _build_examples(records, caches, split, problems, spec)
         problems.raise_if_any()
         if drop_failing_gold:
             examples = _drop_failing(examples, caches, f"{kind} {split}")
@@ -255,7 +268,10 @@ def _record(item: Any, index: int, where: str, fields: Fields, problems: Problem
         return None
     raw_id = _get(item, fields.ids)
     ex_id = str(raw_id) if raw_id is not None else str(index)
-    missing = [k for k in ("db_id", "question") if not isinstance(item.get(k), str) or not item[k].strip()]
+    question = _get(item, fields.question)
+    missing = [k for k in ("db_id",) if not isinstance(item.get(k), str) or not item[k].strip()]
+    if not isinstance(question, str) or not question.strip():
+        missing.append("/".join(fields.question))
     sql = _get(item, fields.sql)
     if fields.sql_required and (not isinstance(sql, str) or not sql.strip()):
         missing.append("/".join(fields.sql))
@@ -269,7 +285,7 @@ def _record(item: Any, index: int, where: str, fields: Fields, problems: Problem
         id=ex_id,
         original_id=ex_id,
         db_id=item["db_id"].strip(),
-        question=item["question"].strip(),
+        question=question.strip(),
         evidence=str(evidence).strip() if evidence is not None else "",
         sql=sql.strip() if isinstance(sql, str) else "",
         difficulty=difficulty,
@@ -328,10 +344,11 @@ def _build_examples(
     caches: Mapping[str, _GoldCache],
     split: str,
     problems: Problems,
-    difficulty_of: Callable[[str], str] | None = None,
+    spec: Kind,
 ) -> list[Example]:
-    """Examples from records; ``difficulty_of`` (Spider's hardness rules) labels records that
-    carry no difficulty."""
+    """Examples from records; the kind's ``difficulty_of`` (Spider's hardness rules) labels
+    records that carry no difficulty."""
+    difficulty_of = spec.difficulty_of
     examples = []
     for rec in records:
         cache = caches.get(rec.db_id)
@@ -341,7 +358,9 @@ def _build_examples(
         columns: tuple[str, ...] = ()
         if rec.sql:
             tables, columns, error = cache.reference(rec.sql)
-            if error is not None:
+            if error is not None and spec.keep_unparsed_gold:
+                log.warning("%s (example %s): gold SQL does not parse, kept as published: %s", rec.where, rec.id, error)
+            elif error is not None:
                 problems.add(f"{rec.where} (example {rec.id}): gold SQL does not parse: {error}")
                 continue
         examples.append(

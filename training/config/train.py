@@ -33,7 +33,10 @@ class DataConfig:
     """``data`` group (written with eval.data): which examples train and evaluate."""
 
     kind: str = _f(
-        "minibird", "eval.data.load_examples kind: minibird | bird | spider | jsonl (eval.data.KINDS)", data_kind_names
+        "minibird",
+        "eval.data.load_examples kind: minibird | bird | spider | spider_syn | spider_dk | spider_realistic | "
+        "jsonl (eval.data.KINDS)",
+        data_kind_names,
     )
     root: str | None = _f(None, "dataset root; null = the loader's default (minibird builds its own)")
     split: str = _f("train", "split the policy trains on")

@@ -45,7 +45,7 @@ class LaptopProfile:
     )
     warm_start_examples: int = _f(32, "caps stage.warm_start.examples (SFT time grows with prompt length)")
     supervised_questions: int = _f(16, "caps supervised.questions (traces per question cost rollouts)")
-    supervised_samples: int = _f(4, "caps supervised.samples and rl_filter_samples (k on CPU)")
+    supervised_samples: int = _f(4, "caps supervised.samples, rl_filter_samples and teacher_samples (k on CPU)")
     agent_options: dict[str, Any] = _f(
         {}, "agent options set where the agent accepts them (shorter prompts: schema_format=compact, num_few_shot=1)"
     )

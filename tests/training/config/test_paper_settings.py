@@ -182,3 +182,14 @@ def test_data_spider_scores_with_spiders_execution_match() -> None:
     assert recipe("retoolsql", "data=spider").reward.exec_metric == "spider"
     assert recipe("dualsql", "data=spider").reward.exec_metric == "rex"  # REX is DualSQL's own metric
     assert recipe("trustsql").reward.exec_metric == "ex"
+
+
+def test_retoolsql_privileged_teacher_draws_pass_at_8_and_the_laptop_caps_it_at_4() -> None:
+    """§3.10: the privileged teacher runs greedily and with pass@8 sampling."""
+    sup = recipe("retoolsql").supervised
+    assert (sup.teacher_greedy, sup.teacher_samples, sup.privileged) == (True, 8, True)
+    assert recipe("think2sql").supervised.teacher_samples == 1  # Think2SQL's own setting is kept
+    cfg, changes = apply_laptop_profile(recipe("retoolsql", "stage=sft_rl"))
+    assert cfg.supervised.teacher_samples == 4 and changes["supervised.teacher_samples"] == (8, 4)
+    cfg, changes = apply_laptop_profile(recipe("retoolsql", "stage=sft_rl", "supervised.teacher_samples=2"))
+    assert cfg.supervised.teacher_samples == 2 and "supervised.teacher_samples" not in changes

@@ -3,7 +3,8 @@
 Two EX numbers (docs/evaluation.md "Semantics"):
 - ``ex`` (project): matches / questions whose gold SQL ran. A question whose gold SQL
   errors, times out or is past the result budget cannot be scored; it is reported as
-  ``gold_error`` / ``gold_timeout`` / ``gold_too_large`` and left out of the denominator. Missing predictions stay in it.
+  ``gold_error`` / ``gold_timeout`` / ``gold_too_large`` and left out of the denominator.
+  Missing predictions stay in it.
 - ``ex_official`` (BIRD ``evaluation_ex.py``-compatible): the script's own 0/1 per question
   (``rex.bird_ex``: the SQL run as written, so an empty prediction on a question whose gold
   result is empty matches and ``SELECT 1;;`` is an error) over all questions; every other

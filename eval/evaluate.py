@@ -63,7 +63,11 @@ def evaluate(
     each batch), then write the summary (plus ``extra``) and the report over all of them."""
     from rex import ExecScorer
 
-    scorer = ExecScorer(timeout_s=settings.timeout_s)
+    scorer = ExecScorer(
+        timeout_s=settings.timeout_s,
+        max_result_rows=settings.max_result_rows,
+        max_result_bytes=settings.max_result_bytes,
+    )
     done = store.done
     pending = [ex for ex in examples if ex.id not in done]
     if len(pending) < len(examples):

@@ -64,7 +64,7 @@ def sample_from_trajectories(trajectories: Sequence[Trajectory]) -> Sample:
 
 
 def _outcome(gold: Any, result: Any, ex_metric: str) -> str:
-    """The EX outcome under the dataset's rule: BIRD's six outcomes; under ``spider`` a run
+    """The EX outcome under the dataset's rule: BIRD's (``rex.OUTCOMES``); under ``spider`` a run
     that executed is match / mismatch by Spider's execution match instead of BIRD's."""
     bird = score_results(gold.result, result, "ex", None)
     if ex_metric == "ex" or bird.outcome not in ("match", "mismatch"):

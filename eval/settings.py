@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tools.db.limits import METRIC_MAX_RESULT_BYTES, METRIC_MAX_RESULT_ROWS, check_result_budget
 from tools.errors import ConfigError
 
 Say = Callable[[str], None]
@@ -32,6 +33,8 @@ class EvalSettings:
     fresh: bool = False
     batch_size: int = 8
     timeout_s: float = 30.0
+    max_result_rows: int | None = METRIC_MAX_RESULT_ROWS  # result budget per query; past it: *_too_large
+    max_result_bytes: int | None = METRIC_MAX_RESULT_BYTES
     ex_metric: str | None = None  # the reported EX rule: ex (BIRD) | spider; null = data.ex_metric
 
     def __post_init__(self) -> None:
@@ -52,6 +55,7 @@ class EvalSettings:
             raise ConfigError(f"eval.batch_size={self.batch_size!r}: a positive integer")
         if self.timeout_s <= 0:
             raise ConfigError(f"eval.timeout_s={self.timeout_s}: a positive number of seconds")
+        check_result_budget("eval.", self.max_result_rows, self.max_result_bytes)
         if self.ex_metric not in (None, "ex", "spider", "spider_strict"):
             raise ConfigError(
                 f"eval.ex_metric={self.ex_metric!r}; choose ex (BIRD's set rule) or spider "

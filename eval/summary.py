@@ -2,13 +2,15 @@
 
 Two EX numbers (docs/evaluation.md "Semantics"):
 - ``ex`` (project): matches / questions whose gold SQL ran. A question whose gold SQL
-  errors or times out cannot be scored; it is reported as ``gold_error`` /
-  ``gold_timeout`` and left out of the denominator. Missing predictions stay in it.
+  errors, times out or is past the result budget cannot be scored; it is reported as
+  ``gold_error`` / ``gold_timeout`` / ``gold_too_large`` and left out of the denominator.
+  Missing predictions stay in it.
 - ``ex_official`` (BIRD ``evaluation_ex.py``-compatible): the script's own 0/1 per question
   (``rex.bird_ex``: the SQL run as written, so an empty prediction on a question whose gold
   result is empty matches and ``SELECT 1;;`` is an error) over all questions; every other
   error, timeout (gold's included) and missing prediction counts as wrong.
-The six outcomes (plus ``missing`` for a predictions file) are counted separately.
+The outcomes (``rex.OUTCOMES``, the too-large ones included, plus ``missing`` for a
+predictions file) are counted separately.
 REX, QATCH, pass@k and self-consistency are averaged over the scorable questions.
 ``summary.json`` keeps fractions in [0, 1]; the report and the console show percent with
 a ``%`` sign (``eval.units.pct``).

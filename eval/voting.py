@@ -6,7 +6,8 @@ hand-made candidates); ``self_consistency`` executes the candidates first, read-
 through the same ``ExecScorer`` (the one connection helper, the metric timeout) that
 scores them.
 
-The rule: drop candidates whose SQL is missing, errored, timed out or returned no rows;
+The rule: drop candidates whose SQL is missing, errored, timed out, returned more than the
+result budget or returned no rows;
 cluster the rest by result set with EX equality (``rex.execution_match``: row sets equal,
 duplicates and order ignored, column order kept); the largest cluster wins; between equal
 clusters the one whose earliest sample comes first; the winner's earliest sample's SQL
@@ -38,8 +39,8 @@ class VoteResult:
 
     ``index`` is the chosen sample (0 when there was no consensus); ``clusters`` lists the
     sample indices of each cluster, largest first (ties: earliest first); ``dropped`` the
-    sample indices that did not enter the vote and why (``error``, ``timeout``, ``empty``,
-    ``no_sql``).
+    sample indices that did not enter the vote and why (``error``, ``timeout``,
+    ``too_large``: past the result budget, ``empty``, ``no_sql``).
     """
 
     index: int
@@ -69,7 +70,7 @@ def _why_dropped(sql: str | None, result: Any) -> str | None:
         return "no_sql"
     outcome = as_outcome(result)
     if isinstance(outcome, Failure):
-        return "timeout" if outcome.timeout else "error"
+        return "timeout" if outcome.timeout else "too_large" if outcome.too_large else "error"
     if not outcome.rows:
         return "empty"
     return None

@@ -72,12 +72,13 @@ def official_ex(
 
 def _same_as_written(sql: str, executed: Any) -> bool:
     """Whether ``executed`` (the project's run of ``normalize_sql(sql)``) is also what running
-    ``sql`` as written gives: a result or a timeout of text that is one statement with at
-    most one ``;``, at its end, and only SQLite whitespace, and no text cell with a
-    replacement character (that cell may have been decoded leniently)."""
+    ``sql`` as written gives: a result, a timeout or a result past the budget of text that
+    is one statement with at most one ``;``, at its end, and only SQLite whitespace, and no
+    text cell with a replacement character (that cell may have been decoded leniently)."""
     outcome = as_outcome(executed)
     if isinstance(outcome, Failure):
-        if not outcome.timeout:  # e.g. "the SQL is empty", which runs as written; errors are quick to run again
+        # e.g. "the SQL is empty", which runs as written; errors are quick to run again
+        if not (outcome.timeout or outcome.too_large):
             return False
     elif any(isinstance(value, str) and "\ufffd" in value for row in outcome.rows for value in row):
         return False

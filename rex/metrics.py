@@ -26,10 +26,14 @@ OUTCOMES: tuple[str, ...] = (
     "mismatch",
     "pred_error",
     "pred_timeout",
+    "pred_too_large",
     "gold_error",
     "gold_timeout",
+    "gold_too_large",
 )
-"""The six EX outcomes. Only ``match`` scores 1."""
+"""The EX outcomes. Only ``match`` scores 1. ``*_too_large``: a result past the result
+budget (``tools.QueryLimits.max_result_rows`` / ``max_result_bytes``): a prediction too
+large to hold is wrong, a gold result too large cannot be scored (like ``gold_error``)."""
 
 REL_TOL = 1e-6
 """REX numeric tolerance (relative), docs/evaluation.md "Semantics", REX step 1."""
@@ -48,7 +52,8 @@ def execution_match(gold: ResultLike, pred: ResultLike, official: bool = False) 
     ignored, column order matters, values compare with Python equality (so ``1 == 1.0``
     but ``'1' != 1``; no tolerance), and the full results are compared. A gold failure
     is reported before a predicted one, so two errors are ``gold_error`` (or
-    ``gold_timeout``), never a match. Timeouts include VM step-limit overruns.
+    ``gold_timeout``, ``gold_too_large``), never a match. Timeouts include VM step-limit
+    overruns; ``*_too_large``: the result passed the result budget and was not fetched whole.
 
     ``official=True`` is the scoring of BIRD's ``evaluation_ex.py`` for
     leaderboard-comparable numbers: any error or timeout (gold's included) is lumped
@@ -75,7 +80,10 @@ def execution_match(gold: ResultLike, pred: ResultLike, official: bool = False) 
       refuses writes, ATTACH, transactions and other PRAGMAs (a 0), which the script
       runs on a writable connection;
     - time: each query gets the scorer's timeout (30 s) in both modes; the official
-      script gives 30 s to the prediction and the gold query together.
+      script gives 30 s to the prediction and the gold query together;
+    - memory: a result past the scorer's result budget (1,000,000 rows / 128 MiB by
+      default) is ``pred_too_large`` / ``gold_too_large`` strictly and a 0 officially; the
+      script fetches it whole.
 
     >>> execution_match((["a"], [(1,), (1,), (2,)]), (["x"], [(2,), (1.0,)]))
     'match'
@@ -88,10 +96,14 @@ def execution_match(gold: ResultLike, pred: ResultLike, official: bool = False) 
             return "mismatch"
         return "match" if set(p.rows) == set(g.rows) else "mismatch"
     if isinstance(g, Failure):
-        return "gold_timeout" if g.timeout else "gold_error"
+        return _failed("gold", g)
     if isinstance(p, Failure):
-        return "pred_timeout" if p.timeout else "pred_error"
+        return _failed("pred", p)
     return "match" if set(p.rows) == set(g.rows) else "mismatch"
+
+
+def _failed(side: str, failure: Failure) -> str:
+    return f"{side}_{'timeout' if failure.timeout else 'too_large' if failure.too_large else 'error'}"
 
 
 def ex_score(outcome: str) -> float:

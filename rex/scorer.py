@@ -1,8 +1,9 @@
 """Executing gold and predicted SQL for a metric, with a gold-result cache.
 
 Every execution goes through ``tools.execute`` (the one read-only connection helper) with
-``tools.PRESETS["metric"]``: no row cap, so metrics see whole results, and a wall-clock
-timeout (30 s by default). Gold results are cached per (database content hash,
+``tools.PRESETS["metric"]``: no row cap, so metrics see whole results, a result budget (a
+result past it is ``pred_too_large`` / ``gold_too_large``) and a wall-clock timeout (30 s by
+default). Gold results are cached per (database content hash,
 normalised SQL): a GRPO group scores G samples against the same gold query, and an
 evaluation scores many runs against the same benchmark.
 
@@ -24,6 +25,7 @@ from rex.metrics import ex_score, execution_match, qatch_scores, rex_compare
 from rex.spider import official_execution_match, official_sql_pair, order_matters, spider_execution_match
 from rex.sql import has_top_level_order_by, normalize_sql
 from rex.tables import Failure, Table, as_outcome
+from tools.db.limits import METRIC_MAX_RESULT_BYTES, METRIC_MAX_RESULT_ROWS, check_result_budget
 from tools.errors import ConfigError
 from tools.plugins import DESIGN_GROUP, Registry
 from tools.spelling import did_you_mean
@@ -144,7 +146,7 @@ class ExecScore:
 
     ``score`` is in [0, 1] under ``metric`` (EX: 1/0, REX: its score, QATCH: the mean
     of CP, CR, TC) and is 0 whenever either query failed. ``outcome`` is the EX outcome
-    (six values, see ``rex.metrics.OUTCOMES``). ``pred_executed``: the prediction ran;
+    (see ``rex.metrics.OUTCOMES``). ``pred_executed``: the prediction ran;
     ``pred_nonempty``: it ran and returned at least one non-NULL cell. ``details`` holds
     the metric's working (``rex``, ``qatch``), ``ordered`` (REX only: gold has a top-level ORDER
     BY), row counts and error messages (``gold_error``, ``pred_error``).
@@ -160,8 +162,9 @@ class ExecScore:
 
     @property
     def gold_failed(self) -> bool:
-        """True when the gold query itself failed: the example cannot be scored."""
-        return self.outcome in ("gold_error", "gold_timeout")
+        """True when the gold query itself failed (or its result is past the result
+        budget): the example cannot be scored."""
+        return self.outcome in ("gold_error", "gold_timeout", "gold_too_large")
 
 
 class _Gold:
@@ -203,18 +206,28 @@ class ExecScorer:
     Thread-safe; holds no connection (``tools.Database`` gives each thread its own).
     Picklable for process pools (the cache is not carried over).
 
-    ``timeout_s`` bounds each query; ``gold_cache_size`` is the number of gold results
-    kept (least recently used first out) and ``gold_cache_cells`` bounds the cells they
-    hold together (a few huge gold results cannot fill memory). Gold failures are cached too, timeouts
+    ``timeout_s`` bounds each query; ``max_result_rows`` / ``max_result_bytes`` are the
+    result budget of each (None: no budget; defaults: the metric preset's);
+    ``gold_cache_size`` is the number of gold results kept (least recently used first
+    out) and ``gold_cache_cells`` bounds the cells they hold together (a few huge gold
+    results cannot fill memory). Gold failures are cached too, timeouts
     included, so a slow gold query is not re-run for every sample of its GRPO group;
     a new scorer retries them.
     """
 
     def __init__(
-        self, timeout_s: float = 30.0, gold_cache_size: int = 4096, gold_cache_cells: int = 20_000_000
+        self,
+        timeout_s: float = 30.0,
+        gold_cache_size: int = 4096,
+        gold_cache_cells: int = 20_000_000,
+        max_result_rows: int | None = METRIC_MAX_RESULT_ROWS,
+        max_result_bytes: int | None = METRIC_MAX_RESULT_BYTES,
     ) -> None:
         if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
             raise ConfigError(f"ExecScorer timeout_s={timeout_s!r}; use a positive number of seconds")
+        check_result_budget("ExecScorer ", max_result_rows, max_result_bytes)
+        self.max_result_rows = max_result_rows
+        self.max_result_bytes = max_result_bytes
         if not (isinstance(gold_cache_size, int) and gold_cache_size >= 0):
             raise ConfigError(f"ExecScorer gold_cache_size={gold_cache_size!r}; use an int >= 0")
         if not (isinstance(gold_cache_cells, int) and gold_cache_cells >= 0):
@@ -233,17 +246,24 @@ class ExecScorer:
             "timeout_s": self.timeout_s,
             "gold_cache_size": self.gold_cache_size,
             "gold_cache_cells": self.gold_cache_cells,
+            "max_result_rows": self.max_result_rows,
+            "max_result_bytes": self.max_result_bytes,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["timeout_s"], state["gold_cache_size"], state["gold_cache_cells"])  # type: ignore[misc]
+        self.__init__(**state)  # type: ignore[misc]
 
     @cached_property
     def limits(self) -> QueryLimits:
-        """``tools.PRESETS["metric"]`` (no row cap) with this scorer's timeout."""
+        """``tools.PRESETS["metric"]`` (no row cap) with this scorer's timeout and result budget."""
         from tools import PRESETS
 
-        return dataclasses.replace(PRESETS["metric"], timeout_s=self.timeout_s)
+        return dataclasses.replace(
+            PRESETS["metric"],
+            timeout_s=self.timeout_s,
+            max_result_rows=self.max_result_rows,
+            max_result_bytes=self.max_result_bytes,
+        )
 
     def execute(self, db: Database, sql: str) -> QueryResult | ToolError:
         """Run ``sql`` (normalised: comments and trailing semicolons stripped) read-only."""

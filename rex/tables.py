@@ -15,6 +15,9 @@ from tools.errors import ToolkitError
 
 TIMEOUT_KINDS: frozenset[str] = frozenset({"timeout", "step_limit"})
 """ToolError kinds that mean "ran out of budget" rather than "is wrong SQL"."""
+TOO_LARGE_KIND = "too_large"
+"""The ToolError kind of a result past the result budget (``QueryLimits.max_result_rows`` /
+``max_result_bytes``): it ran, but is too large to hold and score."""
 
 Row = tuple[Any, ...]
 
@@ -38,7 +41,8 @@ class Table:
 @dataclass(frozen=True)
 class Failure:
     """A query that did not produce a result. ``timeout`` separates budget overruns
-    (timeouts, VM step limits) from errors (syntax, unknown table, forbidden, ...)."""
+    (timeouts, VM step limits) and ``too_large`` results past the result budget from
+    errors (syntax, unknown table, forbidden, ...)."""
 
     kind: str
     message: str = ""
@@ -46,6 +50,10 @@ class Failure:
     @property
     def timeout(self) -> bool:
         return self.kind in TIMEOUT_KINDS
+
+    @property
+    def too_large(self) -> bool:
+        return self.kind == TOO_LARGE_KIND
 
 
 ResultLike = Any | tuple[Sequence[str], Sequence[Sequence[Any]]]

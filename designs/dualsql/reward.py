@@ -30,6 +30,9 @@ from typing import TYPE_CHECKING
 from agents.types import EpisodeResult, Example, RewardBreakdown, Trajectory
 from tools.errors import ConfigError
 from training.algorithm.rewards import (
+    METRIC_MAX_RESULT_BYTES,
+    METRIC_MAX_RESULT_ROWS,
+    check_budget,
     check_exec_metric,
     check_positive,
     dapo_overlong_penalty,
@@ -105,6 +108,8 @@ class DualSQLReward:
     buffer: int = 4096
     tool_bonus: float = 0.1
     timeout_s: float = 30.0
+    max_result_rows: int | None = METRIC_MAX_RESULT_ROWS
+    max_result_bytes: int | None = METRIC_MAX_RESULT_BYTES
 
     component_names = ("exec", "task", "format", "length", "tool", "precision", "recall")
     track_names = ()
@@ -119,6 +124,7 @@ class DualSQLReward:
         if not isinstance(self.length_weight, (int, float)) or self.length_weight < 0:
             raise ConfigError(f"dualsql length_weight={self.length_weight!r}; use a number >= 0 (paper: 0.2)")
         check_positive("dualsql timeout_s", self.timeout_s)
+        check_budget("dualsql", self.max_result_rows, self.max_result_bytes)
 
     @guarded
     def __call__(self, trajectory: Trajectory, example: Example, db: Database | None) -> RewardBreakdown:
@@ -150,7 +156,9 @@ class DualSQLReward:
         return {"exec": task, "task": task, "precision": precision, "recall": recall}
 
     def _generator(self, trajectory: Trajectory, example: Example, db: Database | None) -> dict[str, float] | str:
-        score, reason = execution(trajectory, example, db, self.exec_metric, self.timeout_s)
+        score, reason = execution(
+            trajectory, example, db, self.exec_metric, self.timeout_s, self.max_result_rows, self.max_result_bytes
+        )
         if score is None:
             return reason or "execution failed"
         has_sql = trajectory.result.final_sql is not None

@@ -26,6 +26,9 @@ from typing import TYPE_CHECKING, Any
 from agents.types import EpisodeResult, Example, RewardBreakdown, Trajectory
 from tools.errors import ConfigError
 from training.algorithm.rewards import (
+    METRIC_MAX_RESULT_BYTES,
+    METRIC_MAX_RESULT_ROWS,
+    check_budget,
     check_exec_metric,
     check_positive,
     dapo_overlong_penalty,
@@ -98,6 +101,8 @@ class CompositeReward:
     length_max: int = 8000
     max_turns: int = 8
     timeout_s: float = 30.0
+    max_result_rows: int | None = METRIC_MAX_RESULT_ROWS
+    max_result_bytes: int | None = METRIC_MAX_RESULT_BYTES
 
     component_names = TERMS
     track_names = ()
@@ -116,11 +121,14 @@ class CompositeReward:
             )
         check_positive("composite max_turns", self.max_turns)
         check_positive("composite timeout_s", self.timeout_s)
+        check_budget("composite", self.max_result_rows, self.max_result_bytes)
 
     @guarded
     def __call__(self, trajectory: Trajectory, example: Example, db: Database | None) -> RewardBreakdown:
         result = trajectory.result
-        score, reason = execution(trajectory, example, db, self.exec_metric, self.timeout_s)
+        score, reason = execution(
+            trajectory, example, db, self.exec_metric, self.timeout_s, self.max_result_rows, self.max_result_bytes
+        )
         if score is None:
             return failure(reason or "execution failed", TERMS)
         has_sql = result.final_sql is not None

@@ -13,7 +13,17 @@ from typing import TYPE_CHECKING
 from agents.types import Example, RewardBreakdown, Trajectory
 from designs.think2sql.agent import follows_format
 from tools.errors import ConfigError
-from training.algorithm.rewards import check_exec_metric, check_positive, execution, failure, guarded, register_reward
+from training.algorithm.rewards import (
+    METRIC_MAX_RESULT_BYTES,
+    METRIC_MAX_RESULT_ROWS,
+    check_budget,
+    check_exec_metric,
+    check_positive,
+    execution,
+    failure,
+    guarded,
+    register_reward,
+)
 
 if TYPE_CHECKING:
     from tools import Database
@@ -53,6 +63,8 @@ class Think2SQLReward:
     w_format: float = 0.10
     w_tags: float = 0.05
     timeout_s: float = 30.0
+    max_result_rows: int | None = METRIC_MAX_RESULT_ROWS
+    max_result_bytes: int | None = METRIC_MAX_RESULT_BYTES
 
     component_names = ("exec", "format", "tagcount")
     track_names = ()
@@ -64,10 +76,13 @@ class Think2SQLReward:
             if not isinstance(value, (int, float)) or value < 0:
                 raise ConfigError(f"think2sql {name}={value!r}; use a non-negative number")
         check_positive("think2sql timeout_s", self.timeout_s)
+        check_budget("think2sql", self.max_result_rows, self.max_result_bytes)
 
     @guarded
     def __call__(self, trajectory: Trajectory, example: Example, db: Database | None) -> RewardBreakdown:
-        score, reason = execution(trajectory, example, db, self.exec_metric, self.timeout_s)
+        score, reason = execution(
+            trajectory, example, db, self.exec_metric, self.timeout_s, self.max_result_rows, self.max_result_bytes
+        )
         if score is None:
             return failure(reason or "execution failed", self.component_names)
         text = trajectory.result.turns[0].text if trajectory.result.turns else ""

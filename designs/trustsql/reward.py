@@ -35,6 +35,9 @@ from typing import TYPE_CHECKING
 from agents.types import EpisodeResult, Example, RewardBreakdown, Trajectory
 from tools.errors import ConfigError
 from training.algorithm.rewards import (
+    METRIC_MAX_RESULT_BYTES,
+    METRIC_MAX_RESULT_ROWS,
+    check_budget,
     check_exec_metric,
     check_positive,
     execution,
@@ -121,6 +124,8 @@ class TrustSQLReward:
     exec_metric: str = "ex"
     schema_mode: str = "sparse_coupled"
     timeout_s: float = 30.0
+    max_result_rows: int | None = METRIC_MAX_RESULT_ROWS
+    max_result_bytes: int | None = METRIC_MAX_RESULT_BYTES
     schema_in_total: float = 0.0
 
     component_names = ("exec", "r_exec", "format", "schema")
@@ -138,11 +143,14 @@ class TrustSQLReward:
         if self.schema_mode not in SCHEMA_MODES:
             raise ConfigError(f"trustsql schema_mode={self.schema_mode!r}; use one of {', '.join(SCHEMA_MODES)}")
         check_positive("trustsql timeout_s", self.timeout_s)
+        check_budget("trustsql", self.max_result_rows, self.max_result_bytes)
 
     @guarded
     def __call__(self, trajectory: Trajectory, example: Example, db: Database | None) -> RewardBreakdown:
         result = trajectory.result
-        score, reason = execution(trajectory, example, db, self.exec_metric, self.timeout_s)
+        score, reason = execution(
+            trajectory, example, db, self.exec_metric, self.timeout_s, self.max_result_rows, self.max_result_bytes
+        )
         if score is None:
             return failure(reason or "execution failed", self.component_names, self.track_names)
         has_sql = result.final_sql is not None

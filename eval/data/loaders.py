@@ -433,7 +433,7 @@ class _GoldCache:
         if "executes" not in entry:
             result = execute(self.db, sql, PRESETS["metric"])
             verdict = f"{result.kind}: {result.message}" if isinstance(result, ToolError) else None
-            if isinstance(result, ToolError) and result.kind in ("timeout", "step_limit"):
+            if isinstance(result, ToolError) and result.kind in ("timeout", "step_limit", "too_large"):
                 return verdict
             entry["executes"] = verdict
             self.dirty = True

@@ -25,7 +25,7 @@ border-bottom:1px solid #ddd;z-index:1}
 .traj{border:1px solid #ddd;border-radius:4px;margin:.3em 0}
 .head{padding:.3em .6em;cursor:pointer;display:flex;gap:1em;font-size:14px}.head:hover{background:#f6f6f6}
 .head .q{flex:1;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
-.o-match{color:#1a7f37;font-weight:600}.o-mismatch,.o-pred_error,.o-pred_timeout{color:#b42318}
+.o-match{color:#1a7f37;font-weight:600}.o-mismatch,.o-pred_error,.o-pred_timeout,.o-pred_too_large{color:#b42318}
 .body{padding:.5em 1em;border-top:1px solid #eee;font-size:13px}
 .seg{margin:.4em 0;border-left:3px solid #999;padding-left:.5em}.seg.obs{border-color:#d0a000;background:#fffbea}
 .seg .sh{font-size:12px;color:#555;margin-bottom:.2em}

@@ -35,8 +35,10 @@ def test_predictions_give_the_expected_outcomes_and_ex_per_difficulty(bird: Path
         "mismatch": 1,
         "pred_error": 1,
         "pred_timeout": 1,
+        "pred_too_large": 0,
         "gold_error": 1,
         "gold_timeout": 0,
+        "gold_too_large": 0,
         "missing": 1,
     }
     assert (s["n"], s["scorable"], s["missing"]) == (7, 6, 1)

@@ -102,6 +102,8 @@ def test_eval_config_reuses_the_training_groups_and_recipes() -> None:
         "fresh": False,
         "batch_size": 8,
         "timeout_s": 30.0,
+        "max_result_rows": 1_000_000,
+        "max_result_bytes": 128 << 20,
         "ex_metric": None,
     }
     with pytest.raises(ConfigError, match="pass recipe=<name> to evaluate a model .* or predictions=PATH"):

@@ -11,7 +11,9 @@ Layers of defence, each enough on its own for the case it covers:
   watchdog thread interrupts the connection if a single long VM operation overruns;
 * SQLite limits cap a value at 32 MiB (``randomblob(1e9)`` fails instead of allocating
   1 GB), the SQL text at 1 MB, and attached databases at 0;
-* one statement per call; presets may require SELECT/WITH.
+* one statement per call; presets may require SELECT/WITH;
+* a result budget (``QueryLimits.max_result_rows`` / ``max_result_bytes``; the metric
+  preset has one): fetching stops once the rows held pass it, and the run is ``too_large``.
 
 Each thread gets its own connection (``Database.connect``), so readers never share a
 connection and never see "database is locked" from each other.
@@ -29,6 +31,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tools.db.budget import fetch_within_budget
 from tools.db.guards import WATCHDOG, Run, Slot, lenient_text, open_readonly
 from tools.db.limits import (
     DEFAULT_LIMITS,
@@ -308,20 +311,22 @@ def _run_guarded(
         slot.run = None
 
 
-def _collect(cursor: sqlite3.Cursor, run: Run, started: float) -> QueryResult:
+def _collect(cursor: sqlite3.Cursor, run: Run, started: float) -> QueryResult | ToolError:
     limits = run.limits
     columns = tuple(d[0] for d in cursor.description or ())
     uncapped = limits.full_schema_queries and run.schema_query
     cap = None if uncapped else limits.max_rows
-    if cap is None:
-        rows = cursor.fetchall()
-        count, lower_bound = len(rows), False
-    else:
-        rows = cursor.fetchmany(cap + 1)
-        count, lower_bound = len(rows), False
-        if count > cap:  # more rows than the cap: count the rest, keep the first ``cap``
-            count, lower_bound = _count_rest(cursor, count, run)
-            rows = rows[:cap]
+    # The rows held (all, or the first cap + 1) stay within the result budget.
+    fetched = fetch_within_budget(
+        cursor, None if cap is None else cap + 1, limits.max_result_rows, limits.max_result_bytes
+    )
+    if isinstance(fetched, ToolError):
+        return fetched
+    rows = fetched
+    count, lower_bound = len(rows), False
+    if cap is not None and count > cap:  # more rows than the cap: count the rest, keep the first ``cap``
+        count, lower_bound = _count_rest(cursor, count, run)
+        rows = rows[:cap]
     cell_cap = None if uncapped else limits.max_cell_chars
     if cell_cap is not None:
         rows = [tuple(_cut_cell(v, cell_cap) for v in row) for row in rows]

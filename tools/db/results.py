@@ -20,6 +20,7 @@ ERROR_KINDS: frozenset[str] = frozenset(
         "timeout",
         "step_limit",
         "too_many_statements",
+        "too_large",
         "bad_arguments",
         "unknown_tool",
         "unknown_database",

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from agents.types import Example, RewardBreakdown, RewardFn, SchemaSelection, Trajectory
 from rex.scorer import METRICS, ExecScore, ExecScorer, check_metric
 from rex.sql import referenced_schema
+from tools.db.limits import METRIC_MAX_RESULT_BYTES, METRIC_MAX_RESULT_ROWS, check_result_budget
 from tools.errors import ConfigError, DataError
 from tools.plugins import DESIGN_GROUP, Registry
 
@@ -61,22 +62,35 @@ def get_reward(name: str, **options: Any) -> RewardFn:
 # --------------------------------------------------------------------------- scoring
 
 
-_SCORERS: dict[float, ExecScorer] = {}
+_SCORERS: dict[tuple[float, int | None, int | None], ExecScorer] = {}
 _SCORERS_LOCK = threading.Lock()
 
 
-def shared_scorer(timeout_s: float) -> ExecScorer:
-    """One ``ExecScorer`` per timeout per process, so every reward shares the gold cache."""
+def shared_scorer(
+    timeout_s: float,
+    max_result_rows: int | None = METRIC_MAX_RESULT_ROWS,
+    max_result_bytes: int | None = METRIC_MAX_RESULT_BYTES,
+) -> ExecScorer:
+    """One ``ExecScorer`` per timeout and result budget per process, so every reward shares
+    the gold cache."""
+    key = (timeout_s, max_result_rows, max_result_bytes)
     with _SCORERS_LOCK:
-        scorer = _SCORERS.get(timeout_s)
+        scorer = _SCORERS.get(key)
         if scorer is None:
-            scorer = _SCORERS[timeout_s] = ExecScorer(timeout_s=timeout_s)
+            scorer = _SCORERS[key] = ExecScorer(
+                timeout_s=timeout_s, max_result_rows=max_result_rows, max_result_bytes=max_result_bytes
+            )
         return scorer
 
 
 def check_exec_metric(metric: str) -> None:
     """Validate the execution-metric knob (a ``ConfigError`` names the valid values)."""
     check_metric(metric)
+
+
+def check_budget(reward: str, max_result_rows: int | None, max_result_bytes: int | None) -> None:
+    """Validate a reward's result budget (``+reward.max_result_rows`` / ``max_result_bytes``)."""
+    check_result_budget(f"{reward} ", max_result_rows, max_result_bytes)
 
 
 def check_positive(name: str, value: float) -> None:
@@ -90,12 +104,15 @@ def execution(
     db: Database | str | os.PathLike[str] | None,
     metric: str,
     timeout_s: float,
+    max_result_rows: int | None = METRIC_MAX_RESULT_ROWS,
+    max_result_bytes: int | None = METRIC_MAX_RESULT_BYTES,
 ) -> tuple[ExecScore | None, str | None]:
     """Score the episode's final SQL against the gold SQL, or say why it cannot be.
 
     Returns ``(score, None)``, or ``(None, reason)`` when the reward cannot be computed:
     no database, no gold SQL, or the gold SQL itself fails (``gold_error`` /
-    ``gold_timeout``). A missing or failing prediction is a score (0), not a reason.
+    ``gold_timeout`` / ``gold_too_large``). A missing or failing prediction is a score (0),
+    not a reason; so is a prediction past the result budget (``pred_too_large``).
     """
     if db is None:
         return None, f"example {example.id!r}: no database to execute on"
@@ -105,7 +122,8 @@ def execution(
         db = get_database(db)
     if not example.gold_sql or not example.gold_sql.strip():
         return None, f"example {example.id!r} has no gold SQL"
-    score = shared_scorer(timeout_s).score(db, example.gold_sql, trajectory.result.final_sql, metric)
+    scorer = shared_scorer(timeout_s, max_result_rows, max_result_bytes)
+    score = scorer.score(db, example.gold_sql, trajectory.result.final_sql, metric)
     if score.gold_failed:
         why = score.details.get("gold_error", score.outcome)
         return None, f"example {example.id!r}: gold SQL failed ({score.outcome}: {why})"
@@ -277,7 +295,10 @@ def precision_recall_f1(gold: frozenset[str], pred: frozenset[str]) -> tuple[flo
 
 __all__ = [
     "METRICS",
+    "METRIC_MAX_RESULT_BYTES",
+    "METRIC_MAX_RESULT_ROWS",
     "REWARDS",
+    "check_budget",
     "check_exec_metric",
     "dapo_overlong_penalty",
     "execution",
@@ -304,6 +325,8 @@ class ExecReward:
 
     exec_metric: str = "ex"
     timeout_s: float = 30.0
+    max_result_rows: int | None = METRIC_MAX_RESULT_ROWS
+    max_result_bytes: int | None = METRIC_MAX_RESULT_BYTES
 
     metric = "ex"
     component_names = ("exec",)
@@ -317,10 +340,13 @@ class ExecReward:
                 f"use reward={self.exec_metric} or exec_metric={self.metric}"
             )
         check_positive(f"{self.metric} timeout_s", self.timeout_s)
+        check_budget(self.metric, self.max_result_rows, self.max_result_bytes)
 
     @guarded
     def __call__(self, trajectory: Trajectory, example: Example, db: Database | None) -> RewardBreakdown:
-        score, reason = execution(trajectory, example, db, self.metric, self.timeout_s)
+        score, reason = execution(
+            trajectory, example, db, self.metric, self.timeout_s, self.max_result_rows, self.max_result_bytes
+        )
         if score is None:
             return failure(reason or "execution failed")
         value = score.score if trajectory.result.final_sql is not None else 0.0

@@ -162,4 +162,5 @@ class TrustSQLReward:
                 "schema": r_schema,
             },
             tracks=tracks,
+            flags=score.flags,
         )

@@ -24,7 +24,7 @@ from rex.metrics import ex_score, execution_match, qatch_scores, rex_compare
 from rex.spider import official_execution_match, official_sql_pair, order_matters, spider_execution_match
 from rex.sql import has_top_level_order_by, normalize_sql
 from rex.tables import Failure, Table, as_outcome
-from rex.trust import GoldFacts, gold_facts, trust_flags
+from rex.trust import SUITE_KEY, GoldFacts, gold_facts, trust_flags
 from tools.errors import ConfigError
 from tools.plugins import DESIGN_GROUP, Registry
 from tools.spelling import did_you_mean
@@ -167,8 +167,11 @@ class ExecScore:
 
     @property
     def flags(self) -> tuple[str, ...]:
-        """The reward-trust flags of this sample (``rex.trust.FLAGS``)."""
-        return tuple(self.details.get("trust_flags", ()))
+        """The reward-trust flags of this sample (``rex.trust.FLAGS``); ``suite_rejected``
+        also when the test-suite verdict was added to ``details`` after scoring."""
+        flags = tuple(self.details.get("trust_flags", ()))
+        late = self.details.get(SUITE_KEY) and SUITE_KEY not in flags
+        return (*flags, SUITE_KEY) if late else flags
 
 
 class _Gold:

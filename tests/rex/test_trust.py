@@ -88,10 +88,14 @@ def test_gold_flags_are_on_every_sample_and_comparison_flags_only_on_a_match(tes
     assert failed.gold_failed and failed.flags == ()
 
 
-def test_a_test_suite_rejection_is_read_from_the_details() -> None:
+def test_a_test_suite_rejection_is_read_from_the_details(test_db: Any) -> None:
     gold = Table(("a",), ((1,), (2,)))
     assert trust_flags(gold, gold, "match", GoldFacts(), None, {"suite_rejected": True}) == ["suite_rejected"]
     assert trust_flags(gold, gold, "match", GoldFacts(), None, {"suite_rejected": False}) == []
+    # a verdict added to the details after scoring (the neighbours run once the original matched)
+    score = ExecScorer().score(test_db, "SELECT COUNT(*) FROM people", "SELECT 6")
+    score.details["suite_rejected"] = True
+    assert score.flags == ("gold_one_row", "suite_rejected")
 
 
 def test_gold_facts_are_worked_out_once_and_read_a_table_only_when_its_count_matches(

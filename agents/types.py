@@ -268,13 +268,15 @@ class RewardBreakdown:
     ``components`` always holds ``exec`` (execution score under the configured metric, in
     [0, 1]); ``tracks`` always holds ``full`` (= total unless the design has more tracks,
     e.g. TRUST-SQL's ``schema``). ``error`` says why a reward could not be computed; such
-    rewards are logged and counted, never silently 0.
+    rewards are logged and counted, never silently 0. ``flags``: the reward-trust flags of
+    the execution score (``rex.trust.FLAGS``, from ``ExecScore.flags``).
     """
 
     total: float
     components: Mapping[str, float]
     tracks: Mapping[str, float]
     error: str | None = None
+    flags: tuple[str, ...] = ()
 
 
 RewardFn = Callable[[Trajectory, Example, "Database"], RewardBreakdown]

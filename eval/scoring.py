@@ -110,7 +110,7 @@ def score_question(
     # prediction; passk keeps sample 0), so one sampling run gives pass@k and SC together.
     ballot = vote([s.sql for s in samples], results) if len(samples) > 1 or mode == "sc" else None
     chosen = ballot.index if ballot is not None and mode == "sc" else 0
-    ex = score_results(gold.result, results[chosen], "ex", None)
+    ex = score_results(gold.result, results[chosen], "ex", None, gold.facts(db))
     ex_match = outcomes[chosen] == "match" if samples else ex.ex_match
     rex = score_results(gold.result, results[chosen], "rex", gold.ordered)
     qatch = score_results(gold.result, results[chosen], "qatch", None)
@@ -136,6 +136,7 @@ def score_question(
         "missing": missing,
         "pred_executed": ex.pred_executed,
         "details": {k: v for k, v in ex.details.items() if k in ("gold_error", "pred_error", "gold_rows", "pred_rows")},
+        "trust_flags": list(ex.flags),  # of the chosen prediction under EX (rex.trust.FLAGS)
         "n_samples": len(samples),
         "n_correct": sum(o == "match" for o in outcomes),
         "sample_outcomes": outcomes,

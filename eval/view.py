@@ -5,9 +5,9 @@ Writes one static HTML page (no server needed) of the sampled rollouts of a trai
 of an evaluation (``records.jsonl``, eval/run_store.py): each trajectory turn by turn with
 role, phase, the tool call and its observation, the tokens that carry loss highlighted
 against the masked ones (observation, phase-prefix, error-turn masks; dropped by dynamic
-sampling), reward components and advantages, the outcome, and the gold and predicted
-result tables side by side. Filters: outcome, reward range, difficulty, design, step; and
-full-text search.
+sampling), reward components and advantages, the outcome, the reward-trust flags
+(rex.trust.FLAGS), and the gold and predicted result tables side by side. Filters:
+outcome, reward range, difficulty, design, step; and full-text search (flags included).
 
 Large runs stay usable: the data is embedded once as JSON (each prompt once, referenced
 by id) and the page renders one page of rows at a time (``PAGE_SIZE``), so the DOM holds
@@ -75,6 +75,7 @@ def eval_rows(folder: Path) -> list[dict[str, Any]]:
                 "text": chosen.get("last_turn", ""),
                 "end_reason": chosen.get("end_reason", ""),
                 "details": r.get("details") or {},
+                "trust_flags": r.get("trust_flags") or [],
             }
         )
     return rows

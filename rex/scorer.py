@@ -25,6 +25,7 @@ from rex.metrics import ex_score, execution_match, qatch_scores, rex_compare
 from rex.spider import official_execution_match, official_sql_pair, order_matters, spider_execution_match
 from rex.sql import has_top_level_order_by, normalize_sql
 from rex.tables import Failure, Table, as_outcome
+from rex.trust import SUITE_KEY, GoldFacts, gold_facts, trust_flags
 from tools.db.limits import METRIC_MAX_RESULT_BYTES, METRIC_MAX_RESULT_ROWS, check_result_budget
 from tools.errors import ConfigError
 from tools.plugins import DESIGN_GROUP, Registry
@@ -149,7 +150,8 @@ class ExecScore:
     (see ``rex.metrics.OUTCOMES``). ``pred_executed``: the prediction ran;
     ``pred_nonempty``: it ran and returned at least one non-NULL cell. ``details`` holds
     the metric's working (``rex``, ``qatch``), ``ordered`` (REX only: gold has a top-level ORDER
-    BY), row counts and error messages (``gold_error``, ``pred_error``).
+    BY), row counts, error messages (``gold_error``, ``pred_error``) and ``trust_flags``
+    (see ``flags``).
     """
 
     metric: str
@@ -166,6 +168,14 @@ class ExecScore:
         budget): the example cannot be scored."""
         return self.outcome in ("gold_error", "gold_timeout", "gold_too_large")
 
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """The reward-trust flags of this sample (``rex.trust.FLAGS``); ``suite_rejected``
+        also when the test-suite verdict was added to ``details`` after scoring."""
+        flags = tuple(self.details.get("trust_flags", ()))
+        late = self.details.get(SUITE_KEY) and SUITE_KEY not in flags
+        return (*flags, SUITE_KEY) if late else flags
+
 
 class _Gold:
     """A cached gold result; ``ordered`` (a sqlglot parse) is worked out on first use,
@@ -177,6 +187,13 @@ class _Gold:
         rows = getattr(result, "rows", ())
         self.cells = len(rows) * (len(rows[0]) if rows else 0)
         self._orders: dict[OrderRule, bool] = {}
+        self._facts: GoldFacts | None = None
+
+    def facts(self, db: Database) -> GoldFacts:
+        """The gold facts the trust flags need (``rex.trust.gold_facts``), worked out once."""
+        if self._facts is None:
+            self._facts = gold_facts(db, self.sql, as_outcome(self.result))
+        return self._facts
 
     def order(self, rule: OrderRule) -> bool:
         """``rule(gold_sql)``, worked out once per rule (two threads may both work it out)."""
@@ -307,13 +324,16 @@ class ExecScorer:
             gold_sql, pred_sql = rewrite(gold_sql, pred_sql)
         gold = self.gold(db, gold_sql)
         pred = self.execute(db, pred_sql) if pred_sql is not None else None
-        return score_results(gold.result, pred, metric, gold.ordered_for(metric))
+        return score_results(gold.result, pred, metric, gold.ordered_for(metric), gold.facts(db))
 
 
-def score_results(gold: Any, pred: Any | None, metric: str, ordered: bool | None) -> ExecScore:
+def score_results(
+    gold: Any, pred: Any | None, metric: str, ordered: bool | None, gold_facts: GoldFacts | None = None
+) -> ExecScore:
     """Score two already-executed results (``pred`` None = no SQL) under ``metric``.
     ``ordered`` (the metric's order rule on the gold SQL) is needed only by a metric with
-    an order rule (REX, Spider)."""
+    an order rule (REX, Spider); ``gold_facts`` (``ExecScorer.gold(...).facts(db)``) adds
+    the trust flags that need the gold SQL and database."""
     scorer = get_metric(metric)
     if scorer.order_rule is not None and ordered is None:
         rule = f"{scorer.order_rule.__module__}.{scorer.order_rule.__name__}"
@@ -337,6 +357,7 @@ def score_results(gold: Any, pred: Any | None, metric: str, ordered: bool | None
     if not isinstance(g, Failure) and executed:
         score, working = scorer(g, p, ordered, outcome)
         details.update(working)
+    details["trust_flags"] = trust_flags(g, p, outcome, gold_facts, scorer.order_rule, details)
     return ExecScore(
         metric=metric,
         score=float(score),

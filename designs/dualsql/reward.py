@@ -135,16 +135,18 @@ class DualSQLReward:
             )
         r_f = guardrail_factor(trajectory.result)
         r_l = dapo_overlong_penalty(trajectory.num_policy_tokens, self.max_length, self.buffer)
+        flags: tuple[str, ...] = ()
         if role == "linker":
             parts = self._linker(trajectory, example, db)
         else:
-            parts = self._generator(trajectory, example, db)
+            scored = self._generator(trajectory, example, db)
+            parts, flags = scored if isinstance(scored, tuple) else (scored, ())
         if isinstance(parts, str):
             return failure(parts, self.component_names)
         total = combine(parts["task"], r_f, r_l, self.length_weight)
         # every component on both roles (0 where it does not apply): logged rows share keys
         components = {**dict.fromkeys(self.component_names, 0.0), **parts, "format": r_f, "length": r_l}
-        return RewardBreakdown(total=total, components=components, tracks={"full": total})
+        return RewardBreakdown(total=total, components=components, tracks={"full": total}, flags=flags)
 
     def _linker(self, trajectory: Trajectory, example: Example, db: Database | None) -> dict[str, float] | str:
         gold_tables, gold_columns = gold_references(example, db)
@@ -155,7 +157,9 @@ class DualSQLReward:
         precision, recall, _ = precision_recall_f1(gold_columns or gold_tables, columns if gold_columns else tables)
         return {"exec": task, "task": task, "precision": precision, "recall": recall}
 
-    def _generator(self, trajectory: Trajectory, example: Example, db: Database | None) -> dict[str, float] | str:
+    def _generator(
+        self, trajectory: Trajectory, example: Example, db: Database | None
+    ) -> tuple[dict[str, float], tuple[str, ...]] | str:
         score, reason = execution(
             trajectory, example, db, self.exec_metric, self.timeout_s, self.max_result_rows, self.max_result_bytes
         )
@@ -165,4 +169,4 @@ class DualSQLReward:
         correct = has_sql and score.score >= 1.0
         tool = float(trajectory.result.used_tool_successfully)
         task = 1.0 + self.tool_bonus * tool if correct else 0.0
-        return {"exec": score.score if has_sql else 0.0, "task": task, "tool": tool}
+        return {"exec": score.score if has_sql else 0.0, "task": task, "tool": tool}, score.flags

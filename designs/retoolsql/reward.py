@@ -147,4 +147,4 @@ class CompositeReward:
             ),
         }
         total = weighted_total(components, self.weights)
-        return RewardBreakdown(total=total, components=components, tracks={"full": total})
+        return RewardBreakdown(total=total, components=components, tracks={"full": total}, flags=score.flags)

@@ -96,4 +96,4 @@ class Think2SQLReward:
             + self.w_format * components["format"]
             + self.w_tags * components["tagcount"]
         )
-        return RewardBreakdown(total=total, components=components, tracks={"full": total})
+        return RewardBreakdown(total=total, components=components, tracks={"full": total}, flags=score.flags)

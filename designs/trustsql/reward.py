@@ -170,4 +170,5 @@ class TrustSQLReward:
                 "schema": r_schema,
             },
             tracks=tracks,
+            flags=score.flags,
         )

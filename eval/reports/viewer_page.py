@@ -13,6 +13,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rex.trust import FLAGS
+
 PAGE_SIZE = 50
 """Rows per page: the DOM never holds more trajectory rows than this."""
 
@@ -25,7 +27,7 @@ border-bottom:1px solid #ddd;z-index:1}
 .traj{border:1px solid #ddd;border-radius:4px;margin:.3em 0}
 .head{padding:.3em .6em;cursor:pointer;display:flex;gap:1em;font-size:14px}.head:hover{background:#f6f6f6}
 .head .q{flex:1;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
-.o-match{color:#1a7f37;font-weight:600}.o-mismatch,.o-pred_error,.o-pred_timeout,.o-pred_too_large{color:#b42318}
+.o-match{color:#1a7f37;font-weight:600}.flags{color:#9a6700;font-size:12px}.o-mismatch,.o-pred_error,.o-pred_timeout,.o-pred_too_large{color:#b42318}
 .body{padding:.5em 1em;border-top:1px solid #eee;font-size:13px}
 .seg{margin:.4em 0;border-left:3px solid #999;padding-left:.5em}.seg.obs{border-color:#d0a000;background:#fffbea}
 .seg .sh{font-size:12px;color:#555;margin-bottom:.2em}
@@ -42,7 +44,7 @@ pre{background:#f7f7f7;padding:.4em;white-space:pre-wrap;margin:.2em 0}
 
 SCRIPT = r"""
 const DATA = JSON.parse(document.getElementById('data').textContent);
-const ROWS = DATA.rows, PROMPTS = DATA.prompts, PAGE = DATA.page_size, VOCAB = DATA.vocab;
+const ROWS = DATA.rows, PROMPTS = DATA.prompts, PAGE = DATA.page_size, VOCAB = DATA.vocab, FLAGS = DATA.flags;
 // packed per-token data (view_page.pack): token ids into VOCAB, turns as [turn, count] runs
 function tokensOf(r) { return r.tk ? r.tk.map(i => VOCAB[i]) : []; }
 function turnsOf(r) { const out = []; for (const [t, n] of r.tn || []) for (let k = 0; k < n; k++) out.push(t); return out; }
@@ -68,7 +70,7 @@ function haystack(i) {
   if (state.hay[i] === undefined) {
     const r = ROWS[i];
     state.hay[i] = [r.question, r.evidence, r.gold_sql, r.final_sql, r.example_id, r.db_id, r.text,
-                    tokensOf(r).join('')].join('\n').toLowerCase();
+                    (r.trust_flags || []).join(' '), tokensOf(r).join('')].join('\n').toLowerCase();
   }
   return state.hay[i];
 }
@@ -111,6 +113,7 @@ function rowElement(i) {
   head.append(el('span', '', r.step === null || r.step === undefined ? 'eval' : `step ${r.step}`),
               el('span', '', [r.design, r.role].filter(Boolean).join(' / ')), el('span', '', r.difficulty || ''),
               el('span', 'o-' + r.outcome, r.outcome || '-'), el('span', '', 'reward ' + fmt(r.reward)),
+              el('span', 'flags', (r.trust_flags || []).length ? 'flags: ' + r.trust_flags.join(', ') : ''),
               el('span', 'q', r.question || r.example_id));
   const body = el('div', 'body');
   body.hidden = true;
@@ -194,6 +197,7 @@ function buildBody(r, body) {
   const comp = Object.assign({total: r.reward}, r.components || {});
   rw.append(kv('reward', comp), kv('track', r.tracks), kv('advantage', r.advantage || {'in update': 'no'}));
   body.appendChild(rw);
+  if ((r.trust_flags || []).length) body.appendChild(kv('trust flag', Object.fromEntries(r.trust_flags.map(f => [f, FLAGS[f] || '']))));
   if (r.tk && r.tk.length) {
     const tracks = Object.keys(r.why || {}), bar = el('div', 'legend');
     for (const [k, v] of Object.entries(WHY)) bar.appendChild(el('span', 'tok ' + k, v));
@@ -256,7 +260,7 @@ def render_page(rows: Sequence[Mapping[str, Any]], prompts: Mapping[str, Any], t
     """The whole page as a string; ``rows`` as training/runs/samples.py writes them (or eval rows)."""
     packed, vocab = pack(rows)
     data = json.dumps(
-        {"rows": packed, "vocab": vocab, "prompts": dict(prompts), "page_size": PAGE_SIZE},
+        {"rows": packed, "vocab": vocab, "prompts": dict(prompts), "page_size": PAGE_SIZE, "flags": FLAGS},
         separators=(",", ":"),
         ensure_ascii=False,
     ).replace("</", "<\\/")

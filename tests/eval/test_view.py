@@ -77,6 +77,10 @@ def test_viewer_shows_the_run_with_training_masks_and_filters(trained: tuple[Pat
                 assert texts == row["tokens"]
         body = _js(driver, "return document.querySelector('.traj[data-i=\"0\"] .body').innerText")
         assert "phase explore_schema" in body and "observation · tool execute_sql_query" in body
+        # every schools gold is one row: each row's flags show in its head and, explained, in its body
+        assert all(r["trust_flags"] == ["gold_one_row"] for r in rows)
+        head = _js(driver, "return document.querySelector('.traj[data-i=\"0\"] .head').innerText")
+        assert "flags: gold_one_row" in head and "wrong SQL can match by chance" in body
         assert "gold" in body and "predicted" in body and rows[0]["gold_sql"] in body
         # filters and search change what is shown
         _set(driver, "f-step", "2")
@@ -163,10 +167,25 @@ def test_eval_run_records_open_too(tmp_path: Path) -> None:
     evaluate_predictions(load_examples("bird", bird, "dev"), preds, out, say=lambda _: None, progress=False)
     rows, _, what = load_rows(out)
     assert what.startswith("evaluation") and {r["outcome"] for r in rows} >= {"match", "mismatch"}
+    # records.jsonl carries the reward-trust flags: a count and a one-name gold are one row,
+    # and "List every item." is the whole item table
+    records = {r["id"]: r["trust_flags"] for r in map(json.loads, (out / "records.jsonl").read_text().splitlines())}
+    assert records == {
+        "10": ["gold_one_row"],
+        "11": ["gold_one_row"],
+        "12": ["gold_one_row"],
+        "13": ["gold_whole_table"],
+    }
     page = write_view(out, say=lambda _: None)
     with chromium() as driver:
         driver.get(page.resolve().as_uri())
         assert _count(driver) == len(rows)
+        heads = _js(driver, "return [...document.querySelectorAll('.traj .head')].map(h => h.innerText)")
+        assert sum("flags: gold_whole_table" in h for h in heads) == 1
+        assert sum("flags: gold_one_row" in h for h in heads) == 3
+        _set(driver, "q", "gold_whole_table")  # the search reads the flags too
+        assert _count(driver) == 1
+        _set(driver, "q", "")
         _set(driver, "f-outcome", "match")
         assert _count(driver) == sum(r["outcome"] == "match" for r in rows)
         assert console_errors(driver) == []

@@ -142,12 +142,15 @@ class DynamicSamplingResult:
 
 
 def dynamic_sampling_filter(
-    metric: Sequence[float],
+    metric: Sequence[float | None],
     groups: Sequence[str],
     target_groups: int,
     min_std: float = 1e-6,
 ) -> DynamicSamplingResult:
     """Keep groups whose metric has std >= ``min_std``, at most ``target_groups`` of them.
+    A None value is unknown (a flagged positive under ``flagged_positive_as_unknown``,
+    ``training.algorithm.reward_trust.decision_values``): it takes no part in the std, and a
+    group with fewer than two known values has none.
 
     Groups are considered in first-appearance order (the sampler's order), so the choice
     is deterministic. Groups beyond the target are dropped even if they vary.
@@ -164,8 +167,8 @@ def dynamic_sampling_filter(
     kept: list[str] = []
     flat: list[str] = []
     for key, idx in members.items():
-        values = np.asarray([float(metric[i]) for i in idx], dtype=np.float64)
-        if len(idx) < 2 or float(values.std()) < min_std:
+        values = np.asarray([float(v) for i in idx if (v := metric[i]) is not None], dtype=np.float64)
+        if len(values) < 2 or float(values.std()) < min_std:
             flat.append(key)
         elif len(kept) < target_groups:
             kept.append(key)

@@ -350,7 +350,7 @@ class ExecReward:
         if score is None:
             return failure(reason or "execution failed")
         value = score.score if trajectory.result.final_sql is not None else 0.0
-        return RewardBreakdown(total=value, components={"exec": value}, tracks={"full": value})
+        return RewardBreakdown(total=value, components={"exec": value}, tracks={"full": value}, flags=score.flags)
 
 
 @register_reward("ex")

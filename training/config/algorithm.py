@@ -34,6 +34,12 @@ class DynamicSamplingConfig:
         "varying (varied but beyond the B kept) | all (zero-variance too) | none; "
         "local engine (veRL's DAPO filter draws new batches until B are kept)",
     )
+    flagged_positive_as_unknown: bool = _f(
+        False,
+        "a positive execution reward that carries a reward-trust flag (empty or one-row gold, ...; "
+        "docs/evaluation.md 'Reward-trust flags') is unknown: it takes no part in deciding whether "
+        "its group's metric varies",
+    )
 
     def __post_init__(self) -> None:
         _need(self.oversample >= 1, f"algorithm.dynamic_sampling.oversample={self.oversample}: must be >= 1")

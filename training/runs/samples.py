@@ -22,6 +22,7 @@ A sample record (``SCHEMA`` = 1)::
                  trajectory took no part in the update (dynamic sampling dropped its group)
     advantage    per track, or null when not in the update
     reward, components, tracks, reward_error, outcome (EX outcome), final_sql, end_reason
+    trust_flags  the reward-trust flags of the execution score (rex.trust.FLAGS; [] when none)
     turns        per assistant turn: index, phase, format_ok, format_reason, tool, arguments,
                  tool_outcome
     tables       {"gold": table, "pred": table}; a table is {columns, rows, row_count,
@@ -61,6 +62,8 @@ METRICS: dict[str, str] = {
     "episode/turns": "mean assistant turns per episode",
     "tools/calls_per_episode": "mean tool calls per episode",
     "sampling/fill_rate": "kept groups / wanted groups (dynamic sampling)",
+    "reward/suspect_positive_rate": "share of positive execution rewards that carry a reward-trust flag",
+    "reward/unscored_rate": "share of rollouts whose reward could not be computed (reward/unscored/<reason>: counts)",
 }
 """One table of the per-step metric names both engines log (metrics.jsonl, wandb)."""
 
@@ -176,6 +179,7 @@ def sample_record(
     end_reason: str,
     turns: Sequence[Any],
     tables: Mapping[str, Any] | None = None,
+    trust_flags: Sequence[str] = (),
 ) -> dict[str, Any]:
     """One line of samples.jsonl from plain data (see the module docstring).
 
@@ -205,6 +209,7 @@ def sample_record(
         "components": {k: float(v) for k, v in components.items()},
         "tracks": {k: float(v) for k, v in tracks.items()},
         "reward_error": reward_error,
+        "trust_flags": [str(f) for f in trust_flags],
         "outcome": outcome,
         "final_sql": final_sql,
         "end_reason": end_reason,
@@ -327,6 +332,7 @@ def trajectory_records(
                 components=r.components,
                 tracks=r.tracks,
                 reward_error=r.error,
+                trust_flags=r.flags,
                 outcome=(tables or {}).get(i, {}).get("outcome"),
                 final_sql=t.result.final_sql,
                 end_reason=t.result.end_reason,

@@ -17,6 +17,7 @@ from agents.registry import training_spec
 from agents.types import ERROR_TURN_MASK, TrainingSpec
 from training.algorithm.advantages import dynamic_sampling_filter
 from training.algorithm.assembly import assemble, trajectory_groups
+from training.algorithm.reward_trust import decision_values
 from training.engines.local.loss import PolicyBatch, build_policy_batch
 
 
@@ -79,7 +80,12 @@ def build_buffer(
     adv_cfg, ds = cfg.advantage, cfg.algorithm.dynamic_sampling
     groups = trajectory_groups(trajectories, adv_cfg.group_by)
     roles = max(1, len({t.role for t in trajectories}))
-    metric = [_metric(r, ds.metric) for r in rewards]
+    metric = decision_values(
+        [_metric(r, ds.metric) for r in rewards],
+        [_metric(r, "exec") for r in rewards],
+        [getattr(r, "flags", ()) for r in rewards],
+        ds.flagged_positive_as_unknown,
+    )
     if ds.enable:
         result = dynamic_sampling_filter(metric, groups, target_questions * roles, ds.min_std)
         keep, fill = result.keep, result.fill_rate

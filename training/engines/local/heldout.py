@@ -8,10 +8,13 @@ from typing import Any
 
 import numpy as np
 
+from training.algorithm.reward_trust import trust_metrics
+
 
 def rollout_metrics(trajectories: Sequence[Any], rewards: Sequence[Any]) -> dict[str, float]:
-    """Reward and every component (per role when there are several), EX on the batch,
-    lengths, turns, tool calls per tool, format-failure rate, end reasons."""
+    """Reward and every component (per role when there are several), EX on the batch, the
+    suspect-positive and unscored rates (``training.algorithm.reward_trust``), lengths,
+    turns, tool calls per tool, format-failure rate, end reasons."""
     out: dict[str, float] = {}
     if not trajectories:
         return out
@@ -31,6 +34,11 @@ def rollout_metrics(trajectories: Sequence[Any], rewards: Sequence[Any]) -> dict
         r for t, r in zip(trajectories, rewards, strict=True) if t.result.final_sql is not None or len(roles) == 1
     ]
     out["ex/batch"] = _mean(float(r.components.get("exec", 0.0) >= 1.0 - 1e-9) for r in finals) if finals else 0.0
+    out.update(
+        trust_metrics(
+            [r.components.get("exec", 0.0) for r in finals], [r.flags for r in finals], [r.error for r in rewards]
+        )
+    )
     out["length/response"] = _mean(len(t.response_ids) for t in trajectories)
     out["length/policy_tokens"] = _mean(t.num_policy_tokens for t in trajectories)
     out["length/prompt"] = _mean(len(t.prompt_ids) for t in trajectories)

@@ -132,7 +132,8 @@ class DynamicSampling:
     ``B x oversample`` prompts per step, keep up to ``B`` informative groups and
     zero-mask the unfilled slots (no second draw). ``refill=True`` is veRL's
     ``filter_groups``: keep dispatching prompts until ``B`` informative groups are
-    finished, at most ``oversample`` batches in flight.
+    finished, at most ``oversample`` batches in flight. ``flagged_positive_as_unknown``:
+    a row whose positive execution reward carries a reward-trust flag does not count.
     """
 
     enable: bool = False
@@ -140,6 +141,7 @@ class DynamicSampling:
     min_std: float = 1e-6
     refill: bool = False
     oversample: int = 1
+    flagged_positive_as_unknown: bool = False
 
     def __post_init__(self) -> None:
         if self.min_std < 0:

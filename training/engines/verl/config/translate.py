@@ -193,6 +193,7 @@ def worker_settings(s: VerlSettings) -> WorkerSettings:
             metric=s.filter_metric,
             min_std=s.filter_min_std,
             refill=s.refill,
+            flagged_positive_as_unknown=s.flagged_positive_as_unknown,
             oversample=s.oversample,
         ),
         run_dir=str(run_dir),

@@ -68,6 +68,7 @@ class VerlSettings:
     refill: bool = False  # True: veRL's filter_groups refill; False: the papers' draw BxK once
     filter_metric: str = "exec"
     filter_min_std: float = 1e-6
+    flagged_positive_as_unknown: bool = False  # flagged positive exec rewards take no part in the filter
     oversample: int = 4  # K
     advantage: str = "grpo"  # "grpo" | "two_track" (the training.algorithm.advantages estimator name)
     schema_weight: float = 0.25  # lambda of the schema track

@@ -19,7 +19,9 @@ is at least ``min_std``, keep up to ``B`` groups and zero-mask the unfilled slot
 
 The metric is read from each row's ``extra_fields["reward_extra_info"]`` as veRL does;
 a row whose episode record says ``dropped`` (its prompt was over the length limit) does
-not count, and a group with fewer than two counted rows has no spread.
+not count, nor, with ``flagged_positive_as_unknown``, a row whose positive execution
+reward carries a reward-trust flag (its reward breakdown's ``flags``); a group with fewer
+than two counted rows has no spread.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ import numpy as np
 import transfer_queue as tq
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
-from training.engines.verl.shared import EPISODE_KEY, DynamicSampling
+from rex.trust import flagged_positive
+from training.engines.verl.shared import EPISODE_KEY, REWARD_KEY, DynamicSampling
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +92,7 @@ class SqlAgentReplayBuffer(ReplayBuffer):
         for key, extra in zip(keys, list(rows["extra_fields"]), strict=True):
             extra = getattr(extra, "data", extra)
             extra = extra if isinstance(extra, Mapping) else {}
-            if (extra.get(EPISODE_KEY) or {}).get("dropped"):
+            if (extra.get(EPISODE_KEY) or {}).get("dropped") or self._unknown(extra):
                 continue
             info = extra.get("reward_extra_info") or {}
             if name not in info:
@@ -99,6 +102,13 @@ class SqlAgentReplayBuffer(ReplayBuffer):
                 )
             values[key.split("_")[0]].append(float(info[name]))
         return values
+
+    def _unknown(self, extra: Mapping[str, Any]) -> bool:
+        """A flagged positive under ``flagged_positive_as_unknown`` (see the module doc)."""
+        if not self.dynamic.flagged_positive_as_unknown:
+            return False
+        reward = extra.get(REWARD_KEY) or {}
+        return flagged_positive(float((reward.get("components") or {}).get("exec", 0.0)), reward.get("flags") or ())
 
     def _dapo_filtered_keys(self, partition_id: str) -> tuple[set[str], Counter]:
         """veRL's refill path: finished groups without enough spread (``min_std``)."""

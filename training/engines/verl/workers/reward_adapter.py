@@ -63,13 +63,14 @@ def breakdown_to_json(breakdown: RewardBreakdown) -> dict[str, Any]:
 
     >>> from agents.types import RewardBreakdown
     >>> breakdown_to_json(RewardBreakdown(1.2, {"exec": 1.0}, {"full": 1.2}))
-    {'total': 1.2, 'components': {'exec': 1.0}, 'tracks': {'full': 1.2}, 'error': None}
+    {'total': 1.2, 'components': {'exec': 1.0}, 'tracks': {'full': 1.2}, 'error': None, 'flags': []}
     """
     return {
         "total": float(breakdown.total),
         "components": {str(k): float(v) for k, v in breakdown.components.items()},
         "tracks": {str(k): float(v) for k, v in breakdown.tracks.items()},
         "error": breakdown.error,
+        "flags": [str(f) for f in breakdown.flags],
     }
 
 
@@ -81,6 +82,7 @@ def breakdown_from_json(data: Mapping[str, Any]) -> RewardBreakdown:
         components=dict(data.get("components") or {}),
         tracks=dict(data.get("tracks") or {}),
         error=data.get("error"),
+        flags=tuple(data.get("flags") or ()),
     )
 
 

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from verl.protocol import DataProto
 
+from training.algorithm.reward_trust import trust_metrics
 from training.engines.verl.shared import EPISODE_KEY, REWARD_KEY, TRAINER_MODE, AdvantageSettings
 
 __all__ = ["AdvantageSettings", "eval_record", "phase_aware_advantages", "sample_rows", "step_record"]
@@ -172,7 +173,8 @@ def _reward_metrics(
 def step_record(records: Sequence[Mapping[str, Any]], rewards: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """The headline numbers of one step in the project's ``metrics.jsonl`` terms (the keys
     the local engine writes and ``eval.compare`` plots): mean total reward, per-component
-    means, EX on the batch (final answers only: DualSQL's linker rows have no SQL)."""
+    means, EX on the batch (final answers only: DualSQL's linker rows have no SQL), the
+    suspect-positive and unscored rates (``training.algorithm.reward_trust``)."""
     if not rewards:
         return {}
     out = {"reward/total": float(np.mean([r["total"] for r in rewards]))}
@@ -183,6 +185,13 @@ def step_record(records: Sequence[Mapping[str, Any]], rewards: Sequence[Mapping[
     finals = [r for rec, r in zip(records, rewards, strict=True) if rec.get("final_sql") is not None or len(roles) == 1]
     out["ex/batch"] = (
         float(np.mean([r["components"].get("exec", 0.0) >= 1.0 - 1e-9 for r in finals])) if finals else 0.0
+    )
+    out.update(
+        trust_metrics(
+            [r["components"].get("exec", 0.0) for r in finals],
+            [r.get("flags") or () for r in finals],
+            [r.get("error") for r in rewards],
+        )
     )
     out["episode/turns"] = float(np.mean([rec["num_turns"] for rec in records]))
     return out
@@ -278,6 +287,7 @@ def sample_rows(
                 components=reward.get("components") or {},
                 tracks=reward.get("tracks") or {},
                 reward_error=reward.get("error"),
+                trust_flags=reward.get("flags") or (),
                 outcome=found.pop("outcome", None),
                 final_sql=ep["final_sql"],
                 end_reason=ep["end_reason"],

@@ -145,6 +145,18 @@ def test_samples_are_the_local_engines_records_with_the_masks_of_the_update(run:
     assert checked > 0
 
 
+def test_reward_trust_flags_reach_the_samples_and_the_step_records(run: dict[str, Any]) -> None:
+    """The gold query counts (one row): every sample carries ``gold_one_row`` and every
+    positive execution reward is suspect."""
+    run_dir = Path(run["config"].sqlagent.run_dir)
+    assert all(s["trust_flags"] == ["gold_one_row"] for s in _samples(run_dir))
+    train = [r for r in map(json.loads, (run_dir / "metrics.jsonl").open()) if r["kind"] == "train"]
+    assert train and any(r["reward/exec"] > 0 for r in train)
+    for r in train:
+        assert r["reward/suspect_positive_rate"] == (1.0 if r["reward/exec"] > 0 else 0.0)
+        assert r["reward/unscored_rate"] == 0.0
+
+
 def test_the_viewer_reads_a_verl_run(run: dict[str, Any], tmp_path: Path) -> None:
     from eval.view import load_rows, write_view
 

@@ -68,6 +68,8 @@ def evaluate(
     pending = [ex for ex in examples if ex.id not in done]
     if len(pending) < len(examples):
         say(f"[eval] resuming {store.dir}: {len(examples) - len(pending)} of {len(examples)} questions already scored")
+    if settings.test_suite and pending:
+        prepare_suites(pending, say)
     bar = _bar(len(examples), len(examples) - len(pending)) if progress else None
     try:
         for start in range(0, len(pending), settings.batch_size):
@@ -75,7 +77,13 @@ def evaluate(
             answers = produce(batch)
             store.append(
                 score_question(
-                    ex, answers[ex.id], scorer, settings.mode or "greedy", ex.id in missing, settings.ex_metric or "ex"
+                    ex,
+                    answers[ex.id],
+                    scorer,
+                    settings.mode or "greedy",
+                    ex.id in missing,
+                    settings.ex_metric or "ex",
+                    settings.test_suite,
                 )
                 for ex in batch
             )
@@ -94,6 +102,21 @@ def evaluate(
     say(console_summary(summary))
     say(f"[eval] wrote {store.records_path}, {store.dir / SUMMARY}, {store.dir / REPORT}, {store.dir / PREDICT}")
     return summary
+
+
+def prepare_suites(examples: Sequence[Example], say: Say) -> None:
+    """Build (or find cached) the test suite of each database, chosen for the gold queries
+    of the questions on it (``rex.test_suite``), before anything is scored."""
+    from rex.test_suite import ensure_suite
+    from tools import get_database
+
+    golds: dict[str, list[str]] = {}
+    for ex in examples:
+        golds.setdefault(str(ex.db_path), []).append(ex.gold_sql)
+    built = 0
+    for path, sqls in golds.items():
+        built += ensure_suite(get_database(path), sqls)[1]
+    say(f"[eval] test suites: {built} built, {len(golds) - built} cached (ex_test_suite; eval.test_suite=false skips)")
 
 
 PREDICT = "predict.json"

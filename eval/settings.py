@@ -33,6 +33,7 @@ class EvalSettings:
     batch_size: int = 8
     timeout_s: float = 30.0
     ex_metric: str | None = None  # the reported EX rule: ex (BIRD) | spider; null = data.ex_metric
+    test_suite: bool = True  # also report ex_test_suite: EX on each database and its neighbours (rex.test_suite)
 
     def __post_init__(self) -> None:
         if self.mode is not None and self.mode not in MODES:

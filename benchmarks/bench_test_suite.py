@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -38,7 +39,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--candidates", type=int, default=8)
     parser.add_argument("--show", type=int, default=10, help="mutants still accepted to print")
     args = parser.parse_args(argv)
-    os.environ["SQLAGENT_RL_CACHE"] = tempfile.mkdtemp(prefix="bench-test-suite-")
+    cache = tempfile.mkdtemp(prefix="bench-test-suite-")
+    os.environ["SQLAGENT_RL_CACHE"] = cache
+    try:
+        return _run(args)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace) -> int:
     from eval.data import load_examples
     from rex.test_suite import SuiteSettings, ensure_suite
     from tools import get_database
@@ -115,12 +124,16 @@ def _cost(golds: dict[str, list[str]], n: int) -> None:
     ex_t, ex_hits, _ = timings["ex"]
     ts_t, ts_hits, ts_scores = timings["test_suite"]
     rejected = sum(bool(x.details.get("suite_rejected")) for x in ts_scores)
+    equivalent_rejected = sum(
+        bool(x.details.get("suite_rejected")) for (_, g, s), x in zip(pairs, ts_scores, strict=True) if g in s
+    )
     same = sum(g == s for _, g, s in pairs)
     wrapped = sum(s.startswith("SELECT * FROM (") and g in s for _, g, s in pairs)
     print(f"\nscoring {n} predictions ({same} their gold query, {wrapped} it wrapped, {n - same - wrapped} mutants):")
     print(f"  ex:         {ex_t:.2f} s, {ex_hits:.0f} correct")
     print(f"  test_suite: {ts_t:.2f} s, {ts_hits:.0f} correct ({rejected} EX matches rejected by a neighbour)")
     print(f"  ratio test_suite / ex: {ts_t / ex_t:.2f}x (goal <= 2x)")
+    print(f"  gold or wrapped-gold predictions the suite rejected: {equivalent_rejected} (should be 0)")
 
 
 if __name__ == "__main__":

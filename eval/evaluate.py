@@ -107,16 +107,10 @@ def evaluate(
 def prepare_suites(examples: Sequence[Example], say: Say) -> None:
     """Build (or find cached) the test suite of each database, chosen for the gold queries
     of the questions on it (``rex.test_suite``), before anything is scored."""
-    from rex.test_suite import ensure_suite
-    from tools import get_database
+    from rex.test_suite import ensure_suites
 
-    golds: dict[str, list[str]] = {}
-    for ex in examples:
-        golds.setdefault(str(ex.db_path), []).append(ex.gold_sql)
-    built = 0
-    for path, sqls in golds.items():
-        built += ensure_suite(get_database(path), sqls)[1]
-    say(f"[eval] test suites: {built} built, {len(golds) - built} cached (ex_test_suite; eval.test_suite=false skips)")
+    built, cached = ensure_suites((ex.db_path, ex.gold_sql) for ex in examples)
+    say(f"[eval] test suites: {built} built, {cached} cached (ex_test_suite; eval.test_suite=false skips)")
 
 
 PREDICT = "predict.json"
@@ -213,6 +207,7 @@ def evaluate_predictions(
         "samples": 1,
         "predictions": str(predictions),
         "predictions_sha256": _file_hash(predictions),
+        "test_suite": settings.test_suite,  # records with and without ex_test_suite are never mixed
         **_split_of(examples),
         **(data_info or {}),
     }
@@ -265,6 +260,7 @@ def evaluate_policy(
         "top_k": sampling.top_k,
         "max_new_tokens": sampling.max_new_tokens,
         "agent": getattr(agent, "name", type(agent).__name__),
+        "test_suite": settings.test_suite,
         **_split_of(examples),
         **(info or {}),
     }

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from rex.test_suite.build import BuildStats, SuiteSettings
 from rex.test_suite.mutations import Mutant, mutants
-from rex.test_suite.suites import Suite, ensure_suite, find_suites, suite_for_scoring, suites_dir
+from rex.test_suite.suites import Suite, ensure_suite, ensure_suites, find_suites, suite_for_scoring, suites_dir
 
 __all__ = [
     "BuildStats",
@@ -21,6 +21,7 @@ __all__ = [
     "Suite",
     "SuiteSettings",
     "ensure_suite",
+    "ensure_suites",
     "find_suites",
     "mutants",
     "suite_for_scoring",

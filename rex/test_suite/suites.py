@@ -14,7 +14,7 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -106,6 +106,20 @@ def ensure_suite(
         suite = _build(db, gold_sqls, settings, progress)
         _PINNED[(str(db.path), db.content_hash)] = suite
         return suite, True
+
+
+def ensure_suites(
+    questions: Iterable[tuple[str | Path, str]], settings: SuiteSettings | None = None
+) -> tuple[int, int]:
+    """``ensure_suite`` for every database of ``(database path, gold SQL)`` pairs, each chosen
+    for the gold queries on it; ``(built now, found cached)``."""
+    from tools import get_database
+
+    golds: dict[str, list[str]] = {}
+    for path, sql in questions:
+        golds.setdefault(str(path), []).append(sql)
+    built = sum(ensure_suite(get_database(path), sqls, settings)[1] for path, sqls in golds.items())
+    return built, len(golds) - built
 
 
 def suite_for_scoring(db: Database, gold_sql: str, settings: SuiteSettings | None = None) -> Suite:

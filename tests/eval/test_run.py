@@ -103,6 +103,7 @@ def test_eval_config_reuses_the_training_groups_and_recipes() -> None:
         "batch_size": 8,
         "timeout_s": 30.0,
         "ex_metric": None,
+        "test_suite": True,
     }
     with pytest.raises(ConfigError, match="pass recipe=<name> to evaluate a model .* or predictions=PATH"):
         run(_compose(), set(), say=quiet)

@@ -6,6 +6,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rex.test_suite import SuiteSettings, ensure_suite, find_suites
 from rex.test_suite.fuzz import foreign_key_problems
 from tests.rex.test_suite.conftest import GOLDS, file_digest
@@ -105,3 +107,20 @@ def test_the_build_reports_what_it_caught(shop: Any) -> None:
     assert stats["caught_share"] == caught / stats["mutants"]
     assert stats["bytes"] == suite.bytes > 0
     assert "SELECT COUNT(*) FROM orders" not in {u["mutant"] for u in stats["uncaught"]}
+
+
+def test_a_damaged_suite_is_rebuilt_with_a_warning(shop: Any) -> None:
+    from rex.test_suite.suites import forget_loaded
+    from tools.cache import CacheDamagedWarning
+
+    settings = SuiteSettings(neighbours=2, rows_per_table=10)
+    first, _ = ensure_suite(shop, GOLDS, settings)
+    digest = file_digest(first.neighbours[0].path)
+    with open(first.neighbours[0].path, "r+b") as handle:  # flip bytes inside the file
+        handle.seek(200)
+        handle.write(b"\x00damaged\x00")
+    forget_loaded()
+    with pytest.warns(CacheDamagedWarning, match="neighbour_0.sqlite"):
+        again, built = ensure_suite(shop, GOLDS, settings)
+    assert built and again.folder == first.folder
+    assert file_digest(again.neighbours[0].path) == digest  # the same seeds build the same bytes

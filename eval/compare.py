@@ -47,6 +47,7 @@ class RunView:
     n: int | None = None
     ex: float | None = None
     ex_official: float | None = None
+    ex_test_suite: float | None = None
     ex_before: float | None = None
     rex: float | None = None
     qatch: float | None = None
@@ -140,6 +141,7 @@ def _scores(summary: Mapping[str, Any]) -> dict[str, dict[str, float | None]]:
         return {
             "ex": _number(b.get("ex")),
             "ex_official": _number(b.get("ex_official")),
+            "ex_test_suite": _number(b.get("ex_test_suite")),
             "rex": _number(b.get("rex")),
             "qatch": _number((b.get("qatch") or {}).get("mean")),
         }
@@ -160,6 +162,7 @@ def _questions(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "difficulty": r.get("difficulty", "unknown"),
                 "ex": float(r["ex"]) if scorable else None,
                 "ex_official": float(r.get("ex_official", r["ex"])),
+                "ex_test_suite": float(r["ex_test_suite"]) if scorable and "ex_test_suite" in r else None,
                 "rex": float(r["rex"]) if scorable else None,
                 "qatch": float((r.get("qatch") or {}).get("mean", 0.0)) if scorable else None,
             }
@@ -177,6 +180,7 @@ def _eval_view(folder: Path, s: dict[str, Any]) -> RunView:
         n=s.get("n"),
         ex=s.get("ex"),
         ex_official=s.get("ex_official"),
+        ex_test_suite=s.get("ex_test_suite"),
         rex=s.get("rex"),
         qatch=(s.get("qatch") or {}).get("mean"),
         sc_ex=(s.get("sc") or {}).get("ex"),
@@ -218,6 +222,7 @@ def _train_view(folder: Path, metrics: Path) -> RunView:
         summary = summarize(heldout, {})
         view.scores = _scores(summary)
         view.ex_official, view.rex = view.scores["all"]["ex_official"], view.scores["all"]["rex"]
+        view.ex_test_suite = view.scores["all"]["ex_test_suite"]
         view.qatch = view.scores["all"]["qatch"]
         view.by_difficulty = {d: b["ex"] for d, b in view.scores.items() if d != "all"}
         view.questions = _questions(heldout)
@@ -254,6 +259,7 @@ def table(views: Sequence[RunView]) -> tuple[list[str], list[list[Any]]]:
         "n",
         "EX",
         "EX official",
+        "EX suite",
         "EX before",
         "REX",
         "QATCH",
@@ -271,6 +277,7 @@ def table(views: Sequence[RunView]) -> tuple[list[str], list[list[Any]]]:
                 v.n,
                 v.ex,
                 v.ex_official,
+                v.ex_test_suite,
                 v.ex_before,
                 v.rex,
                 v.qatch,

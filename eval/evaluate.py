@@ -72,6 +72,8 @@ def evaluate(
     pending = [ex for ex in examples if ex.id not in done]
     if len(pending) < len(examples):
         say(f"[eval] resuming {store.dir}: {len(examples) - len(pending)} of {len(examples)} questions already scored")
+    if settings.test_suite and pending:
+        prepare_suites(pending, say)
     bar = _bar(len(examples), len(examples) - len(pending)) if progress else None
     try:
         for start in range(0, len(pending), settings.batch_size):
@@ -79,7 +81,13 @@ def evaluate(
             answers = produce(batch)
             store.append(
                 score_question(
-                    ex, answers[ex.id], scorer, settings.mode or "greedy", ex.id in missing, settings.ex_metric or "ex"
+                    ex,
+                    answers[ex.id],
+                    scorer,
+                    settings.mode or "greedy",
+                    ex.id in missing,
+                    settings.ex_metric or "ex",
+                    settings.test_suite,
                 )
                 for ex in batch
             )
@@ -98,6 +106,15 @@ def evaluate(
     say(console_summary(summary))
     say(f"[eval] wrote {store.records_path}, {store.dir / SUMMARY}, {store.dir / REPORT}, {store.dir / PREDICT}")
     return summary
+
+
+def prepare_suites(examples: Sequence[Example], say: Say) -> None:
+    """Build (or find cached) the test suite of each database, chosen for the gold queries
+    of the questions on it (``rex.test_suite``), before anything is scored."""
+    from rex.test_suite import ensure_suites
+
+    built, cached = ensure_suites((ex.db_path, ex.gold_sql) for ex in examples)
+    say(f"[eval] test suites: {built} built, {cached} cached (ex_test_suite; eval.test_suite=false skips)")
 
 
 PREDICT = "predict.json"
@@ -194,6 +211,7 @@ def evaluate_predictions(
         "samples": 1,
         "predictions": str(predictions),
         "predictions_sha256": _file_hash(predictions),
+        "test_suite": settings.test_suite,  # records with and without ex_test_suite are never mixed
         **_split_of(examples),
         **(data_info or {}),
     }
@@ -246,6 +264,7 @@ def evaluate_policy(
         "top_k": sampling.top_k,
         "max_new_tokens": sampling.max_new_tokens,
         "agent": getattr(agent, "name", type(agent).__name__),
+        "test_suite": settings.test_suite,
         **_split_of(examples),
         **(info or {}),
     }

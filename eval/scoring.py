@@ -8,6 +8,7 @@ EX / REX / QATCH are computed from those results with ``rex.score_results``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -98,10 +99,12 @@ def score_question(
     mode: str,
     missing: bool = False,
     ex_metric: str = "ex",
+    test_suite: bool = False,
 ) -> dict[str, Any]:
     """The per-question record (JSON-ready). ``missing``: the predictions file had no SQL.
     ``ex_metric``: the dataset's official EX rule (``ex``: BIRD's; ``spider``: Spider's) that
-    decides ``ex``, match / mismatch and pass@k."""
+    decides ``ex``, match / mismatch and pass@k. ``test_suite``: add ``ex_test_suite``, the
+    ``ex`` match confirmed on every neighbour of the database (``rex.test_suite``)."""
     db = get_database(example.db_path)
     gold = scorer.gold(db, example.gold_sql)
     results = [scorer.execute(db, s.sql) if s.sql is not None else None for s in samples]
@@ -143,8 +146,29 @@ def score_question(
         "unique_sql": unique_sql([s.sql for s in samples]),
         "chosen": chosen,
     }
+    if test_suite:
+        _add_test_suite(record, scorer, db, example.gold_sql, ex)
     if ballot is not None:
         record["vote"] = {**ballot.to_json(), "match": outcomes[ballot.index] == "match"}
     if any(s.episodes for s in samples):
         record["samples"] = [{k: v for k, v in asdict(s).items() if k != "flags" or v} for s in samples]
     return record
+
+
+def _add_test_suite(record: dict[str, Any], scorer: ExecScorer, db: Any, gold_sql: str, ex: Any) -> None:
+    """``ex_test_suite``: 1 when ``ex`` is 1 and the prediction also matches on every
+    neighbour that judges the question; a rejection is named in ``details``."""
+    if not record["ex"]:
+        record["ex_test_suite"] = 0
+        return
+    suite = get_metric("test_suite").suite  # type: ignore[attr-defined]
+    checked = suite(scorer, db, gold_sql, record["sql"], dataclasses.replace(ex, score=1.0))
+    record["ex_test_suite"] = 1 if checked.score == 1.0 else 0
+    if checked.details.get("suite_rejected"):
+        record["details"].update(
+            {
+                k: checked.details[k]
+                for k in ("suite_rejected", "suite_neighbour", "suite_outcome")
+                if k in checked.details
+            }
+        )

@@ -36,6 +36,7 @@ class EvalSettings:
     max_result_rows: int | None = METRIC_MAX_RESULT_ROWS  # result budget per query; past it: *_too_large
     max_result_bytes: int | None = METRIC_MAX_RESULT_BYTES
     ex_metric: str | None = None  # the reported EX rule: ex (BIRD) | spider; null = data.ex_metric
+    test_suite: bool = True  # also report ex_test_suite: EX on each database and its neighbours (rex.test_suite)
 
     def __post_init__(self) -> None:
         if self.mode is not None and self.mode not in MODES:

@@ -9,6 +9,8 @@ Two EX numbers (docs/evaluation.md "Semantics"):
   (``rex.bird_ex``: the SQL run as written, so an empty prediction on a question whose gold
   result is empty matches and ``SELECT 1;;`` is an error) over all questions; every other
   error, timeout (gold's included) and missing prediction counts as wrong.
+- ``ex_test_suite`` (when ``eval.test_suite``): ``ex`` confirmed on every neighbour
+  database of the test suite (``rex.test_suite``), over the same questions as ``ex``.
 The outcomes (``rex.OUTCOMES``, the too-large ones included, plus ``missing`` for a
 predictions file) are counted separately.
 REX, QATCH, pass@k and self-consistency are averaged over the scorable questions.
@@ -43,7 +45,8 @@ def _block(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     # BIRD's script's own 0/1 per question (rex.bird_ex); records written before it fall back to ex
     official = sum(r.get("ex_official", r["ex"]) for r in records)
     outcomes = Counter(r["outcome"] for r in records)
-    return {
+    suite = [r["ex_test_suite"] for r in records if "ex_test_suite" in r]
+    block = {
         "n": n,
         "scorable": len(scorable),
         "matches": matches,
@@ -53,6 +56,9 @@ def _block(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "qatch": {k: _mean([r["qatch"][k] for r in scorable]) for k in ("cp", "cr", "tc", "mean")},
         "outcomes": {o: outcomes.get(o, 0) for o in OUTCOME_ORDER if o in outcomes or o in OUTCOMES},
     }
+    if suite:  # records written with eval.test_suite (the same denominator as ex)
+        block["ex_test_suite"] = sum(suite) / len(scorable) if scorable else 0.0
+    return block
 
 
 def summarize(records: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -96,6 +102,7 @@ def markdown(summary: Mapping[str, Any]) -> str:
     st = s.get("settings", {})
     title = st.get("recipe") or st.get("predictions") or st.get("agent") or "evaluation"
     where = " / ".join(str(st[k]) for k in ("data_kind", "split") if st.get(k)) or "data"
+    suited = "ex_test_suite" in s
     lines = [
         f"# Evaluation: {title}",
         "",
@@ -115,6 +122,11 @@ def markdown(summary: Mapping[str, Any]) -> str:
         "|---|---|",
         f"| EX (project: gold errors excluded) | {pct(s['ex'])} |",
         f"| EX (official-compatible: every error is wrong) | {pct(s['ex_official'])} |",
+        *(
+            [f"| EX on the test suite (the database and its neighbours) | {pct(s['ex_test_suite'])} |"]
+            if suited
+            else []
+        ),
         f"| REX | {pct(s['rex'])} |",
         (
             f"| QATCH mean (CP / CR / TC) | {pct(s['qatch']['mean'])} ({pct(s['qatch']['cp'])} / "
@@ -128,18 +140,15 @@ def markdown(summary: Mapping[str, Any]) -> str:
         "",
         "## By difficulty",
         "",
-        "| difficulty | n | EX | EX official | REX | QATCH |",
-        "|---|---|---|---|---|---|",
+        "| difficulty | n | EX | EX official |" + (" EX suite |" if suited else "") + " REX | QATCH |",
+        "|---|---|---|---|" + ("---|" if suited else "") + "---|---|",
     ]
-    for label, b in s["by_difficulty"].items():
+    for label, b in [*s["by_difficulty"].items(), ("**all**", s)]:
         lines.append(
-            f"| {label} | {b['n']} | {pct(b['ex'])} | {pct(b['ex_official'])} | {pct(b['rex'])} | "
-            f"{pct(b['qatch']['mean'])} |"
+            f"| {label} | {b['n']} | {pct(b['ex'])} | {pct(b['ex_official'])} | "
+            + (f"{pct(b.get('ex_test_suite', 0.0))} | " if suited else "")
+            + f"{pct(b['rex'])} | {pct(b['qatch']['mean'])} |"
         )
-    lines.append(
-        f"| **all** | {s['n']} | {pct(s['ex'])} | {pct(s['ex_official'])} | {pct(s['rex'])} | "
-        f"{pct(s['qatch']['mean'])} |"
-    )
     lines += ["", "## Outcomes", "", "| outcome | count |", "|---|---|"]
     lines += [f"| {o} | {c} |" for o, c in s["outcomes"].items()]
     if s.get("samples", 0) > 1:
@@ -180,6 +189,7 @@ def console_summary(summary: Mapping[str, Any]) -> str:
     s = summary
     parts = [
         f"EX {pct(s['ex'])} (official {pct(s['ex_official'])}) on {s['n']} questions",
+        *([f"test-suite EX {pct(s['ex_test_suite'])}"] if "ex_test_suite" in s else []),
         f"REX {pct(s['rex'])}",
         f"QATCH {pct(s['qatch']['mean'])}",
     ]

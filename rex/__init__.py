@@ -37,6 +37,7 @@ from rex.sql import (
     referenced_schema,
 )
 from rex.tables import Failure, MetricInputError, Table
+from rex.test_suite import metric as _test_suite_metric  # noqa: F401  # registers ``test_suite`` in METRICS
 
 __all__ = [
     "METRICS",

@@ -62,8 +62,9 @@ class ExecMetric(Protocol):
 METRICS: Registry[ExecMetric] = Registry("execution metric", plugins=DESIGN_GROUP)
 """The execution-metric knob of every reward (docs/designs.md "One execution-metric knob"): ``ex``,
 ``rex``, ``qatch``, ``spider`` (Spider's official execution match, ``evaluation.py``'s SQL
-rewrite included: the EX rule of ``data=spider``) and ``spider_strict`` (its comparison on the
-SQL as written), plus any metric registered with :func:`register_metric`."""
+rewrite included: the EX rule of ``data=spider``), ``spider_strict`` (its comparison on the
+SQL as written) and ``test_suite`` (EX on the database and its neighbours,
+``rex.test_suite``), plus any metric registered with :func:`register_metric`."""
 
 
 def register_metric(
@@ -317,14 +318,19 @@ class ExecScorer:
 
         ``pred_sql`` None (the model gave no SQL) scores like a failing prediction
         (outcome ``pred_error``). A metric with a ``rewrite`` (``spider``) executes the
-        rewritten pair. Never raises on SQL text; an unknown ``metric`` is a ``ConfigError``.
+        rewritten pair; one with a ``suite`` (``test_suite``) finishes the score on the
+        database's neighbours (``rex.test_suite.metric.check_on_suite``). Never raises on
+        SQL text; an unknown ``metric`` is a ``ConfigError``.
         """
-        rewrite = getattr(get_metric(metric), "rewrite", None)
+        chosen = get_metric(metric)
+        rewrite = getattr(chosen, "rewrite", None)
         if rewrite is not None and isinstance(gold_sql, str) and isinstance(pred_sql, str):
             gold_sql, pred_sql = rewrite(gold_sql, pred_sql)
         gold = self.gold(db, gold_sql)
         pred = self.execute(db, pred_sql) if pred_sql is not None else None
-        return score_results(gold.result, pred, metric, gold.ordered_for(metric), gold.facts(db))
+        scored = score_results(gold.result, pred, metric, gold.ordered_for(metric), gold.facts(db))
+        suite = getattr(chosen, "suite", None)  # test_suite: the neighbour databases (rex.test_suite)
+        return suite(self, db, gold_sql, pred_sql, scored) if suite is not None else scored
 
 
 def score_results(

@@ -59,15 +59,16 @@ def test_table_csv_and_plots(runs: tuple[Path, Path], tmp_path: Path) -> None:
     said: list[str] = []
     out = compare([eval_dir, train_dir], tmp_path / "cmp", use_wandb=True, say=said.append)
     header, rows = out["header"], out["rows"]
-    assert header[:9] == ["run", "kind", "n", "EX", "EX official", "EX before", "REX", "QATCH", "SC EX"]
-    assert header[9:12] == ["EX simple", "EX moderate"] + ["pass@1"]
+    assert header[:10] == ["run", "kind", "n", "EX", "EX official", "EX suite", "EX before", "REX", "QATCH", "SC EX"]
+    assert header[10:13] == ["EX simple", "EX moderate"] + ["pass@1"]
     ev = dict(zip(header, rows[0], strict=True))
     assert ev["run"] == "eval-run" and ev["kind"] == "eval" and ev["n"] == 4
     assert ev["EX"] == pytest.approx(0.5) and ev["EX simple"] == pytest.approx(2 / 3) and ev["EX moderate"] == 0.0
+    assert 0.0 <= ev["EX suite"] <= ev["EX"]  # eval.run reports test-suite EX by default
     tr = dict(zip(header, rows[1], strict=True))
     assert (tr["kind"], tr["EX before"], tr["EX"], tr["EX simple"]) == ("train", 0.25, 0.5, None)
     md = (tmp_path / "cmp" / "compare.md").read_text()
-    assert "| eval-run | eval | 4 | 50.0% | 50.0% | - |" in md and "| train-run | train | 4 | 50.0% | - | 25.0% |" in md
+    assert "| eval-run | eval | 4 | 50.0% | 50.0% |" in md and "| train-run | train | 4 | 50.0% | - | - | 25.0% |" in md
     with open(tmp_path / "cmp" / "compare.csv") as f:
         table = list(csv.DictReader(f))
     assert float(table[0]["EX simple"]) == pytest.approx(2 / 3) and table[1]["EX simple"] == ""

@@ -105,6 +105,7 @@ def test_eval_config_reuses_the_training_groups_and_recipes() -> None:
         "max_result_rows": 1_000_000,
         "max_result_bytes": 128 << 20,
         "ex_metric": None,
+        "test_suite": True,
     }
     with pytest.raises(ConfigError, match="pass recipe=<name> to evaluate a model .* or predictions=PATH"):
         run(_compose(), set(), say=quiet)

@@ -57,7 +57,7 @@ class RewardConfig:
     exec_metric: str = _f(
         "ex",
         "execution score inside the reward: a registered metric - ex | rex | qatch | "
-        "spider, or one added with rex.register_metric",
+        "spider | test_suite, or one added with rex.register_metric",
         exec_metric_names,
     )
     options: dict[str, Any] = _f({}, "other keyword options for training.algorithm.rewards.get_reward")

@@ -167,6 +167,11 @@ class LocalTrainer(TrainStep, Checkpoints):
             f"[data] {len(self.train_examples)} training examples ({d.kind}/{d.split}), "
             f"{len(self.eval_examples)} held-out ({d.kind}/{d.eval_split})"
         )
+        if self.cfg.reward.exec_metric == "test_suite":  # chosen for the training questions, before step 1
+            from rex.test_suite import ensure_suites
+
+            built, cached = ensure_suites((ex.db_path, ex.gold_sql) for ex in self.train_examples)
+            self.say(f"[data] test suites for reward.exec_metric=test_suite: {built} built, {cached} cached")
 
     def _build_components(self) -> None:
         from agents import make_agent, runtime_options

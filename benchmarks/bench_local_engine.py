@@ -132,6 +132,7 @@ def bare_compute(trainer: Any, policy: Any, recorder: RecordingGenerate, buffer:
     start = time.perf_counter()
     for prompts, params in recorder.calls:
         recorder.inner(prompts, params)
+    recorder.clear()  # a prefix-reuse generate's caches (the replay calls it directly)
     out = {"bare_generate": time.perf_counter() - start, "bare_passes": 0.0, "bare_adamw": 0.0}
     if not buffer.size:
         out["bare_cpu"] = time.process_time() - cpu

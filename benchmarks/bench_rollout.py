@@ -10,8 +10,10 @@ prompt is built once (database profiles, few-shot pools), so no arm pays first-u
 
 Arms are entries of ``ARMS``: a name and how to build the ``GenerateFn`` from the trainer.
 ``prefix_reuse`` keeps each episode's KV cache between turns
-(training/generation/prefix_reuse.py). A generation copy (another dtype, quantised
-weights) is one more entry there.
+(training/generation/prefix_reuse.py); ``prefix+matmul`` adds the hybrid CPU decode
+attention on a copy of the weights (the engine uses it only on its bf16 copy, so on an
+fp32 rollout this arm shows what one-token decode attention costs). A generation copy
+(another dtype, quantised weights) is one more entry there.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_rollout.py                 # ReToolSQL, embedded SmolLM2
     python benchmarks/bench_rollout.py --model runs/retoolsql/warm_start  # after the warm start
@@ -45,10 +47,27 @@ def _hf(prefix_reuse: bool) -> Callable[[Any], Any]:
     return build
 
 
-# name -> GenerateFn from a built LocalTrainer; the first arm is the baseline of the ratios
+def _matmul_decode(trainer: Any) -> Any:
+    """Prefix reuse on a copy of the generation weights with the hybrid CPU attention
+    (training/generation/cpu_attention.py), which the engine gives only its bf16 copy: how
+    much of an fp32 rollout is one-token decode attention."""
+    import copy
+
+    from training.generation.cpu_attention import use_hybrid_cpu_attention
+    from training.generation.hf import hf_generate
+
+    model = copy.deepcopy(trainer.gen_model).eval()
+    use_hybrid_cpu_attention(model)
+    chunk = max(1, trainer.cfg.optim.micro_batch_size * 4)
+    return hf_generate(model, trainer.tokenizer, trainer.device, None, chunk, logprobs=True, prefix_reuse=True)
+
+
+# name -> GenerateFn from a built LocalTrainer; the first arm is the baseline of the ratios.
+# A generation copy (another dtype, quantised weights) is one more entry here.
 ARMS: dict[str, Callable[[Any], Any]] = {
     "plain": _hf(prefix_reuse=False),
     "prefix_reuse": _hf(prefix_reuse=True),
+    "prefix+matmul": _matmul_decode,
 }
 
 

@@ -22,12 +22,15 @@ so a bf16 copy can flip a near-tie.
 The rollout driver frees what it no longer needs: before each round ``retain`` keeps
 only the rows the round's prompts continue best (the caches of finished episodes and of
 earlier turns go), and ``clear`` empties the store when the rollout returns, so no cache
-outlives a weight update. Within a round the store holds at most the previous turn's rows
-and the new ones.
+outlives a weight update. Within a round a row is dropped once the last prompt ``retain``
+announced for it has been copied into a batch, before that batch generates, so the store
+holds little more than one cache per episode in flight. Called outside ``run_episodes``,
+call ``clear`` when done.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -84,113 +87,123 @@ class PrefixReuseGenerate(ChunkedGenerate):
         super().__init__(model, tokenizer, device, autocast, chunk, logprobs)
         self.store: list[RowCache] = []
         self.reused_tokens = 0  # prompt tokens whose prefill a stored cache spared
+        self._pending: dict[int, int] = {}  # id(row) -> prompts of this round still to continue it
 
     # ------------------------------------------------------------ the store's life
     def retain(self, prompts: Sequence[Sequence[int]]) -> None:
-        """Keep only the rows that ``prompts`` (the next round's) continue."""
-        keep = {id(row) for row, _ in (self._match(np.asarray(p, dtype=np.int64)) for p in prompts) if row}
-        self.store = [row for row in self.store if id(row) in keep]
+        """Keep only the rows that ``prompts`` (the next round's) continue best."""
+        self._pending = {}
+        for row, _ in (self._match(np.asarray(p, dtype=np.int64)) for p in prompts):
+            if row is not None:
+                self._pending[id(row)] = self._pending.get(id(row), 0) + 1
+        self.store = [row for row in self.store if id(row) in self._pending]
 
     def clear(self) -> None:
-        self.store = []
+        self.store, self._pending = [], {}
 
     def cached_tokens(self) -> int:
         """Tokens whose keys and values the store holds (what its memory grows with)."""
         return sum(len(row) for row in self.store)
 
-    def _match(self, prompt: np.ndarray) -> tuple[RowCache | None, int]:
-        """The stored row sharing the longest prefix with ``prompt`` and how many tokens
-        of it to reuse (at least one prompt token is left to prefill)."""
+    def _match(self, prompt: np.ndarray, extra: Sequence[RowCache] = ()) -> tuple[RowCache | None, int]:
+        """The stored (or ``extra``) row sharing the longest prefix with ``prompt`` and how
+        many tokens of it to reuse (at least one prompt token is left to prefill)."""
         best: tuple[RowCache | None, int] = (None, 0)
-        for row in self.store:
+        for row in (*self.store, *extra):
             k = min(common_prefix(row.tokens, prompt), len(prompt) - 1)
             if k > best[1]:
                 best = (row, k)
         return best
 
+    def _release(self, used: Sequence[RowCache | None]) -> None:
+        """Drop the rows the round announced (``retain``) once their last prompt used them."""
+        done = set()
+        for row in used:
+            if row is not None and id(row) in self._pending:
+                self._pending[id(row)] -= 1
+                if self._pending[id(row)] <= 0:
+                    done.add(id(row))
+        self.store = [row for row in self.store if id(row) not in done]
+
     # ------------------------------------------------------------ one chunk
     def _rows(self, prompts: list[list[int]], call: GenerateCall) -> list[RawGeneration]:
         arrays = [np.asarray(p, dtype=np.int64) for p in prompts]
-        self._prefill_shared(arrays)
-        matches = [self._match(a) for a in arrays]
+        matches = [self._match(a, self._prefill_shared(arrays)) for a in arrays]
         self.reused_tokens += sum(k for _, k in matches)
-        reused: list[tuple[KeyValues | None, int]] = [
-            (row.layers, k) if row is not None else (None, 0) for row, k in matches
-        ]
-        return self._generate(arrays, reused, call)
+        ks = [k for _, k in matches]
+        ids, mask, cached = _layout(arrays, ks, call.pad_id)
+        inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "return_dict_in_generate": True}
+        if cached:
+            inputs["past_key_values"] = self._batch_cache(matches, cached)
+        self._release([row for row, _ in matches])  # the batch cache holds copies: free what is done
+        del matches
+        out = call.run(self.device, self.autocast, **inputs)
+        del inputs
+        width = ids.shape[1]
+        new_t = out.sequences[:, width:]  # [batch, new_len]
+        for i, (a, k) in enumerate(zip(arrays, ks, strict=True)):
+            fed = _fed_tokens(new_t[i].tolist(), call)  # generated tokens whose keys were computed
+            spans = [(cached - k, cached), (width - (len(a) - k), width), (width, width + len(fed))]
+            tokens = np.concatenate([a, np.asarray(fed, dtype=np.int64)])
+            self.store.append(RowCache(tokens, _gather(out.past_key_values, i, spans)))
+        return call.rows(new_t)
 
-    def _prefill_shared(self, arrays: list[np.ndarray]) -> None:
-        """Prefill once every prompt that several uncached rows share (a question's
-        samples on their first turn) and store it for them to match."""
+    def _prefill_shared(self, arrays: list[np.ndarray]) -> list[RowCache]:
+        """One prefill of every prompt that several uncached rows share (a question's
+        samples on their first turn), for those rows to reuse; it lives for this chunk."""
         counts: dict[bytes, int] = {}
         for a in arrays:
-            if self._match(a)[1] == 0:
+            if self._match(a)[1] == 0 and len(a) > 1:
                 counts[a.tobytes()] = counts.get(a.tobytes(), 0) + 1
-        shared = [np.frombuffer(key, dtype=np.int64)[:-1] for key, n in counts.items() if n > 1]
-        shared = [a for a in shared if len(a)]
+        shared = [np.frombuffer(key, dtype=np.int64)[:-1].copy() for key, n in counts.items() if n > 1]
         if not shared:
-            return
+            return []
         ids, mask = left_pad([a.tolist() for a in shared], pad_id=0)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate numbers left-padded rows
+        inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
+        extra: dict[str, Any] = {"use_cache": True}
+        if "logits_to_keep" in inspect.signature(self.model.forward).parameters:
+            extra["logits_to_keep"] = 1  # only the cache is wanted, not [rows, length, vocab] logits
         was_training = self.model.training
         self.model.eval()
         try:
             with torch.no_grad(), autocast_context(self.device, self.autocast):
-                out = self.model(
-                    input_ids=ids.to(self.device),
-                    attention_mask=mask.to(self.device),
-                    position_ids=positions.to(self.device),
-                    use_cache=True,
-                    logits_to_keep=1,  # only the cache is wanted, not [rows, length, vocab] logits
-                )
+                out = self.model(**{k: v.to(self.device) for k, v in inputs.items()}, **extra)
         finally:
             self.model.train(was_training)
         width = ids.shape[1]
-        for i, a in enumerate(shared):
-            spans = [(width - len(a), width)]
-            self.store.append(RowCache(a.copy(), _gather(out.past_key_values, i, spans)))
+        return [RowCache(a, _gather(out.past_key_values, i, [(width - len(a), width)])) for i, a in enumerate(shared)]
 
-    def _generate(
-        self, arrays: list[np.ndarray], reused: list[tuple[KeyValues | None, int]], call: GenerateCall
-    ) -> list[RawGeneration]:
-        cached = max(k for _, k in reused)  # C: the cache's width
-        fresh = max(len(a) - k for a, (_, k) in zip(arrays, reused, strict=True))  # N: new columns
-        width = cached + fresh
-        ids = torch.full((len(arrays), width), call.pad_id, dtype=torch.long)  # [batch, C + N]
-        mask = torch.zeros((len(arrays), width), dtype=torch.long)  # [batch, C + N]
-        for i, (a, (_, k)) in enumerate(zip(arrays, reused, strict=True)):
-            ids[i, cached - k : cached], mask[i, cached - k : cached] = torch.from_numpy(a[:k]), 1
-            new = a[k:]
-            ids[i, width - len(new) :], mask[i, width - len(new) :] = torch.from_numpy(new), 1
-        inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "return_dict_in_generate": True}
-        if cached:
-            inputs["past_key_values"] = self._batch_cache(reused, cached)
-        out = call.run(self.device, self.autocast, **inputs)
-        new_t = out.sequences[:, width:]  # [batch, new_len]
-        rows = call.rows(new_t)
-        for i, (a, (_, k)) in enumerate(zip(arrays, reused, strict=True)):
-            fed = _fed_tokens(new_t[i].tolist(), call)  # generated tokens whose keys were computed
-            spans = [(cached - k, cached), (cached + fresh - (len(a) - k), width), (width, width + len(fed))]
-            tokens = np.concatenate([a, np.asarray(fed, dtype=np.int64)])
-            self.store.append(RowCache(tokens, _gather(out.past_key_values, i, spans)))
-        return rows
-
-    def _batch_cache(self, reused: list[tuple[KeyValues | None, int]], cached: int) -> Any:
+    def _batch_cache(self, matches: list[tuple[RowCache | None, int]], cached: int) -> Any:
         """The rows' caches cropped to their reused prefix and left-padded to ``cached``."""
         from transformers import DynamicCache
 
-        template = next(layers for layers, _ in reused if layers is not None)
+        template = next(row.layers for row, k in matches if row is not None and k)
         data = []
         for layer, (k0, v0) in enumerate(template):
             heads, _, dim = k0.shape
-            keys = k0.new_zeros((len(reused), heads, cached, dim))  # [batch, kv_heads, C, head_dim]
-            values = v0.new_zeros((len(reused), heads, cached, dim))  # [batch, kv_heads, C, head_dim]
-            for i, (layers, k) in enumerate(reused):
-                if layers is not None and k:
-                    keys[i, :, cached - k :] = layers[layer][0][:, :k]
-                    values[i, :, cached - k :] = layers[layer][1][:, :k]
+            keys = k0.new_zeros((len(matches), heads, cached, dim))  # [batch, kv_heads, C, head_dim]
+            values = v0.new_zeros((len(matches), heads, cached, dim))  # [batch, kv_heads, C, head_dim]
+            for i, (row, k) in enumerate(matches):
+                if row is not None and k:
+                    keys[i, :, cached - k :] = row.layers[layer][0][:, :k]
+                    values[i, :, cached - k :] = row.layers[layer][1][:, :k]
             data.append((keys, values))
         return DynamicCache(ddp_cache_data=data, config=self.model.config)
+
+
+def _layout(arrays: Sequence[np.ndarray], ks: Sequence[int], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Row i as ``[pad][its k_i cached tokens][pad][its new tokens]``: (input_ids,
+    attention_mask, both [batch, C + N]) and C, the cache's width."""
+    cached = max(ks)
+    width = cached + max(len(a) - k for a, k in zip(arrays, ks, strict=True))
+    ids = torch.full((len(arrays), width), pad_id, dtype=torch.long)  # [batch, C + N]
+    mask = torch.zeros((len(arrays), width), dtype=torch.long)  # [batch, C + N]
+    for i, (a, k) in enumerate(zip(arrays, ks, strict=True)):
+        ids[i, cached - k : cached], mask[i, cached - k : cached] = torch.from_numpy(a[:k]), 1
+        new = a[k:]
+        ids[i, width - len(new) :], mask[i, width - len(new) :] = torch.from_numpy(new), 1
+    return ids, mask, cached
 
 
 def _fed_tokens(row: list[int], call: GenerateCall) -> list[int]:

@@ -137,12 +137,18 @@ def test_finished_episodes_caches_are_freed_each_round_and_all_at_the_end() -> N
 
 
 def test_a_question_s_samples_prefill_their_shared_prompt_once() -> None:
-    model = tiny_model()
-    gen = hf_generate(model, TOK, chunk=8, prefix_reuse=True)
+    model = lively_model()
     text = TOK.apply_chat_template([{"role": "user", "content": "How many schools?"}], tokenize=False)
     prompt = TOK.encode(text + "<|im_start|>assistant\n", add_special_tokens=False)
-    gen([list(prompt)] * 4, SamplingParams(temperature=0.0, max_new_tokens=3))  # type: ignore[arg-type]
+    other = TOK.encode(text + "<|im_start|>assistant\nSELECT", add_special_tokens=False)
+    prompts = [list(prompt)] * 3 + [list(other)]
+    params = SamplingParams(temperature=0.0, max_new_tokens=6)
+    gen = hf_generate(model, TOK, chunk=8, prefix_reuse=True)
+    outputs = gen(prompts, params)
+    # the three samples reuse the one prefill, and so does the prompt that extends theirs
     assert gen.reused_tokens == 4 * (len(prompt) - 1)  # type: ignore[attr-defined]
+    assert len(gen.store) == 4  # type: ignore[attr-defined] # one row each; the shared prefill is not kept
+    assert outputs == hf_generate(model, TOK, chunk=8)(prompts, params)
 
 
 def test_models_with_sliding_windows_keep_the_plain_path() -> None:

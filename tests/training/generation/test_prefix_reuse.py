@@ -8,6 +8,7 @@ end, and models it cannot serve keeping the plain path. ``eval.run`` on the same
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 import torch
@@ -168,3 +169,23 @@ def test_models_with_sliding_windows_keep_the_plain_path() -> None:
     windowed = Qwen2ForCausalLM(config)
     assert supports_prefix_reuse(tiny_model()) and not supports_prefix_reuse(windowed)
     assert type(hf_generate(windowed, TOK, prefix_reuse=True)) is ChunkedGenerate
+
+
+def test_the_local_engine_rolls_out_through_it_and_the_switch_restores_the_plain_path(
+    tmp_path: Path, examples: list[Example]
+) -> None:
+    from tests.helpers.local_trainer import config, tiny_inputs
+    from training.engines.local.trainer import LocalTrainer
+
+    runs = {}
+    for switch in ("true", "false"):
+        cfg = config("retoolsql", tmp_path / switch, f"model.prefix_reuse={switch}", "rollout.max_new_tokens=8")
+        trainer = LocalTrainer(cfg, tiny_inputs(examples), say=lambda _: None)
+        torch.manual_seed(0)
+        trajectories = trainer.rollout(examples[:2], 2, trainer.agent, trainer.sampling)
+        runs[switch] = (trainer.generate, [t.response_ids for t in trajectories])
+    generate, tokens = runs["true"]
+    assert isinstance(generate, PrefixReuseGenerate) and generate.reused_tokens > 0
+    assert generate.store == []  # freed when the rollout returned, before any update
+    assert type(runs["false"][0]) is ChunkedGenerate
+    assert tokens == runs["false"][1]

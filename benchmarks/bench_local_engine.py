@@ -36,6 +36,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests.helpers
 
+from training.rollout import GenerateWrapper  # noqa: E402 - after the path above
+
 
 def make_config(recipe: str, run_dir: str, overrides: list[str]) -> Any:
     from training.config import compose_tree
@@ -56,11 +58,12 @@ def make_config(recipe: str, run_dir: str, overrides: list[str]) -> Any:
     return prepare_config(raw, explicit, say=lambda _: None)
 
 
-class RecordingGenerate:
+class RecordingGenerate(GenerateWrapper):
     """Wraps a GenerateFn and keeps every call (prompts, params) for the bare replay."""
 
     def __init__(self, inner: Any) -> None:
-        self.inner, self.calls, self.seconds = inner, [], 0.0
+        super().__init__(inner)
+        self.calls, self.seconds = [], 0.0
 
     def __call__(self, prompts: list[list[int]], params: Any) -> list[Any]:
         start = time.perf_counter()
@@ -129,6 +132,7 @@ def bare_compute(trainer: Any, policy: Any, recorder: RecordingGenerate, buffer:
     start = time.perf_counter()
     for prompts, params in recorder.calls:
         recorder.inner(prompts, params)
+    recorder.clear()  # a prefix-reuse generate's caches (the replay calls it directly)
     out = {"bare_generate": time.perf_counter() - start, "bare_passes": 0.0, "bare_adamw": 0.0}
     if not buffer.size:
         out["bare_cpu"] = time.process_time() - cpu

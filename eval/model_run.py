@@ -66,7 +66,8 @@ def run_model(raw: Mapping[str, Any], explicit: set[str], say: Say = print) -> d
         from training.generation import use_hybrid_cpu_attention
 
         use_hybrid_cpu_attention(loaded.model)  # the model only generates here
-    generate = hf_generate(loaded.model, loaded.tokenizer, device, autocast)  # no log-probs: nothing is updated
+    # no log-probs: nothing is updated
+    generate = hf_generate(loaded.model, loaded.tokenizer, device, autocast, prefix_reuse=cfg.model.prefix_reuse)
     return evaluate_policy(examples, agent, loaded.tokenizer, generate, sampling, limits, out, settings, info, say)
 
 

@@ -62,6 +62,12 @@ class ModelConfig:
         "(3x faster decode, same math up to bf16 rounding; training/generation/cpu_attention.py) | off",
         ("auto", "off"),
     )
+    prefix_reuse: bool = _f(
+        True,
+        "local generation (training rollouts, eval.run): each episode keeps its KV cache between "
+        "turns and prefills only the new tokens (same tokens and sampling distribution; "
+        "training/generation/prefix_reuse.py) | false: re-encode the whole conversation every turn",
+    )
     gradient_checkpointing: bool = _f(False, "trade compute for memory in the update")
     trust_remote_code: bool = _f(False, "passed to transformers from_pretrained")
     attn_implementation: str = _f(

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from training.rollout import GenerateFn, SamplingParams
+    from training.rollout import GenerateFn, GenerationOutput, SamplingParams
 
 AutocastDtype = Any  # torch.dtype | None
 
@@ -101,41 +101,71 @@ def batched_generate(
 ) -> list[RawGeneration]:
     """Generate for every prompt at once; temperature 0 means greedy. ``logprobs``: also
     return the generating model's log-prob of each new token."""
-    eos_ids = stop_token_ids(model, tokenizer)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
-    ids, mask = left_pad(prompts, pad_id)
-    kwargs: dict[str, Any] = {
-        "max_new_tokens": max_new_tokens,
-        "pad_token_id": pad_id,
-        "eos_token_id": eos_ids,
-        "do_sample": temperature > 0,
-    }
-    if temperature > 0:
-        kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k if top_k > 0 else None)
-    else:
-        kwargs.update(temperature=None, top_p=None, top_k=None)
-    if stop:
-        kwargs.update(stop_strings=list(stop), tokenizer=tokenizer)
-    recorder = _logprob_recorder() if logprobs else None
-    if recorder is not None:
-        from transformers import LogitsProcessorList
+    call = GenerateCall(model, tokenizer, max_new_tokens, temperature, top_p, top_k, stop, logprobs)
+    ids, mask = left_pad(prompts, call.pad_id)
+    out = call.run(device, autocast, input_ids=ids, attention_mask=mask)
+    return call.rows(out[:, ids.shape[1] :])
 
-        kwargs["logits_processor"] = LogitsProcessorList([recorder])
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad(), autocast_context(device, autocast):
-            out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
-    finally:
-        model.train(was_training)
-    new_t = out[:, ids.shape[1] :]  # [batch, new_len]
-    rows = [trim_row(row, eos_ids, pad_id, tokenizer, stop) for row in new_t.tolist()]
-    if recorder is None:
-        return rows
-    lps = recorder.result(new_t).tolist()  # [batch, new_len]
-    return [
-        RawGeneration(r.token_ids, r.finish_reason, lp[: len(r.token_ids)]) for r, lp in zip(rows, lps, strict=True)
-    ]
+
+class GenerateCall:
+    """One batched ``model.generate`` call: its keyword arguments (sampling, EOS, stop
+    strings, the log-prob recorder), the call itself and the rows it returns. Shared by
+    the plain path and the prefix-reuse path (``training.generation.prefix_reuse``)."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        top_k: int,
+        stop: Sequence[str],
+        logprobs: bool,
+    ) -> None:
+        self.model, self.tokenizer, self.stop = model, tokenizer, stop
+        self.eos_ids = stop_token_ids(model, tokenizer)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+        self.kwargs: dict[str, Any] = {
+            "max_new_tokens": max_new_tokens,
+            "pad_token_id": self.pad_id,
+            "eos_token_id": self.eos_ids,
+            "do_sample": temperature > 0,
+        }
+        if temperature > 0:
+            self.kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k if top_k > 0 else None)
+        else:
+            self.kwargs.update(temperature=None, top_p=None, top_k=None)
+        if stop:
+            self.kwargs.update(stop_strings=list(stop), tokenizer=tokenizer)
+        self.recorder = _logprob_recorder() if logprobs else None
+        if self.recorder is not None:
+            from transformers import LogitsProcessorList
+
+            self.kwargs["logits_processor"] = LogitsProcessorList([self.recorder])
+
+    def run(self, device: str, autocast: AutocastDtype, **inputs: Any) -> Any:
+        """``model.generate`` in eval mode under ``no_grad``; tensors in ``inputs`` go to
+        ``device``. Returns the sequences, or the whole output when ``inputs`` ask for it
+        (``return_dict_in_generate``)."""
+        inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad(), autocast_context(device, autocast):
+                return self.model.generate(**inputs, **self.kwargs)
+        finally:
+            self.model.train(was_training)
+
+    def rows(self, new_t: torch.Tensor) -> list[RawGeneration]:
+        """The rows of ``new_t`` ([batch, new_len], the generated columns), trimmed."""
+        rows = [trim_row(row, self.eos_ids, self.pad_id, self.tokenizer, self.stop) for row in new_t.tolist()]
+        if self.recorder is None:
+            return rows
+        lps = self.recorder.result(new_t).tolist()  # [batch, new_len]
+        return [
+            RawGeneration(r.token_ids, r.finish_reason, lp[: len(r.token_ids)]) for r, lp in zip(rows, lps, strict=True)
+        ]
 
 
 def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
@@ -169,36 +199,59 @@ def trim_row(row: list[int], eos_ids: Sequence[int], pad_id: int, tokenizer: Any
 
 
 def hf_generate(
-    model: Any, tokenizer: Any, device: str = "cpu", autocast: Any = None, chunk: int = 16, logprobs: bool = False
+    model: Any,
+    tokenizer: Any,
+    device: str = "cpu",
+    autocast: Any = None,
+    chunk: int = 16,
+    logprobs: bool = False,
+    prefix_reuse: bool = False,
 ) -> GenerateFn:
     """A batched ``GenerateFn`` over a HF model: prompts sorted by length (less padding),
     generated ``chunk`` rows at a time. ``logprobs``: sampled rows (temperature > 0) also
-    return the generating model's log-prob of each token (for the IS correction)."""
-    from training.generation.hf import batched_generate
-    from training.rollout import GenerationOutput
+    return the generating model's log-prob of each token (for the IS correction).
+    ``prefix_reuse``: each episode keeps its KV cache between turns
+    (``training.generation.prefix_reuse``; models it cannot serve get the plain path)."""
+    if prefix_reuse:
+        from training.generation.prefix_reuse import PrefixReuseGenerate, supports_prefix_reuse
 
-    def generate(prompts: list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
+        if supports_prefix_reuse(model):
+            return PrefixReuseGenerate(model, tokenizer, device, autocast, chunk, logprobs)
+    return ChunkedGenerate(model, tokenizer, device, autocast, chunk, logprobs)
+
+
+class ChunkedGenerate:
+    """The plain batched ``GenerateFn``: every call prefills each prompt whole."""
+
+    def __init__(self, model: Any, tokenizer: Any, device: str, autocast: Any, chunk: int, logprobs: bool) -> None:
+        self.model, self.tokenizer, self.device, self.autocast = model, tokenizer, device, autocast
+        self.chunk, self.logprobs = chunk, logprobs
+
+    def __call__(self, prompts: list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
+        from training.rollout import GenerationOutput
+
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         out: list[Any] = [None] * len(prompts)
-        for start in range(0, len(order), chunk):
-            idx = order[start : start + chunk]
-            rows = batched_generate(
-                model,
-                tokenizer,
-                [prompts[i] for i in idx],
+        for start in range(0, len(order), self.chunk):
+            idx = order[start : start + self.chunk]
+            call = GenerateCall(
+                self.model,
+                self.tokenizer,
                 max_new_tokens=params.max_new_tokens,
                 temperature=params.temperature,
                 top_p=params.top_p,
                 top_k=max(params.top_k, 0),
                 stop=params.stop,
-                device=device,
-                autocast=autocast,
-                logprobs=logprobs and params.temperature > 0,
+                logprobs=self.logprobs and params.temperature > 0,
             )
+            rows = self._rows([prompts[i] for i in idx], call)
             for i, row in zip(idx, rows, strict=True):
                 out[i] = GenerationOutput(
                     token_ids=row.token_ids, logprobs=row.logprobs, finish_reason=row.finish_reason
                 )
         return out
 
-    return generate
+    def _rows(self, prompts: list[list[int]], call: GenerateCall) -> list[RawGeneration]:
+        ids, mask = left_pad(prompts, call.pad_id)
+        out = call.run(self.device, self.autocast, input_ids=ids, attention_mask=mask)
+        return call.rows(out[:, ids.shape[1] :])

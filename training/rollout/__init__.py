@@ -20,7 +20,9 @@ from __future__ import annotations
 from agents.types import Trajectory
 from training.rollout.driver_types import (
     AsyncGenerateFn,
+    CachingGenerate,
     GenerateFn,
+    GenerateWrapper,
     GenerationOutput,
     Request,
     RolloutLimits,
@@ -30,9 +32,11 @@ from training.rollout.scheduler import EpisodeScheduler, EpisodeSlot, run_episod
 
 __all__ = [
     "AsyncGenerateFn",
+    "CachingGenerate",
     "EpisodeScheduler",
     "EpisodeSlot",
     "GenerateFn",
+    "GenerateWrapper",
     "GenerationOutput",
     "Request",
     "RolloutLimits",

@@ -8,9 +8,9 @@ and the loops in ``training.rollout`` read them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from agents.types import Example
 from tools.errors import ConfigError
@@ -45,6 +45,39 @@ class GenerationOutput:
 
 GenerateFn = Callable[[list[list[int]], SamplingParams], list[GenerationOutput]]
 """Batched, synchronous: one output per prompt, in order (the local engine)."""
+
+
+@runtime_checkable
+class CachingGenerate(Protocol):
+    """A ``GenerateFn`` that keeps state per row between calls (the KV caches of
+    ``training.generation.prefix_reuse``): ``run_episodes`` calls ``retain`` with every
+    prompt of a round before generating it (the rest is freed) and ``clear`` when it returns."""
+
+    def __call__(self, prompts: list[list[int]], params: SamplingParams) -> list[GenerationOutput]: ...
+
+    def retain(self, prompts: Sequence[Sequence[int]]) -> None: ...
+
+    def clear(self) -> None: ...
+
+
+class GenerateWrapper:
+    """A ``GenerateFn`` around another (timing, recording) that passes ``retain`` and
+    ``clear`` on to a ``CachingGenerate`` inside, so its caches are still freed."""
+
+    def __init__(self, inner: GenerateFn) -> None:
+        self.inner = inner
+
+    def __call__(self, prompts: list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
+        return self.inner(prompts, params)
+
+    def retain(self, prompts: Sequence[Sequence[int]]) -> None:
+        if isinstance(self.inner, CachingGenerate):
+            self.inner.retain(prompts)
+
+    def clear(self) -> None:
+        if isinstance(self.inner, CachingGenerate):
+            self.inner.clear()
+
 
 AsyncGenerateFn = Callable[[list[int], SamplingParams], Awaitable[GenerationOutput]]
 """One prompt, asynchronous (veRL's ``server_manager.generate`` behind an adapter)."""

@@ -27,6 +27,7 @@ from agents.types import Agent, EpisodeResult, Example, Message, Trajectory
 from training.rollout.chat_segments import ChatSegments
 from training.rollout.driver_types import (
     AsyncGenerateFn,
+    CachingGenerate,
     GenerateFn,
     GenerationOutput,
     Request,
@@ -168,16 +169,21 @@ def run_episodes(
     Returns the trajectories request by request, each request's episodes in order
     (DualSQL: linker then generator). Each round makes one ``generate`` call per distinct
     sampling configuration, with the largest token budget among its prompts; each runner
-    cuts its own output to its own budget.
+    cuts its own output to its own budget. A ``CachingGenerate`` (prefix reuse) is told
+    which prompts each round continues and is cleared when the rollout returns.
     """
     scheduler = EpisodeScheduler(agent, requests, ChatSegments(tokenizer, eos_token_ids), sampling, limits)
     bar = _progress_bar(len(scheduler.slots)) if progress else None
     if bar is not None:
         bar.update(len(scheduler.slots) - len(scheduler.waiting()))
-    while active := scheduler.waiting():
-        _generate_round(scheduler, active, generate)
-        if bar is not None:
-            bar.update(sum(scheduler.done(i) for i in active))
+    try:
+        while active := scheduler.waiting():
+            _generate_round(scheduler, active, generate)
+            if bar is not None:
+                bar.update(sum(scheduler.done(i) for i in active))
+    finally:
+        if isinstance(generate, CachingGenerate):
+            generate.clear()  # no episode continues: free every cache
     if bar is not None:
         bar.close()
     return scheduler.trajectories()
@@ -190,6 +196,8 @@ def _generate_round(scheduler: EpisodeScheduler, active: Sequence[int], generate
         ids, params = scheduler.ask(i)
         key = dataclasses.replace(params, max_new_tokens=0)
         groups.setdefault(key, []).append((i, ids, params.max_new_tokens))
+    if isinstance(generate, CachingGenerate):  # finished episodes' caches go before this round's
+        generate.retain([ids for members in groups.values() for _, ids, _ in members])
     for key, members in groups.items():
         params = dataclasses.replace(key, max_new_tokens=max(budget for _, _, budget in members))
         outputs = generate([ids for _, ids, _ in members], params)

@@ -20,6 +20,19 @@ from training.config import TrainConfig
 from training.engines.local.buffer import CandidatePool, StepBuffer, build_buffer, unkept_to_return
 from training.engines.local.policy_models import PolicyModels
 from training.engines.local.update import Stopwatch, Updater
+from training.rollout import GenerateWrapper
+
+
+class TimedGenerate(GenerateWrapper):
+    """The engine's generate, its seconds counted as the step's ``generation`` phase."""
+
+    def __init__(self, inner: Any, watch: Stopwatch) -> None:
+        super().__init__(inner)
+        self.watch = watch
+
+    def __call__(self, prompts: list[list[int]], params: Any) -> list[Any]:
+        with self.watch.measure("generation"):
+            return self.inner(prompts, params)
 
 
 class TrainStep:
@@ -46,9 +59,6 @@ class TrainStep:
     _say: Callable[[str], None]
 
     # ------------------------------------------------------------------ generation
-    def _timed_generate(self, prompts: list[list[int]], params: Any) -> list[Any]:
-        with self.watch.measure("generation"):
-            return self.generate(prompts, params)
 
     def rollout(
         self, examples: Sequence[Any], group_size: int, agent: Any, sampling: Any, progress: bool = False
@@ -59,7 +69,13 @@ class TrainStep:
 
         requests = [(ex, get_database(ex.db_path), g) for ex in examples for g in range(group_size)]
         return run_episodes(
-            agent, requests, self.tokenizer, self._timed_generate, sampling, self.limits, progress=progress
+            agent,
+            requests,
+            self.tokenizer,
+            TimedGenerate(self.generate, self.watch),
+            sampling,
+            self.limits,
+            progress=progress,
         )
 
     # ------------------------------------------------------------------ one step

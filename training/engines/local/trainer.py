@@ -219,6 +219,7 @@ class LocalTrainer(TrainStep, Checkpoints):
             autocast=None,
             chunk=max(1, cfg.optim.micro_batch_size * 4),
             logprobs=True,
+            prefix_reuse=cfg.model.prefix_reuse,
         )  # the generation copy is bf16 itself: no autocast
         if cfg.stage.warm_start.enable:  # fail now, not after the "before" evaluation
             from training.supervised.demonstrations import get_script

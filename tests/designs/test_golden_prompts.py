@@ -61,6 +61,7 @@ def _cli(*args: str, cache: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_cli_show_renders_the_prompt(db_path: Path, join_example, tmp_path: Path) -> None:
     proc = _cli(
         "show",
@@ -96,6 +97,7 @@ def test_cli_show_renders_the_prompt(db_path: Path, join_example, tmp_path: Path
     assert "satscores(" in proc.stdout and "schools(" not in proc.stdout and "=== system ===" in proc.stdout
 
 
+@pytest.mark.slow
 def test_cli_errors_say_how_to_fix(db_path: Path, tmp_path: Path) -> None:
     proc = _cli("show", "trustsql", "--db", str(tmp_path / "missing.sqlite"), "--question", "q", cache=tmp_path)
     assert proc.returncode == 2 and "no database file" in proc.stderr

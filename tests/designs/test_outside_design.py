@@ -224,6 +224,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # ----------------------------------------------------------------------------- the tests
 
 
+@pytest.mark.slow
 def test_the_installed_entry_point_is_the_pages(fence: Installed) -> None:
     found = {ep.name: ep for ep in entry_points(DESIGN_GROUP)}
     assert found["fence"].value == "fence_design:design"
@@ -231,6 +232,7 @@ def test_the_installed_entry_point_is_the_pages(fence: Installed) -> None:
     assert {"retoolsql", "think2sql", "trustsql", "dualsql"} <= set(found)  # the project's own, beside it
 
 
+@pytest.mark.slow
 def test_agents_list_and_the_design_tool(fence: Installed, tmp_path: Path) -> None:
     from tests.helpers.agent_db import make_db
 
@@ -244,6 +246,7 @@ def test_agents_list_and_the_design_tool(fence: Installed, tmp_path: Path) -> No
     assert counted["rows"] == [[2]]
 
 
+@pytest.mark.slow
 def test_the_recipe_composes(fence: Installed, tmp_path: Path) -> None:
     args = ["recipe=fence", "dry_run=true", "engine=local", "engine.device=cpu", "reward.w_fence=0.2"]
     text = ok(python("-m", "training.run", *args, cwd=tmp_path))
@@ -256,6 +259,7 @@ def test_the_recipe_composes(fence: Installed, tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
 
 
+@pytest.mark.slow
 def test_one_local_training_step(fence: Installed, tiny_model_dir: Path, tmp_path: Path) -> None:
     console = ok(
         python(
@@ -309,6 +313,7 @@ def test_one_verl_fit_step(fence: Installed) -> None:
     assert sampled and all(s["components"]["fenced"] == 0.0 for s in sampled)
 
 
+@pytest.mark.slow
 def test_a_broken_entry_point_names_itself(fence: Installed, tmp_path: Path) -> None:
     """A package whose design entry point names a missing module: every lookup of the group
     says which entry point, of which distribution, failed and why."""

@@ -92,6 +92,7 @@ def test_not_a_run_directory(tmp_path: Path) -> None:
         load_run(tmp_path / "missing")
 
 
+@pytest.mark.slow
 def test_entry_point_from_a_temporary_directory(runs: tuple[Path, Path], tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()

@@ -30,6 +30,7 @@ def _run(*overrides: str, say: Callable[[str], None] = quiet) -> dict | None:
 # ------------------------------------------------------------- data.split names the split
 
 
+@pytest.mark.slow
 def test_scoring_a_predictions_file_takes_data_split_as_the_split_to_score(bird: Path, tmp_path: Path) -> None:
     preds = write_jsonl(tmp_path / "predict.jsonl", PREDICTIONS)
     common = (f"predictions={preds}", "data=bird", f"data.root={bird}", "eval.timeout_s=1")

@@ -141,6 +141,7 @@ def test_failed_requests_are_counted_not_raised(data_root: Path, tokenizer_dir: 
     assert all(by_id[q]["ex"] == 1 for q in ("q0", "q1", "q3"))
 
 
+@pytest.mark.slow
 def test_the_command_line_scores_an_endpoint_as_run_does(data_root: Path, tokenizer_dir: Path, tmp_path: Path) -> None:
     """``python -m eval.run model.base_url=...`` (the README's command) in a subprocess
     reaches the endpoint evaluation and writes the records ``run`` writes in-process."""

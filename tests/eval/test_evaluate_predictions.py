@@ -120,6 +120,7 @@ def test_bad_prediction_files_are_reported_whole(bird: Path, tmp_path: Path) -> 
         evaluate_predictions(examples, tmp_path / "nope.jsonl", tmp_path / "out3", say=quiet, progress=False)
 
 
+@pytest.mark.slow
 def test_bundled_benchmark_ex_per_difficulty_matches_the_data_file(minibird_root: Path, tmp_path: Path) -> None:
     """Gold SQL as predictions on every minibird dev question except, per difficulty, one
     broken and one missing prediction: EX per difficulty is exactly (n - 2) / n with n

@@ -333,6 +333,7 @@ def test_stats_output_counts_per_database_and_difficulty(bird_root: Path) -> Non
     assert rows["music"] == ["2", "1", "3"] and rows["shop"] == ["1", "0", "1"]
 
 
+@pytest.mark.slow
 def test_stats_command_runs_from_any_directory(bird_root: Path, tmp_path: Path) -> None:
     out = subprocess.run(
         [

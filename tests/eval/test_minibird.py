@@ -57,6 +57,7 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 # ------------------------------------------------------------------------ structure
 
 
+@pytest.mark.slow
 def test_two_builds_are_byte_identical(minibird_root: Path, tmp_path: Path) -> None:
     second = minibird.build(tmp_path / "b")
     files_a = sorted(p.relative_to(minibird_root) for p in minibird_root.rglob("*") if p.is_file())
@@ -148,6 +149,7 @@ def test_easy_single_table_questions_are_plentiful(minibird_root: Path) -> None:
     assert len(counts) >= 10
 
 
+@pytest.mark.slow
 def test_gold_tables_and_columns_present(minibird_root: Path) -> None:
     for split in SPLITS:
         examples = load_examples("minibird", root=minibird_root, split=split, drop_failing_gold=True)
@@ -322,6 +324,7 @@ def test_a_description_csv_is_cp1252(dev_dbs: dict[str, Path]) -> None:
 # --------------------------------------------------------------------------- caching
 
 
+@pytest.mark.slow
 def test_ensure_builds_once_and_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SQLAGENT_RL_CACHE", str(tmp_path / "cache"))
 
@@ -378,6 +381,7 @@ def test_verify_fails_loudly_on_a_gold_sql_that_errors_or_returns_nothing(minibi
     assert "dev question 7" in str(info.value) and "empty result" in str(info.value)
 
 
+@pytest.mark.slow
 def test_command_line_build(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from eval.data.__main__ import main
 

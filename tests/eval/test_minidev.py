@@ -223,6 +223,7 @@ def test_eval_limit_pairs_with_the_file_positions_and_the_run_predict_json_reads
     assert outcomes(tmp_path / "back") == outcomes(tmp_path / "full") == expected
 
 
+@pytest.mark.slow
 def test_the_command_a_user_types_scores_minidev(tmp_path: Path) -> None:
     """``python -m eval.run predictions=predict_mini_dev_….json data=bird data.root=… data.split=dev``."""
     root = write_minidev(tmp_path)

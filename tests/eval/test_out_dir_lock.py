@@ -24,6 +24,7 @@ def evaluate(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return run_module("eval.run", *args, cwd=cwd, timeout=180, WANDB_MODE="offline")
 
 
+@pytest.mark.slow
 def test_a_second_evaluation_into_a_held_out_dir_is_refused(bird: Path, tmp_path: Path) -> None:
     preds = write_jsonl(tmp_path / "preds.jsonl", PREDICTIONS)
     work, out = tmp_path / "work", tmp_path / "out"

@@ -41,6 +41,7 @@ def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_entry_point_scores_a_predictions_file(bird: Path, tmp_path: Path) -> None:
     preds = write_jsonl(tmp_path / "preds.jsonl", PREDICTIONS)
     work = tmp_path / "work"
@@ -57,6 +58,7 @@ def test_entry_point_scores_a_predictions_file(bird: Path, tmp_path: Path) -> No
     assert proc.returncode == 2 and "question 13" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_entry_point_runs_a_saved_model(bird: Path, tmp_path: Path) -> None:
     from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
 

@@ -43,6 +43,7 @@ def _count(driver: Any) -> int:
     return int(_js(driver, "return document.getElementById('count').textContent").split()[0])
 
 
+@pytest.mark.slow
 def test_viewer_shows_the_run_with_training_masks_and_filters(trained: tuple[Path, list[Any]], tmp_path: Path) -> None:
     run, buffers = trained
     page = write_view(run, say=lambda _: None)
@@ -108,6 +109,7 @@ def _many(rows: list[dict], n: int) -> list[dict]:
     return [dict(rows[i % len(rows)], example_id=f"x{i}", step=1 + i // len(rows)) for i in range(n)]
 
 
+@pytest.mark.slow
 def test_ten_thousand_trajectories_keep_the_dom_small(trained: tuple[Path, list[Any]], tmp_path: Path) -> None:
     from eval.reports.viewer_page import render_page
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def _run(args: list[str], cwd: Path, cache: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SQLAGENT_RL_CACHE": str(cache)}
@@ -16,6 +18,7 @@ def _run(args: list[str], cwd: Path, cache: Path) -> subprocess.CompletedProcess
     )
 
 
+@pytest.mark.slow
 def test_cli_tools_profile_and_schema(school_db: Path, tmp_path: Path, _cache_dir: Path) -> None:
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
@@ -52,6 +55,7 @@ def test_cli_tools_profile_and_schema(school_db: Path, tmp_path: Path, _cache_di
     assert len(json.loads(out.stdout)["rows"]) == 10
 
 
+@pytest.mark.slow
 def test_cli_bad_usage(tmp_path: Path, _cache_dir: Path) -> None:
     out = _run(["sqlite_query", "--db", str(tmp_path / "missing.sqlite"), "--sql", "SELECT 1"], tmp_path, _cache_dir)
     assert out.returncode == 2 and "no SQLite database" in out.stderr

@@ -23,6 +23,7 @@ def effective(proc: subprocess.CompletedProcess) -> dict:
     return yaml.safe_load(text[text.index("# effective configuration") :])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", project_designs())
 def test_dry_run_prints_each_recipe(tmp_path: Path, recipe: str) -> None:
     proc = run(tmp_path, f"recipe={recipe}", "dry_run=true", "engine=local", "engine.device=cpu")
@@ -33,6 +34,7 @@ def test_dry_run_prints_each_recipe(tmp_path: Path, recipe: str) -> None:
     assert list(tmp_path.iterdir()) == []  # a dry run writes nothing: no runs/<recipe>/.hydra, no run.log
 
 
+@pytest.mark.slow
 def test_command_line_beats_recipe_and_profile(tmp_path: Path) -> None:
     proc = run(
         tmp_path,
@@ -50,6 +52,7 @@ def test_command_line_beats_recipe_and_profile(tmp_path: Path) -> None:
     assert cfg["algorithm"]["group_size"] == 6
 
 
+@pytest.mark.slow
 def test_paper_sizes_without_the_profile(tmp_path: Path) -> None:
     cfg = effective(
         run(
@@ -66,6 +69,7 @@ def test_paper_sizes_without_the_profile(tmp_path: Path) -> None:
     assert cfg["algorithm"]["group_size"] == 16 and cfg["agent"]["generator_max_turns"] == 10
 
 
+@pytest.mark.slow
 def test_bad_values_exit_with_the_fix(tmp_path: Path) -> None:
     proc = run(tmp_path, "recipe=trustsql", "algorithm.group_size=1", "dry_run=true")
     assert proc.returncode == 2
@@ -75,6 +79,7 @@ def test_bad_values_exit_with_the_fix(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []  # no runs/None/
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "override,message",
     [
@@ -91,6 +96,7 @@ def test_values_of_the_wrong_type_exit_with_key_type_and_allowed_values(
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_cfg_job_says_it_is_not_the_configuration_that_runs(tmp_path: Path) -> None:
     proc = run(tmp_path, "recipe=trustsql", "--cfg", "job")
     assert proc.returncode == 0, proc.stderr
@@ -100,6 +106,7 @@ def test_cfg_job_says_it_is_not_the_configuration_that_runs(tmp_path: Path) -> N
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_model_path_that_is_not_a_directory_says_so(tmp_path: Path) -> None:
     proc = run(
         tmp_path,
@@ -115,6 +122,7 @@ def test_a_model_path_that_is_not_a_directory_says_so(tmp_path: Path) -> None:
     assert "does not exist" in (tmp_path / "runs" / "think2sql" / "run.log").read_text()  # the log has the error
 
 
+@pytest.mark.slow
 def test_unknown_recipe_lists_the_available_ones(tmp_path: Path) -> None:
     proc = run(tmp_path, "recipe=trustsq", "dry_run=true")
     assert proc.returncode != 0

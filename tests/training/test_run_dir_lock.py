@@ -32,6 +32,7 @@ def train(cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
     return run_module("training.run", *overrides, cwd=cwd)
 
 
+@pytest.mark.slow
 def test_a_second_run_on_a_held_run_dir_exits_naming_the_holder(tmp_path: Path) -> None:
     run_dir = tmp_path / "runs" / "shared"
     holder = start_holder(run_dir, "recipe=trustsql", "seed=3")
@@ -47,6 +48,7 @@ def test_a_second_run_on_a_held_run_dir_exits_naming_the_holder(tmp_path: Path) 
         assert stop_holder(holder) == 0
 
 
+@pytest.mark.slow
 def test_a_killed_runs_lock_is_taken_over_and_released_when_the_run_fails(tmp_path: Path) -> None:
     run_dir = tmp_path / "runs" / "shared"
     holder = start_holder(run_dir)
@@ -60,6 +62,7 @@ def test_a_killed_runs_lock_is_taken_over_and_released_when_the_run_fails(tmp_pa
     assert not (run_dir / "run.lock").exists()  # released on the error
 
 
+@pytest.mark.slow
 def test_a_dry_run_takes_no_lock(tmp_path: Path) -> None:
     run_dir = tmp_path / "runs" / "shared"
     holder = start_holder(run_dir)
@@ -76,6 +79,7 @@ def test_a_dry_run_takes_no_lock(tmp_path: Path) -> None:
     assert proc.returncode == 0 and not fresh.exists()  # no lock file, no run directory
 
 
+@pytest.mark.slow
 def test_runs_one_after_another_in_a_process_each_release_the_lock(tmp_path: Path) -> None:
     """A multirun's jobs run in one process: each must leave its run_dir unlocked."""
     from training.config import compose_tree

@@ -43,6 +43,7 @@ def _report(sweep: Path, out: Path, monkeypatch: pytest.MonkeyPatch, online: boo
     return {**out_dict, "said": said}, saved
 
 
+@pytest.mark.slow
 def test_report_object_has_the_panels_groupings_and_runsets(
     tiny_sweep: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -92,6 +93,7 @@ def test_report_object_has_the_panels_groupings_and_runsets(
     assert any("not saved" in line for line in out["said"])
 
 
+@pytest.mark.slow
 def test_report_is_saved_only_when_logged_in(tiny_sweep: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out, saved = _report(tiny_sweep, tmp_path / "cmp", monkeypatch, online=True)
     assert len(saved) == 1 and saved[0] is out["report"]["report"]
@@ -131,6 +133,7 @@ def test_bootstrap_deltas_say_when_a_difference_is_within_noise() -> None:
     assert 0.35 < low < 0.5 < high < 0.65  # the mean's interval at n=100 is about +-0.1
 
 
+@pytest.mark.slow
 def test_offline_html_report_opens_in_chromium_with_every_image_and_table(
     tiny_sweep: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -159,6 +162,7 @@ def test_offline_html_report_opens_in_chromium_with_every_image_and_table(
         assert console_errors(driver) == []
 
 
+@pytest.mark.slow
 def test_entry_point_writes_the_report_files_and_checks_the_baseline(tiny_sweep: Path, tmp_path: Path) -> None:
     import os
     import subprocess

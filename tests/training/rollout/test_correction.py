@@ -128,6 +128,7 @@ def _model_generate_trainer(tmp_path: Path, examples: list[Example], *extra: str
     return LocalTrainer(cfg, tiny_inputs(examples, examples[:2]), say=lambda _: None)
 
 
+@pytest.mark.slow
 def test_mismatch_metric_is_zero_when_generation_and_training_share_weights(
     tmp_path: Path, examples: list[Example]
 ) -> None:
@@ -138,6 +139,7 @@ def test_mismatch_metric_is_zero_when_generation_and_training_share_weights(
     assert metrics["rollout_corr/k3_kl"] == pytest.approx(0.0, abs=1e-4)
 
 
+@pytest.mark.slow
 def test_dualsql_recipe_runs_sequence_masked_is_with_a_bf16_generation_copy(
     tmp_path: Path, examples: list[Example]
 ) -> None:

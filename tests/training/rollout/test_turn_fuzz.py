@@ -32,6 +32,7 @@ def fuzz_db(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return get_database(make_db(tmp_path_factory.mktemp("fuzzdb") / "schools.sqlite"))
 
 
+@pytest.mark.slow
 def test_600_adversarial_turns_through_episodes_driver_and_rewards(fuzz_db: Any) -> None:
     tallies = run_fuzz(600, seed=0, db=fuzz_db)
     assert set(tallies) == {label for label, _, _ in variants()}

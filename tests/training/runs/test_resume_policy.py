@@ -53,6 +53,7 @@ def cut(path: Path) -> None:
     path.write_bytes(data[: len(data) // 2])
 
 
+@pytest.mark.slow
 def test_two_complete_steps(run: Path) -> None:
     steps = R.verl_step_checkpoints(run / "checkpoints")
     assert [(c.step, c.complete) for c in steps] == [(1, True), (2, True)]
@@ -67,6 +68,7 @@ def test_two_complete_steps(run: Path) -> None:
         R.resume_decision(run, "never")
 
 
+@pytest.mark.slow
 def test_a_kill_mid_save_resumes_from_the_step_before(run: Path) -> None:
     ckpt = run / "checkpoints"
     shutil.copytree(ckpt / "global_step_2", ckpt / "global_step_3")
@@ -81,6 +83,7 @@ def test_a_kill_mid_save_resumes_from_the_step_before(run: Path) -> None:
     assert not (ckpt / "global_step_3").exists() and (ckpt / R.VERL_TRACKER).read_text() == "2"
 
 
+@pytest.mark.slow
 def test_an_empty_tracker_or_a_rotated_tracker_step_still_finds_the_newest_complete_step(run: Path) -> None:
     from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
@@ -97,6 +100,7 @@ def test_an_empty_tracker_or_a_rotated_tracker_step_still_finds_the_newest_compl
     assert decision.step == 2 and decision.discard == ()  # the rotation leftover (data.pt only) is left alone
 
 
+@pytest.mark.slow
 def test_no_checkpoint_auto_starts_must_refuses(run: Path, tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     assert R.resume_decision(empty, "auto").action == "start"
@@ -112,6 +116,7 @@ def test_no_checkpoint_auto_starts_must_refuses(run: Path, tmp_path: Path) -> No
     assert R.verl_resume_values(decision)["trainer.resume_mode"] == "disable"
 
 
+@pytest.mark.slow
 def test_keep_checkpoints_across_processes(run: Path) -> None:
     removed = R.prune_verl_checkpoints(run / "checkpoints", keep=1)
     assert removed == [run / "checkpoints" / "global_step_1" / "actor"] and not removed[0].exists()

@@ -19,6 +19,7 @@ def _records(run: Path, kind: str) -> list[dict]:
     return [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["kind"] == kind]
 
 
+@pytest.mark.slow
 def test_two_by_two_sweep_writes_four_runs_naming_their_ablation(tiny_sweep: Path) -> None:
     runs = sorted(p for p in tiny_sweep.iterdir() if p.is_dir())
     assert [p.name for p in runs] == ["0", "1", "2", "3"]
@@ -91,6 +92,7 @@ def test_verl_runtime_env_carries_group_tags_and_a_unique_name() -> None:
     assert verl_runtime_env(None, {}, "trustsql", "runs/trustsql") == ({}, "trustsql")
 
 
+@pytest.mark.slow
 def test_a_sweep_refuses_one_run_dir_for_every_job(tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parents[3]
     proc = subprocess.run(
@@ -127,6 +129,7 @@ def _printed_configs(stdout: str) -> list[dict]:
     ]
 
 
+@pytest.mark.slow
 def test_verl_sweep_dry_run_names_each_job_and_carries_group_and_tags(tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parents[3]
     sweep_dir = tmp_path / "trustsql" / "s1"

@@ -142,6 +142,7 @@ def leaky(reply: Any, examples: list[Example]) -> Any:
     return wrapped
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", project_designs())
 def test_each_design_chain_on_the_tiny_model(recipe: str, tmp_path: Path, examples: list[Example]) -> None:
     """Mine (or annotate) -> filters -> dataset -> SFT -> (RL filter) -> RL, 2 questions."""
@@ -237,6 +238,7 @@ def mining_config(run_dir: str) -> Any:
     )
 
 
+@pytest.mark.slow
 def test_a_kill_during_mining_resumes_without_redoing_or_duplicating(tmp_path: Path, examples: list[Example]) -> None:
     run_dir = tmp_path / "run"
     questions = run_dir / "supervised" / "mine" / "questions.jsonl"

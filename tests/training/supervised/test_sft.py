@@ -49,7 +49,7 @@ def test_nll_is_the_policy_tokens_negative_log_likelihood(examples: list[Example
     assert float(loss) == pytest.approx(hand, rel=1e-4)
 
 
-@pytest.mark.parametrize("name", ["think2sql", "dualsql"])
+@pytest.mark.parametrize("name", ["think2sql", pytest.param("dualsql", marks=pytest.mark.slow)])  # dualsql: slow tier
 def test_fine_tuning_lowers_the_demonstrations_nll(name: str, examples: list[Example]) -> None:
     model = tiny_model(seed=1)
     trajectories = demos(name, examples)

@@ -40,6 +40,7 @@ def sample_steps(run_dir: Path) -> list[int]:
     return sorted({r["step"] for r in rows(run_dir, "samples.jsonl")})
 
 
+@pytest.mark.slow
 def test_a_rerun_with_no_checkpoint_records_every_step_once(tmp_path: Path, examples: list[Example]) -> None:
     """The report: a run stopped after two steps before its first checkpoint, rerun with
     resume=auto, started at step 1 again and appended to the old records (1, 2, 1, 2, 3)."""
@@ -69,12 +70,25 @@ def test_a_rerun_with_no_checkpoint_records_every_step_once(tmp_path: Path, exam
 CHILD_EXTRA = ("trainer.total_steps=3", *NO_EARLY_CHECKPOINT)
 
 
-def run_child(run_dir: Path, db: Path, signals_in_step: str, *extra: str) -> subprocess.CompletedProcess[str]:
+def start_child(run_dir: Path, db: Path, signals_in_step: str, *extra: str) -> subprocess.Popen[str]:
     """``preempt_child.py``: the tiny local run (seed 5) as a process of its own, sending
     itself ``signals_in_step`` (``N:SIGNAL,...``) in the middle of step N."""
     env = dict(os.environ, PYTHONPATH=str(REPO), TOKENIZERS_PARALLELISM="false", SIGNALS_IN_STEP=signals_in_step)
     command = [sys.executable, "-m", "tests.training.engines.local.preempt_child", str(run_dir), str(db), *extra]
-    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=240, check=False)
+    return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finished(child: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
+    try:
+        out, err = child.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        raise
+    return subprocess.CompletedProcess(child.args, child.returncode, out, err)
+
+
+def run_child(run_dir: Path, db: Path, signals_in_step: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return finished(start_child(run_dir, db, signals_in_step, *extra))
 
 
 @pytest.mark.slow
@@ -82,7 +96,13 @@ def test_sigterm_finishes_the_step_saves_it_and_resume_continues_exactly(tmp_pat
     db = make_db(tmp_path / "schools.sqlite")
     examples = school_examples(db)
     run_dir = tmp_path / "run"
-    child = run_child(run_dir, db, "2:SIGTERM", *CHILD_EXTRA)
+    started = start_child(run_dir, db, "2:SIGTERM", *CHILD_EXTRA)
+    # the uninterrupted run to compare with, here while the child runs (two cores, half the wait)
+    try:
+        straight = trainer("think2sql", tmp_path / "straight", examples, *CHILD_EXTRA, seed=5)
+        straight.fit()
+    finally:
+        child = finished(started)
     out = child.stdout + child.stderr
     assert child.returncode == REQUEUE_EXIT_STATUS, out[-3000:]
     assert "SIGTERM received: finishing the current step" in out and "stopped after step 2" in out, out[-3000:]
@@ -93,9 +113,6 @@ def test_sigterm_finishes_the_step_saves_it_and_resume_continues_exactly(tmp_pat
     resumed = trainer("think2sql", run_dir, examples, *CHILD_EXTRA, "resume=auto", seed=5)
     assert resumed.fit()["steps"] == 3
     assert train_steps(run_dir) == [1, 2, 3] and sample_steps(run_dir) == [1, 2, 3]
-
-    straight = trainer("think2sql", tmp_path / "straight", examples, *CHILD_EXTRA, seed=5)
-    straight.fit()
     a, b = straight.model.state_dict(), resumed.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
 

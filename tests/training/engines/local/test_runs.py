@@ -17,6 +17,7 @@ from tests.helpers.tiny_model import tiny_model
 from training.engines.local import state as st
 
 
+@pytest.mark.slow
 def test_resume_matches_an_uninterrupted_run(tmp_path: Path, examples: list[Example]) -> None:
     extra = ("trainer.total_steps=2", "algorithm.dynamic_sampling.enable=false")
     straight = trainer("think2sql", tmp_path / "a", examples, *extra, seed=5)
@@ -44,6 +45,7 @@ def test_resume_matches_an_uninterrupted_run(tmp_path: Path, examples: list[Exam
     assert changed({k: v for k, v in a.items()}, tiny_model(seed=1)) > 0
 
 
+@pytest.mark.slow
 def test_existing_checkpoints_need_resume_or_fresh(tmp_path: Path, examples: list[Example]) -> None:
     trainer("think2sql", tmp_path, examples).fit()
     with pytest.raises(Exception, match="resume=true"):

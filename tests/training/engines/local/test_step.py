@@ -18,9 +18,15 @@ from training.engines.local.buffer import build_buffer
 from training.generation.hf import trim_row
 
 RECIPES = project_designs()
+LONG_PROMPTS = {"retoolsql", "dualsql"}
+"""Designs whose step costs several seconds on two cores (M-Schema prompts, two agents): slow tier."""
 
 
-@pytest.mark.parametrize("recipe", RECIPES)
+def by_cost(recipes: list[str]) -> list[object]:
+    return [pytest.param(r, marks=pytest.mark.slow) if r in LONG_PROMPTS else r for r in recipes]
+
+
+@pytest.mark.parametrize("recipe", by_cost(RECIPES))
 def test_one_step_of_each_recipe_changes_the_weights(recipe: str, tmp_path: Path, examples: list[Example]) -> None:
     t = trainer(recipe, tmp_path, examples, "algorithm.dynamic_sampling.enable=false")
     before = weights(t.model)
@@ -31,7 +37,7 @@ def test_one_step_of_each_recipe_changes_the_weights(recipe: str, tmp_path: Path
     assert changed(before, t.model) > 1e-6
 
 
-@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("recipe", by_cost(RECIPES))
 def test_zero_advantage_control_leaves_weights_unchanged(recipe: str, tmp_path: Path, examples: list[Example]) -> None:
     t = trainer(recipe, tmp_path, examples, "algorithm.dynamic_sampling.enable=false", always_good=True)
     before = weights(t.model)
@@ -87,6 +93,7 @@ def test_trustsql_buffer_two_track_advantages_and_prefix_mask(tmp_path: Path, ex
         assert buffer.masks["full"][i] == [float(x) for x in tr.response_mask]
 
 
+@pytest.mark.slow
 def test_dynamic_sampling_drops_flat_groups_in_the_engine(tmp_path: Path, examples: list[Example]) -> None:
     flat = {"q0", "q2", "q3"}
     t = trainer(

@@ -179,6 +179,7 @@ def test_prompt_rows_round_trip(tmp_path: Path) -> None:
         D.write_prompt_file([], tmp_path / "empty.parquet")
 
 
+@pytest.mark.slow
 def test_dry_run_prints_the_complete_verl_config(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     cmd = [
@@ -215,6 +216,7 @@ def test_dry_run_prints_the_complete_verl_config(tmp_path: Path) -> None:
         assert noise not in text and noise not in proc.stderr
 
 
+@pytest.mark.slow
 def test_dry_run_refuses_a_config_that_would_crash(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     cmd = [

@@ -117,6 +117,7 @@ def actor_module(model_dir: str, attn: str) -> torch.nn.Module:
     return auto_class.from_pretrained(model_config.local_path, config=model_config.hf_config, dtype=torch.float32)
 
 
+@pytest.mark.slow
 def test_the_actor_loads_with_the_engines_default_attention_without_flash_attn(tmp_path) -> None:
     """Defect 2 of issue 10: veRL defaults to flash_attention_2, which ``.[gpu]`` does not
     install; the engine's default (sdpa) loads, and its packed forward is exact."""

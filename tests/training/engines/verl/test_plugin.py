@@ -13,6 +13,8 @@ import subprocess
 import sys
 from importlib.metadata import entry_points
 
+import pytest
+
 from tests.helpers.designs import project_designs
 
 PROBE = """
@@ -36,6 +38,7 @@ def test_entry_point_names_the_plugin_module() -> None:
     assert found.get("sqlagent_rl") == "training.engines.verl.workers.plugin"
 
 
+@pytest.mark.slow
 def test_import_verl_registers_agent_loop_and_trainer() -> None:
     proc = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=False, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -50,6 +53,7 @@ def test_import_verl_registers_agent_loop_and_trainer() -> None:
     assert set(seen["design_agents"]) >= {f"designs.{name}.agent" for name in designs}
 
 
+@pytest.mark.slow
 def test_plugins_can_be_switched_off() -> None:
     """``VERL_USE_EXTERNAL_PLUGINS=none`` is veRL's switch; then nothing is registered."""
     import os

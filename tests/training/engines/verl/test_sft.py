@@ -284,6 +284,7 @@ def test_eval_run_scores_an_endpoint(data_root: Path, tokenizer_dir: Path, tmp_p
     assert summary["settings"]["model"] == f"served-model @ {server.base_url}"
 
 
+@pytest.mark.slow
 def test_verl_sft_rl_runs_rl_only_on_the_questions_the_filter_keeps(
     data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -183,6 +183,7 @@ def test_the_embedded_models_template_matches_its_golden_prompt() -> None:
     assert (status, detail.split(":")[0]) == ("OK", "chatml")
 
 
+@pytest.mark.slow
 def test_the_command_prints_one_line_per_check_and_exits_1_on_a_failure(tmp_path: Path) -> None:
     done = subprocess.run(
         [

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from training.generation.hf import ChunkedGenerate, GenerateCall, RawGeneration, autocast_context, left_pad
+from training.generation.hf_batch import ChunkedGenerate, GenerateCall, RawGeneration, autocast_context, left_pad
 
 KeyValues = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [kv_heads, length, head_dim]
 

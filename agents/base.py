@@ -17,7 +17,7 @@ from typing import Any
 from agents.parsing import ParsedCall, ToolCallParser, cut_at_stop
 from agents.types import EndReason, EpisodeResult, Message, SchemaSelection, Step, ToolCall, TurnRecord
 from rex.sql import extract_sql
-from tools import Database, ToolBox
+from tools import Backend, ToolBox
 from tools import schema as serialisers
 from tools.errors import ConfigError
 
@@ -179,7 +179,7 @@ def single_call(parser: ToolCallParser, text: str) -> tuple[ParsedCall | None, s
     return calls[0], ""
 
 
-def make_toolbox(db: Database, tool_names: Sequence[str], preset: str) -> ToolBox:
+def make_toolbox(db: Backend, tool_names: Sequence[str], preset: str) -> ToolBox:
     return ToolBox(db, list(tool_names), preset)
 
 

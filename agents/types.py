@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-if TYPE_CHECKING:  # tools.Database is the runtime type of every ``db`` argument
-    from tools import Database
+if TYPE_CHECKING:  # tools.Backend is the runtime type of every ``db`` argument
+    from tools import Backend
 
 Message = dict[str, Any]
 """A chat message: ``{"role": "system"|"user"|"assistant"|"tool", "content": str}``."""
@@ -224,7 +224,7 @@ class Agent(Protocol):
 
     name: str
 
-    def start(self, example: Example, db: Database, previous: Sequence[EpisodeResult] = ()) -> Episode | None: ...
+    def start(self, example: Example, db: Backend, previous: Sequence[EpisodeResult] = ()) -> Episode | None: ...
 
     def training_spec(self) -> TrainingSpec: ...
 
@@ -279,7 +279,7 @@ class RewardBreakdown:
     flags: tuple[str, ...] = ()
 
 
-RewardFn = Callable[[Trajectory, Example, "Database"], RewardBreakdown]
+RewardFn = Callable[[Trajectory, Example, "Backend"], RewardBreakdown]
 """``get_reward(name, **options)`` returns one of these."""
 
 

@@ -30,7 +30,7 @@ from tools.errors import ConfigError
 
 if TYPE_CHECKING:
     from rex import ExecScorer
-    from tools import Database
+    from tools import Backend
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def vote(sqls: Sequence[str | None], results: Sequence[Any]) -> VoteResult:
     return VoteResult(winner, sqls[winner], True, tuple(tuple(c) for c in ordered), tuple(dropped))
 
 
-def self_consistency(db: Database, sqls: Sequence[str | None], scorer: ExecScorer) -> tuple[VoteResult, list[Any]]:
+def self_consistency(db: Backend, sqls: Sequence[str | None], scorer: ExecScorer) -> tuple[VoteResult, list[Any]]:
     """Execute every candidate read-only (``scorer.execute``: metric preset, its timeout) and
     vote; returns the vote and the executed results (None where there was no SQL), so the
     caller can score the winner without running it again."""

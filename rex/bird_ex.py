@@ -25,7 +25,7 @@ from rex.tables import Failure, as_outcome
 
 if TYPE_CHECKING:
     from rex.scorer import ExecScorer
-    from tools import Database, QueryResult, ToolError
+    from tools import Backend, QueryResult, ToolError
 
 SQLITE_SPACE = " \t\n\f\r"
 """The whitespace of SQLite's tokenizer and of the check Python's sqlite3 makes after the
@@ -34,7 +34,7 @@ vertical tab) is a syntax error there."""
 
 
 def official_result(
-    scorer: ExecScorer, db: Database, sql: str | None, executed: QueryResult | ToolError | None = None
+    scorer: ExecScorer, db: Backend, sql: str | None, executed: QueryResult | ToolError | None = None
 ) -> QueryResult | ToolError:
     """``sql`` run on ``db`` as BIRD's evaluation script runs it (under ``scorer``'s time limit).
 
@@ -57,7 +57,7 @@ def official_result(
 
 def official_ex(
     scorer: ExecScorer,
-    db: Database,
+    db: Backend,
     gold_sql: str,
     pred_sql: str | None,
     gold: QueryResult | ToolError | None = None,

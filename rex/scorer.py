@@ -32,7 +32,7 @@ from tools.plugins import DESIGN_GROUP, Registry
 from tools.spelling import did_you_mean
 
 if TYPE_CHECKING:
-    from tools import Database, QueryLimits, QueryResult, ToolError
+    from tools import Backend, QueryLimits, QueryResult, ToolError
 
 OrderRule = Callable[[str], bool]
 """Gold SQL -> whether row order matters for the metric (read once per cached gold query)."""
@@ -190,7 +190,7 @@ class _Gold:
         self._orders: dict[OrderRule, bool] = {}
         self._facts: GoldFacts | None = None
 
-    def facts(self, db: Database) -> GoldFacts:
+    def facts(self, db: Backend) -> GoldFacts:
         """The gold facts the trust flags need (``rex.trust.gold_facts``), worked out once."""
         if self._facts is None:
             self._facts = gold_facts(db, self.sql, as_outcome(self.result))
@@ -221,7 +221,7 @@ class _Gold:
 class ExecScorer:
     """Scores predicted SQL against gold SQL on a database under one metric.
 
-    Thread-safe; holds no connection (``tools.Database`` gives each thread its own).
+    Thread-safe; holds no connection (``tools.Backend`` gives each thread its own).
     Picklable for process pools (the cache is not carried over).
 
     ``timeout_s`` bounds each query; ``max_result_rows`` / ``max_result_bytes`` are the
@@ -283,7 +283,7 @@ class ExecScorer:
             max_result_bytes=self.max_result_bytes,
         )
 
-    def execute(self, db: Database, sql: str) -> QueryResult | ToolError:
+    def execute(self, db: Backend, sql: str) -> QueryResult | ToolError:
         """Run ``sql`` (normalised: comments and trailing semicolons stripped) read-only."""
         from tools import ToolError, execute
 
@@ -292,7 +292,7 @@ class ExecScorer:
             return ToolError("syntax", "no SQL to execute", "answer with one SELECT statement")
         return execute(db, text, self.limits)
 
-    def gold(self, db: Database, gold_sql: str) -> _Gold:
+    def gold(self, db: Backend, gold_sql: str) -> _Gold:
         """The gold result and ordering, cached per (database content hash, SQL)."""
         key = (db.content_hash, normalize_sql(gold_sql) if isinstance(gold_sql, str) else "")
         with self._lock:
@@ -313,7 +313,7 @@ class ExecScorer:
                     self._cached_cells -= old.cells
         return entry
 
-    def score(self, db: Database, gold_sql: str, pred_sql: str | None, metric: str = "ex") -> ExecScore:
+    def score(self, db: Backend, gold_sql: str, pred_sql: str | None, metric: str = "ex") -> ExecScore:
         """Execute both queries and score the prediction under ``metric``.
 
         ``pred_sql`` None (the model gave no SQL) scores like a failing prediction

@@ -24,7 +24,7 @@ from rex.tables import Failure, Table
 from tools.errors import DataError
 
 if TYPE_CHECKING:
-    from tools import Database
+    from tools import Backend
 
 FLAGS: dict[str, str] = {
     "gold_empty": "the gold result has no rows: any query that returns nothing matches it",
@@ -49,14 +49,14 @@ class GoldFacts:
     whole_table: str | None = None  # the table whose SELECT * the result equals
 
 
-def gold_facts(db: Database, sql: str, result: Table | Failure) -> GoldFacts:
+def gold_facts(db: Backend, sql: str, result: Table | Failure) -> GoldFacts:
     """The facts of one gold query (run once per cached gold result)."""
     if isinstance(result, Failure):
         return GoldFacts()
     return GoldFacts(ordered=has_top_level_order_by(sql), whole_table=whole_table(db, result))
 
 
-def whole_table(db: Database, gold: Table) -> str | None:
+def whole_table(db: Backend, gold: Table) -> str | None:
     """The table of ``db`` whose ``SELECT *`` equals ``gold`` as a bag of rows, else None.
 
     Cheap first: only tables with as many columns as gold are counted (row counts cached
@@ -86,7 +86,7 @@ _COUNTS_LOCK = threading.Lock()
 _COUNTS_MAX = 100_000
 
 
-def _row_count(db: Database, table: str) -> int:
+def _row_count(db: Backend, table: str) -> int:
     key = (db.content_hash, table)
     with _COUNTS_LOCK:
         if key in _COUNTS:

@@ -1,11 +1,13 @@
 """The shared, read-only database tool layer (see docs/INTERFACES.md).
 
 Every tool, reward and evaluation runs SQL through ``tools.db.connection``: one read-only
-connection helper with an authorizer, a VM-step limit and a wall-clock deadline.
+connection helper with an authorizer, a VM-step limit and a wall-clock deadline. A database
+is a ``Backend`` (``tools.db.backend``): SQLite (``Database``) or DuckDB (a ``.duckdb`` file).
 """
 
 from __future__ import annotations
 
+from tools.db.backend import Backend
 from tools.db.connection import Database, execute, get_database
 from tools.db.limits import DEFAULT_LIMITS, INTERNAL_LIMITS, METADATA_PRAGMAS, PRESETS, QueryLimits, register_preset
 from tools.db.results import ERROR_KINDS, QueryResult, ToolError
@@ -23,6 +25,7 @@ __all__ = [
     "METADATA_PRAGMAS",
     "PRESETS",
     "TOOLS",
+    "Backend",
     "Database",
     "QueryLimits",
     "QueryResult",

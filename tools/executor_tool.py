@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from tools.db.connection import Database, execute
+from tools.db.backend import Backend
+from tools.db.connection import execute
 from tools.db.limits import PRESETS, QueryLimits, register_preset
 from tools.db.results import QueryResult, ToolError
 from tools.toolbox import DB_ID_PROPERTY, SQL_PROPERTY, ToolOutput, ToolSpec, register_tool
@@ -21,7 +22,7 @@ MAX_RETURN_ROWS_CAP = 1000
 
 
 def run_sql(
-    db: Database, sql: str, limits: QueryLimits | str, max_return_rows: int | None = None
+    db: Backend, sql: str, limits: QueryLimits | str, max_return_rows: int | None = None
 ) -> QueryResult | ToolError:
     """Execute ``sql`` under a preset (by name or value); ``max_return_rows`` overrides
     the preset's row cap, clamped to ``MAX_RETURN_ROWS_CAP``."""
@@ -57,7 +58,7 @@ def register_executor_tool(
         }
         defaults["max_return_rows"] = max_return_rows
 
-    def run(db: Database, args: dict[str, Any], toolbox_preset: str | None) -> ToolOutput:
+    def run(db: Backend, args: dict[str, Any], toolbox_preset: str | None) -> ToolOutput:
         return run_sql(db, args["sql"], toolbox_preset or preset, args.get("max_return_rows"))
 
     spec = ToolSpec(

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tools.db.connection import Database
+from tools.db.backend import Backend
 from tools.db.limits import PRESETS
 from tools.db.results import QueryResult, ToolError
 from tools.errors import ConfigError
@@ -29,7 +29,7 @@ from tools.spelling import did_you_mean
 log = logging.getLogger(__name__)
 
 ToolOutput = QueryResult | ToolError | dict[str, Any]
-Runner = Callable[[Database, dict[str, Any], str | None], ToolOutput]
+Runner = Callable[[Backend, dict[str, Any], str | None], ToolOutput]
 
 
 @dataclass(frozen=True)
@@ -193,7 +193,7 @@ def _column_json(col: Any) -> dict[str, Any]:
     return {k: v for k, v in data.items() if v not in (None, "", [])}
 
 
-def _run_get_profile(db: Database, args: dict[str, Any], _preset: str | None) -> ToolOutput:
+def _run_get_profile(db: Backend, args: dict[str, Any], _preset: str | None) -> ToolOutput:
     tables = args.get("tables")
     if tables:
         known = {t.lower() for t in db.schema()}
@@ -270,7 +270,7 @@ class ToolBox:
     executor run under the preset its design registered with it (``tools.executor_tool``).
     """
 
-    def __init__(self, db: Database, tool_names: Sequence[str], preset: str | None = None) -> None:
+    def __init__(self, db: Backend, tool_names: Sequence[str], preset: str | None = None) -> None:
         self.db = db
         self.specs = [TOOLS.get(name) for name in tool_names]
         if preset is not None and preset not in PRESETS:

@@ -48,7 +48,7 @@ from tools.errors import ConfigError
 from tools.schema import select
 
 if TYPE_CHECKING:
-    from tools import Database, ToolBox
+    from tools import Backend, ToolBox
 
 PROMPTS = Prompts(__package__)
 
@@ -174,7 +174,7 @@ class DualSQLAgent:
         )
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
-    def start(self, example: Example, db: Database, previous: Sequence[EpisodeResult] = ()) -> DualSQLEpisode | None:
+    def start(self, example: Example, db: Backend, previous: Sequence[EpisodeResult] = ()) -> DualSQLEpisode | None:
         if len(previous) > 1:
             return None
         role = "generator" if previous else "linker"

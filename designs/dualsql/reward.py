@@ -46,7 +46,7 @@ from training.algorithm.rewards import (
 )
 
 if TYPE_CHECKING:
-    from tools import Database
+    from tools import Backend
 
 ROLES = ("linker", "generator")
 
@@ -127,7 +127,7 @@ class DualSQLReward:
         check_budget("dualsql", self.max_result_rows, self.max_result_bytes)
 
     @guarded
-    def __call__(self, trajectory: Trajectory, example: Example, db: Database | None) -> RewardBreakdown:
+    def __call__(self, trajectory: Trajectory, example: Example, db: Backend | None) -> RewardBreakdown:
         role = trajectory.role or trajectory.result.role
         if role not in ROLES:
             return failure(
@@ -148,7 +148,7 @@ class DualSQLReward:
         components = {**dict.fromkeys(self.component_names, 0.0), **parts, "format": r_f, "length": r_l}
         return RewardBreakdown(total=total, components=components, tracks={"full": total}, flags=flags)
 
-    def _linker(self, trajectory: Trajectory, example: Example, db: Database | None) -> dict[str, float] | str:
+    def _linker(self, trajectory: Trajectory, example: Example, db: Backend | None) -> dict[str, float] | str:
         gold_tables, gold_columns = gold_references(example, db)
         if not gold_tables and not gold_columns:
             return f"example {example.id!r}: no gold tables or columns to score the linker against"
@@ -158,7 +158,7 @@ class DualSQLReward:
         return {"exec": task, "task": task, "precision": precision, "recall": recall}
 
     def _generator(
-        self, trajectory: Trajectory, example: Example, db: Database | None
+        self, trajectory: Trajectory, example: Example, db: Backend | None
     ) -> tuple[dict[str, float], tuple[str, ...]] | str:
         score, reason = execution(
             trajectory, example, db, self.exec_metric, self.timeout_s, self.max_result_rows, self.max_result_bytes

@@ -34,7 +34,7 @@ from designs.retoolsql.tools import PRESET, TOOLS
 from tools.errors import ConfigError
 
 if TYPE_CHECKING:
-    from tools import Database, ToolBox
+    from tools import Backend, ToolBox
 
 PROMPTS = Prompts(__package__)
 
@@ -195,7 +195,7 @@ class ReToolSQLAgent:
         )
         return PROMPTS.render("few_shot", examples=items) + "\n"
 
-    def messages(self, example: Example, db: Database, schemas: list) -> list[dict]:
+    def messages(self, example: Example, db: Backend, schemas: list) -> list[dict]:
         system = PROMPTS.render("system", tools=tools_block(schemas), max_turns=self.max_turns)
         user = PROMPTS.render(
             "user",
@@ -207,7 +207,7 @@ class ReToolSQLAgent:
         )
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
-    def start(self, example: Example, db: Database, previous: Sequence[EpisodeResult] = ()) -> ReToolSQLEpisode | None:
+    def start(self, example: Example, db: Backend, previous: Sequence[EpisodeResult] = ()) -> ReToolSQLEpisode | None:
         if previous:
             return None
         toolbox = make_toolbox(db, self.tools, self.preset)

@@ -42,7 +42,7 @@ from training.algorithm.rewards import (
 )
 
 if TYPE_CHECKING:
-    from tools import Database
+    from tools import Backend
 
 DEFAULT_WEIGHTS: dict[str, float] = {
     "format": 0.2,
@@ -124,7 +124,7 @@ class CompositeReward:
         check_budget("composite", self.max_result_rows, self.max_result_bytes)
 
     @guarded
-    def __call__(self, trajectory: Trajectory, example: Example, db: Database | None) -> RewardBreakdown:
+    def __call__(self, trajectory: Trajectory, example: Example, db: Backend | None) -> RewardBreakdown:
         result = trajectory.result
         score, reason = execution(
             trajectory, example, db, self.exec_metric, self.timeout_s, self.max_result_rows, self.max_result_bytes

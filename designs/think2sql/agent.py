@@ -20,7 +20,7 @@ from agents.types import EpisodeResult, Example, TrainingSpec
 from tools.errors import ConfigError
 
 if TYPE_CHECKING:
-    from tools import Database
+    from tools import Backend
 
 PROMPTS = Prompts(__package__)
 
@@ -78,7 +78,7 @@ class Think2SQLAgent:
         self.schema_scope = schema_scope
         self.render_schema = schema_renderer(schema_format)
 
-    def messages(self, example: Example, db: Database) -> tuple[list[dict], bool]:
+    def messages(self, example: Example, db: Backend) -> tuple[list[dict], bool]:
         """The prompt, and whether it fell back to the full schema (no gold tables known)."""
         tables = list(example.gold_tables) if self.schema_scope == "gold_tables" else None
         fallback = self.schema_scope == "gold_tables" and not tables
@@ -95,7 +95,7 @@ class Think2SQLAgent:
             {"role": "user", "content": user},
         ], fallback
 
-    def start(self, example: Example, db: Database, previous: Sequence[EpisodeResult] = ()) -> Think2SQLEpisode | None:
+    def start(self, example: Example, db: Backend, previous: Sequence[EpisodeResult] = ()) -> Think2SQLEpisode | None:
         if previous:
             return None
         messages, fallback = self.messages(example, db)

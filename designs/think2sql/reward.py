@@ -26,7 +26,7 @@ from training.algorithm.rewards import (
 )
 
 if TYPE_CHECKING:
-    from tools import Database
+    from tools import Backend
 
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 
@@ -79,7 +79,7 @@ class Think2SQLReward:
         check_budget("think2sql", self.max_result_rows, self.max_result_bytes)
 
     @guarded
-    def __call__(self, trajectory: Trajectory, example: Example, db: Database | None) -> RewardBreakdown:
+    def __call__(self, trajectory: Trajectory, example: Example, db: Backend | None) -> RewardBreakdown:
         score, reason = execution(
             trajectory, example, db, self.exec_metric, self.timeout_s, self.max_result_rows, self.max_result_bytes
         )

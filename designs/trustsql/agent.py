@@ -41,7 +41,7 @@ from designs.trustsql.tools import PRESET, TOOL
 from tools.errors import ConfigError
 
 if TYPE_CHECKING:
-    from tools import Database, ToolBox
+    from tools import Backend, ToolBox
 
 PROMPTS = Prompts(__package__)
 
@@ -181,7 +181,7 @@ class TrustSQLAgent:
         )
         return [{"role": "system", "content": system}, {"role": "user", "content": user}], formats
 
-    def start(self, example: Example, db: Database, previous: Sequence[EpisodeResult] = ()) -> TrustSQLEpisode | None:
+    def start(self, example: Example, db: Backend, previous: Sequence[EpisodeResult] = ()) -> TrustSQLEpisode | None:
         if previous:
             return None
         toolbox = make_toolbox(db, (TOOL,), self.preset)

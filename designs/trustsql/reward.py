@@ -50,7 +50,7 @@ from training.algorithm.rewards import (
 )
 
 if TYPE_CHECKING:
-    from tools import Database
+    from tools import Backend
 
 ACTIONS: frozenset[str] = frozenset({"explore_schema", "propose_schema", "generate_sql", "confirm_answer"})
 SCHEMA_MODES: tuple[str, ...] = (
@@ -146,7 +146,7 @@ class TrustSQLReward:
         check_budget("trustsql", self.max_result_rows, self.max_result_bytes)
 
     @guarded
-    def __call__(self, trajectory: Trajectory, example: Example, db: Database | None) -> RewardBreakdown:
+    def __call__(self, trajectory: Trajectory, example: Example, db: Backend | None) -> RewardBreakdown:
         result = trajectory.result
         score, reason = execution(
             trajectory, example, db, self.exec_metric, self.timeout_s, self.max_result_rows, self.max_result_bytes

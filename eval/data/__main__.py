@@ -1,6 +1,7 @@
 """Command line for datasets.
 
     python -m eval.data minibird --out DIR          # write the bundled benchmark into DIR
+    python -m eval.data minibird --out DIR --format duckdb   # the same with <db>.duckdb files
     python -m eval.data minibird                    # build (or find) the cached copy
     python -m eval.data stats data=minibird         # counts per split, database, difficulty
     python -m eval.data stats data=bird data.root=PATH data.split=dev
@@ -100,6 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     mb = sub.add_parser("minibird", help="build the bundled benchmark")
     mb.add_argument("--out", type=Path, default=None, help="empty or new folder to write into (default: the cache)")
+    mb.add_argument(
+        "--format", choices=("sqlite", "duckdb"), default="sqlite", help="database files to write (duckdb needs --out)"
+    )
     st = sub.add_parser("stats", help="counts per split, database and difficulty")
     st.add_argument("overrides", nargs="*", help="data=<kind> data.root=PATH data.split=dev ...")
     args = parser.parse_args(argv)
@@ -107,7 +111,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "minibird":
             from eval.data import minibird
 
+            if args.format == "duckdb" and not args.out:
+                raise ConfigError("--format duckdb writes a new folder: pass --out DIR (the cache holds SQLite files)")
             root = minibird.build(args.out) if args.out else minibird.ensure()
+            if args.format == "duckdb":
+                from eval.data.duckdb_copy import replace_sqlite_files
+
+                replace_sqlite_files(root)
             print(f"minibird {minibird.version()} at {root}")
             print(
                 stats_text(

@@ -51,7 +51,8 @@ class Layout:
     """Where one split of a dataset lives.
 
     ``question_files`` are read in order (Spider's train is two files). ``db_dirs`` are
-    searched in order for ``<db_id>/<db_id>.sqlite`` and ``<db_id>.sqlite``.
+    searched in order for ``<db_id>/<db_id>.sqlite`` and ``<db_id>.sqlite`` (or ``.db``), then
+    the same with ``.duckdb`` (read by DuckDB, ``tools.db.duckdb_backend``).
     """
 
     question_files: list[Path]
@@ -66,6 +67,8 @@ class Layout:
                 folder / db_id / f"{db_id}.db",
                 folder / f"{db_id}.sqlite",
                 folder / f"{db_id}.db",
+                folder / db_id / f"{db_id}.duckdb",
+                folder / f"{db_id}.duckdb",
             ):
                 if candidate.is_file():
                     return candidate

@@ -24,7 +24,7 @@ from rex.test_suite.suites import suite_for_scoring
 
 if TYPE_CHECKING:
     from rex.scorer import ExecScorer
-    from tools import Database
+    from tools import Backend
 
 _JUDGES: OrderedDict[tuple[str, str], bool] = OrderedDict()
 _JUDGES_LOCK = threading.Lock()
@@ -38,7 +38,7 @@ def test_suite_metric(gold: Table, pred: Table, ordered: bool | None, outcome: s
 
 
 def check_on_suite(
-    scorer: ExecScorer, db: Database, gold_sql: str, pred_sql: str | None, scored: ExecScore
+    scorer: ExecScorer, db: Backend, gold_sql: str, pred_sql: str | None, scored: ExecScore
 ) -> ExecScore:
     """``scored`` (EX on the original) confirmed or overturned on ``db``'s neighbours.
 
@@ -69,7 +69,7 @@ def check_on_suite(
     return dataclasses.replace(scored, details=details)
 
 
-def _judges(scorer: ExecScorer, neighbour: Database, gold_sql: str, gold: Any) -> bool:
+def _judges(scorer: ExecScorer, neighbour: Backend, gold_sql: str, gold: Any) -> bool:
     if isinstance(as_outcome(gold), Failure):
         return False
     key = (neighbour.content_hash, normalize_sql(gold_sql))

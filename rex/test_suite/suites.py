@@ -24,7 +24,7 @@ from tools.cache import cache_root, load_checked, writing_cache_folder
 
 if TYPE_CHECKING:
     from rex.test_suite.build import Progress
-    from tools import Database
+    from tools import Backend
 
 log = logging.getLogger(__name__)
 SUITE_FILE = "suite.json"
@@ -32,11 +32,11 @@ SUITE_FILE = "suite.json"
 
 @dataclass(frozen=True)
 class Suite:
-    """A loaded suite: its folder, the neighbour databases (``tools.Database``, read-only)
+    """A loaded suite: its folder, the neighbour databases (``tools.Backend``, read-only)
     and what ``suite.json`` says."""
 
     folder: Path
-    neighbours: tuple[Database, ...]
+    neighbours: tuple[Backend, ...]
     info: dict[str, Any]
 
     @property
@@ -52,7 +52,7 @@ def suites_dir() -> Path:
     return cache_root() / "test_suites"
 
 
-def _prefix(db: Database, settings: SuiteSettings) -> str:
+def _prefix(db: Backend, settings: SuiteSettings) -> str:
     key = hashlib.sha256(f"{settings.key()}:{db.content_hash}".encode()).hexdigest()[:20]
     return f"{db.db_id}-{key}"
 
@@ -65,7 +65,7 @@ def _load(folder: Path) -> Suite:
     return Suite(folder, neighbours, info)
 
 
-def find_suites(db: Database, settings: SuiteSettings) -> list[Suite]:
+def find_suites(db: Backend, settings: SuiteSettings) -> list[Suite]:
     """Every intact suite of ``db`` (its current content) built with ``settings``."""
     root = suites_dir()
     if not root.is_dir():
@@ -83,13 +83,13 @@ _LOCKS_GUARD = threading.Lock()
 _PINNED: dict[tuple[str, str], Suite] = {}
 
 
-def _lock(db: Database) -> threading.Lock:
+def _lock(db: Backend) -> threading.Lock:
     with _LOCKS_GUARD:
         return _LOCKS.setdefault(str(db.path), threading.Lock())
 
 
 def ensure_suite(
-    db: Database,
+    db: Backend,
     gold_sqls: Sequence[str],
     settings: SuiteSettings | None = None,
     progress: Progress | None = None,
@@ -122,7 +122,7 @@ def ensure_suites(
     return built, len(golds) - built
 
 
-def suite_for_scoring(db: Database, gold_sql: str, settings: SuiteSettings | None = None) -> Suite:
+def suite_for_scoring(db: Backend, gold_sql: str, settings: SuiteSettings | None = None) -> Suite:
     """The suite scoring uses: the one this process built or checked (``ensure_suite``),
     else the cached one chosen for the most gold queries, else one built now for ``gold_sql``
     alone (logged: build suites beforehand with ``python -m rex suite build``)."""
@@ -149,7 +149,7 @@ def suite_for_scoring(db: Database, gold_sql: str, settings: SuiteSettings | Non
         return suite
 
 
-def _build(db: Database, gold_sqls: Sequence[str], settings: SuiteSettings, progress: Progress | None) -> Suite:
+def _build(db: Backend, gold_sqls: Sequence[str], settings: SuiteSettings, progress: Progress | None) -> Suite:
     digest = gold_digest(gold_sqls)
     folder = suites_dir() / f"{_prefix(db, settings)}-{hashlib.sha256(''.join(digest).encode()).hexdigest()[:12]}"
     with writing_cache_folder(folder, f"the test suite of {db.db_id}") as tmp:

@@ -11,8 +11,7 @@ column so a column of numbers costs one type check per chunk.
 
 from __future__ import annotations
 
-import sqlite3
-from typing import Any
+from typing import Any, Protocol
 
 from tools.db.results import ToolError
 
@@ -49,8 +48,16 @@ def estimate_bytes(rows: list[tuple[Any, ...]]) -> int:
     return total
 
 
+class RowSource(Protocol):
+    """What a fetch reads from: a ``sqlite3.Cursor`` or a backend's cursor wrapper."""
+
+    def fetchmany(self, size: int = ..., /) -> list[Any]: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
 def fetch_within_budget(
-    cursor: sqlite3.Cursor, limit: int | None, max_rows: int | None, max_bytes: int | None
+    cursor: RowSource, limit: int | None, max_rows: int | None, max_bytes: int | None
 ) -> list[tuple[Any, ...]] | ToolError:
     """Up to ``limit`` rows of ``cursor`` (None: all), or a ``too_large`` error as soon as
     the rows held exceed ``max_rows`` rows or an estimated ``max_bytes`` bytes."""

@@ -17,13 +17,14 @@ Layers of defence, each enough on its own for the case it covers:
 
 Each thread gets its own connection (``Database.connect``), so readers never share a
 connection and never see "database is locked" from each other.
+
+``Database`` is the SQLite implementation of ``tools.db.backend.Backend``; ``get_database``
+opens a ``.duckdb`` file with ``tools.db.duckdb_backend.DuckDBDatabase`` instead.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 import sqlite3
 import threading
 import time
@@ -31,18 +32,18 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tools.db.backend import Backend, dialect_of
 from tools.db.budget import fetch_within_budget
+from tools.db.duckdb_backend import DuckDBDatabase
 from tools.db.guards import WATCHDOG, Run, Slot, lenient_text, open_readonly
-from tools.db.limits import (
-    DEFAULT_LIMITS,
-    INTERNAL_LIMITS,
-    OTHER_STATEMENT_KEYWORDS,
-    PRESETS,
-    SELECT_KEYWORDS,
-    QueryLimits,
-)
+from tools.db.limits import INTERNAL_LIMITS, QueryLimits
 from tools.db.results import QueryResult, ToolError
 from tools.db.sql_errors import classify
+from tools.db.statements import check_statement_kind as _check_statement_kind
+from tools.db.statements import cut_cell as _cut_cell
+from tools.db.statements import first_keyword as _first_keyword
+from tools.db.statements import sha256_file as _sha256_file
+from tools.db.statements import strip_sql as _strip_sql
 from tools.errors import DataError
 
 if TYPE_CHECKING:
@@ -51,9 +52,11 @@ if TYPE_CHECKING:
 # --------------------------------------------------------------------------- Database
 
 
-class Database:
+class Database(Backend):
     """One SQLite file: its path, content hash, thread-local read-only connections, and
     cached schema / profile. Get instances through ``get_database`` (one per path)."""
+
+    dialect = "sqlite"
 
     def __init__(self, path: str | Path, db_id: str | None = None) -> None:
         self.path = Path(path).resolve()
@@ -101,9 +104,9 @@ class Database:
             pair = pairs[limits.allowed_pragmas] = open_readonly(self.path, limits)
         return pair
 
-    def execute(self, sql: str, limits: QueryLimits | str = DEFAULT_LIMITS) -> QueryResult | ToolError:
-        """``execute(self, sql, limits)``; ``limits`` may name a registered preset."""
-        return execute(self, sql, PRESETS[limits] if isinstance(limits, str) else limits)
+    def run(self, sql: str, limits: QueryLimits, as_written: bool = False) -> QueryResult | ToolError:
+        """One statement under ``limits`` (see ``execute``)."""
+        return _execute_sqlite(self, sql, limits, as_written)
 
     def query_internal(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         """Run the toolkit's own read-only query (metadata, profiling) and return all rows.
@@ -172,18 +175,19 @@ class Database:
             return profile
 
 
-_DATABASES: dict[tuple[str, str], Database] = {}
+_DATABASES: dict[tuple[str, str], Backend] = {}
 _DATABASES_LOCK = threading.Lock()
 
 
-def get_database(path: str | os.PathLike[str], db_id: str | None = None) -> Database:
-    """The process-wide ``Database`` for ``path`` (one object per path and db_id)."""
+def get_database(path: str | os.PathLike[str], db_id: str | None = None) -> Backend:
+    """The process-wide backend for ``path`` (one object per path and db_id): a
+    ``DuckDBDatabase`` for a ``.duckdb`` file, a SQLite ``Database`` for any other."""
     resolved = Path(path).expanduser().resolve()
     key = (str(resolved), db_id or resolved.stem)
     with _DATABASES_LOCK:
         db = _DATABASES.get(key)
         if db is None:
-            db = Database(resolved, db_id)
+            db = DuckDBDatabase(resolved, db_id) if dialect_of(resolved) == "duckdb" else Database(resolved, db_id)
             _DATABASES[key] = db
         return db
 
@@ -197,52 +201,16 @@ def _check_sqlite_file(path: Path) -> None:
         raise DataError(f"{path} is not a SQLite 3 database (bad header {header[:16]!r})")
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 # --------------------------------------------------------------------------- execute
 
-_COMMENT_OR_SPACE = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?(?:\*/|$))", re.DOTALL)
-_FIRST_WORD = re.compile(r"[A-Za-z_]+")
+
+def execute(db: Backend, sql: str, limits: QueryLimits, as_written: bool = False) -> QueryResult | ToolError:
+    """Run one statement on ``db`` (any backend) under ``limits``: ``db.run(sql, limits, as_written)``."""
+    return db.run(sql, limits, as_written)
 
 
-def _strip_sql(sql: str) -> str:
-    """Drop trailing whitespace and semicolons (``SELECT 1;;`` is still one statement)."""
-    return sql.strip().rstrip(";").rstrip()
-
-
-def _first_keyword(sql: str) -> str:
-    pos = 0
-    while True:
-        match = _COMMENT_OR_SPACE.match(sql, pos)
-        if not match or match.end() == pos:
-            break
-        pos = match.end()
-    word = _FIRST_WORD.match(sql, pos)
-    return word.group(0).upper() if word else sql[pos : pos + 10]
-
-
-def _check_statement_kind(keyword: str, limits: QueryLimits) -> ToolError | None:
-    """Refuse a non-SELECT statement by its first keyword, with a clear message."""
-    if not limits.select_only or keyword in SELECT_KEYWORDS or keyword not in OTHER_STATEMENT_KEYWORDS:
-        return None
-    if keyword == "PRAGMA" and limits.allowed_pragmas:
-        return None
-    kinds = "SELECT/WITH" + (" or a metadata PRAGMA" if limits.allowed_pragmas else "")
-    return ToolError(
-        "forbidden",
-        f"only {kinds} statements are allowed here (got {keyword or 'nothing'}); the database is read-only",
-        "rewrite the request as a single SELECT query",
-    )
-
-
-def execute(db: Database, sql: str, limits: QueryLimits, as_written: bool = False) -> QueryResult | ToolError:
-    """Run one statement on ``db``'s read-only connection under ``limits``.
+def _execute_sqlite(db: Database, sql: str, limits: QueryLimits, as_written: bool = False) -> QueryResult | ToolError:
+    """Run one statement on ``db``'s read-only SQLite connection under ``limits``.
 
     Never raises on SQL text: every failure is a ``ToolError`` (kind, message, "did you
     mean" suggestion for near-miss table and column names).
@@ -354,9 +322,3 @@ def _count_rest(cursor: sqlite3.Cursor, fetched: int, run: Run) -> tuple[int, bo
         if run.tripped is None:
             raise
         return count, True
-
-
-def _cut_cell(value: Any, limit: int) -> Any:
-    if isinstance(value, str) and len(value) > limit:
-        return f"{value[:limit]}…[+{len(value) - limit} chars]"
-    return value

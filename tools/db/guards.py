@@ -13,6 +13,7 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from tools.db.limits import DENIED_FUNCTIONS, INTERNAL_LIMITS, SCHEMA_TABLES, QueryLimits
 
@@ -153,21 +154,28 @@ def _progress(slot: Slot) -> Callable[[], int]:
     return handler
 
 
+class Interruptible(Protocol):
+    """A connection the watchdog can stop (``sqlite3.Connection``, a DuckDB connection)."""
+
+    def interrupt(self) -> None: ...
+
+
 class _Watchdog:
     """One daemon thread that interrupts connections whose run overran its deadline.
 
     The progress handler catches almost every overrun; this covers a single VM operation
-    that runs long without yielding to the handler.
+    that runs long without yielding to the handler. For DuckDB, which has no progress
+    handler, it is the deadline itself (``tools.db.duckdb_backend``).
     """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int]] = []
-        self._armed: dict[int, tuple[sqlite3.Connection, Run]] = {}
+        self._armed: dict[int, tuple[Interruptible, Run]] = {}
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
 
-    def arm(self, conn: sqlite3.Connection, run: Run) -> int:
+    def arm(self, conn: Interruptible, run: Run) -> int:
         token = next(self._ids)
         with self._cond:
             self._armed[token] = (conn, run)

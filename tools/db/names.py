@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tools.db.connection import Database
+from tools.db.backend import Backend
 from tools.db.results import ToolError
 from tools.spelling import close_matches, list_hint
 
@@ -17,7 +17,7 @@ def _hint(name: str, choices: Sequence[str], what: str) -> str:
     return list_hint(what, choices, limit=30)
 
 
-def resolve_table(db: Database, table: str) -> str | ToolError:
+def resolve_table(db: Backend, table: str) -> str | ToolError:
     """The real spelling of ``table``, or a ``no_such_table`` error with a suggestion."""
     schema = db.schema()
     for real in schema:
@@ -26,7 +26,7 @@ def resolve_table(db: Database, table: str) -> str | ToolError:
     return ToolError("no_such_table", f"no such table: {table}", _hint(table, list(schema), "tables"))
 
 
-def resolve_columns(db: Database, table: str, columns: Sequence[str]) -> list[str] | ToolError:
+def resolve_columns(db: Backend, table: str, columns: Sequence[str]) -> list[str] | ToolError:
     """The real spellings of ``columns`` of ``table`` (all columns when empty)."""
     real_columns = db.schema()[table]
     if not columns:

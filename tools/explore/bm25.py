@@ -36,7 +36,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from tools.cache import cache_root, check_cached, load_checked, writing_cache_folder
-from tools.db.connection import Database, execute
+from tools.db.backend import Backend
+from tools.db.connection import execute
 from tools.db.limits import QueryLimits
 from tools.db.names import resolve_columns, resolve_table
 from tools.db.results import ToolError, json_cell
@@ -313,14 +314,14 @@ _MEMORY_LOCK = threading.Lock()
 _BUILD_LOCKS: dict[tuple[str, str, str, str], threading.Lock] = {}
 
 
-def index_folder(db: Database, table: str, column: str, engine: str = DEFAULT_ENGINE) -> Path:
+def index_folder(db: Backend, table: str, column: str, engine: str = DEFAULT_ENGINE) -> Path:
     """``cache_root()/bm25/<db_id>-<hash16>/<table>.<column>-<key8>-<engine>``."""
     key = hashlib.sha256(f"{table}\0{column}\0{INDEX_VERSION}".encode()).hexdigest()[:8]
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{table}.{column}")[:80]
     return cache_root() / "bm25" / f"{db.db_id}-{db.content_hash[:16]}" / f"{safe}-{key}-{engine}"
 
 
-def get_index(db: Database, table: str, column: str, engine: str = DEFAULT_ENGINE) -> ValueIndex:
+def get_index(db: Backend, table: str, column: str, engine: str = DEFAULT_ENGINE) -> ValueIndex:
     """The index of ``table.column``: from memory, else from disk, else built and saved."""
     key = (db.content_hash, table, column, engine)
     with _MEMORY_LOCK:
@@ -340,7 +341,7 @@ def get_index(db: Database, table: str, column: str, engine: str = DEFAULT_ENGIN
         return index
 
 
-def ensure_index_on_disk(db: Database, table: str, column: str, engine: str = DEFAULT_ENGINE) -> Path:
+def ensure_index_on_disk(db: Backend, table: str, column: str, engine: str = DEFAULT_ENGINE) -> Path:
     """Build and save the index of ``table.column`` unless it is on disk already; its folder
     (``python -m tools build-cache``: the disk is checked, never this process's memory)."""
     folder = index_folder(db, table, column, engine)
@@ -349,7 +350,7 @@ def ensure_index_on_disk(db: Database, table: str, column: str, engine: str = DE
     return folder
 
 
-def _load_or_build(db: Database, table: str, column: str, engine: str) -> ValueIndex:
+def _load_or_build(db: Backend, table: str, column: str, engine: str) -> ValueIndex:
     folder = index_folder(db, table, column, engine)
     index = load_checked(folder, ValueIndex.load)  # a damaged index: warned about, removed, rebuilt below
     if index is not None:
@@ -362,7 +363,7 @@ def _load_or_build(db: Database, table: str, column: str, engine: str) -> ValueI
     return index
 
 
-def distinct_values(db: Database, table: str, column: str) -> list[Any]:
+def distinct_values(db: Backend, table: str, column: str) -> list[Any]:
     """Distinct non-NULL, non-blob values of the column (JSON-safe, first-seen order).
 
     Deduplicated in Python while streaming: on a 1M-row text column this took 2.3 s
@@ -376,7 +377,7 @@ def distinct_values(db: Database, table: str, column: str) -> list[Any]:
 
 
 def bm25_search_sqlite(
-    db: Database,
+    db: Backend,
     table: str,
     column: str,
     query: str,
@@ -415,7 +416,7 @@ def bm25_search_sqlite(
     return out
 
 
-def _filtered_index(db: Database, table: str, column: str, where: str) -> tuple[ValueIndex, str | None] | ToolError:
+def _filtered_index(db: Backend, table: str, column: str, where: str) -> tuple[ValueIndex, str | None] | ToolError:
     """An in-memory bm25s index over the values of rows matching ``where`` (not cached:
     the predicate is model text and rarely repeats)."""
     c = quote_identifier(column)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.cache import cache_root, check_cached, load_checked, writing_cache_file
-from tools.db.connection import Database
+from tools.db.backend import Backend
 from tools.explore.bm25 import tokenize
 from tools.spelling import quote_identifier
 
@@ -29,7 +29,7 @@ _TOKENIZER = "unicode61 remove_diacritics 2"
 _BUILD_LOCK = threading.Lock()
 
 
-def fts_index_path(db: Database) -> Path:
+def fts_index_path(db: Backend) -> Path:
     folder = cache_root() / "fts"
     folder.mkdir(parents=True, exist_ok=True)
     return folder / f"{db.db_id}-{db.content_hash[:16]}-v{FTS_VERSION}.sqlite"
@@ -41,7 +41,7 @@ def split_name(name: str) -> str:
     return " ".join(re.split(r"[\W_]+", spaced)).strip()
 
 
-def ensure_fts_index(db: Database) -> Path:
+def ensure_fts_index(db: Backend) -> Path:
     """Build the index file once per database content (atomic rename when done); a damaged
     one (``tools.cache`` checks it against its manifest) is rebuilt with a warning."""
     path = fts_index_path(db)
@@ -69,12 +69,12 @@ def _readable_index(path: Path) -> None:
         conn.close()
 
 
-def _build(db: Database, target: Path) -> None:
+def _build(db: Backend, target: Path) -> None:
     with contextlib.closing(sqlite3.connect(target)) as conn:  # closed on a failure too: no journal left
         _fill(db, conn)
 
 
-def _fill(db: Database, conn: sqlite3.Connection) -> None:
+def _fill(db: Backend, conn: sqlite3.Connection) -> None:
     conn.execute(
         f"CREATE VIRTUAL TABLE schema_fts USING fts5(kind UNINDEXED, table_name UNINDEXED, "
         f"column_name UNINDEXED, body, tokenize = '{_TOKENIZER}')"
@@ -107,7 +107,7 @@ def _match_expression(query: str) -> str | None:
     return " OR ".join(f'"{w}"' + ("*" if len(w) >= 3 else "") for w in words)
 
 
-def fts_search(db: Database, query: str, k: int = 10) -> dict[str, Any]:
+def fts_search(db: Backend, query: str, k: int = 10) -> dict[str, Any]:
     """Schema elements and cell values matching ``query``; at most ``k`` of each kind,
     up to 5 distinct values per column, best BM25 rank first."""
     k = max(1, min(int(k), MAX_K))

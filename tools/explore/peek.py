@@ -11,7 +11,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from tools.db.connection import Database, execute
+from tools.db.backend import Backend
+from tools.db.connection import execute
 from tools.db.limits import QueryLimits
 from tools.db.names import resolve_columns, resolve_table
 from tools.db.results import QueryResult, ToolError, json_cell
@@ -111,7 +112,7 @@ def profile_values(values: Sequence[Any], declared_type: str, limit: int) -> dic
 
 
 def sqlite_peek(
-    db: Database, table: str, columns: Sequence[str] | None = None, limit: int = 10, where: str | None = None
+    db: Backend, table: str, columns: Sequence[str] | None = None, limit: int = 10, where: str | None = None
 ) -> dict[str, Any] | ToolError:
     """Profile ``columns`` of ``table`` (all when empty) over at most 5,000 rows matching
     the optional SQL predicate ``where`` (run under the same read-only guard)."""
@@ -143,6 +144,6 @@ def sqlite_peek(
     }
 
 
-def _table_rows(db: Database, table: str) -> int | None:
+def _table_rows(db: Backend, table: str) -> int | None:
     counted = execute(db, f"SELECT COUNT(*) FROM {quote_identifier(table)}", PEEK_LIMITS)
     return int(counted.rows[0][0]) if isinstance(counted, QueryResult) else None

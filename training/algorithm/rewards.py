@@ -28,7 +28,7 @@ from tools.errors import ConfigError, DataError
 from tools.plugins import DESIGN_GROUP, Registry
 
 if TYPE_CHECKING:
-    from tools import Database
+    from tools import Backend
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def check_positive(name: str, value: float) -> None:
 def execution(
     trajectory: Trajectory,
     example: Example,
-    db: Database | str | os.PathLike[str] | None,
+    db: Backend | str | os.PathLike[str] | None,
     metric: str,
     timeout_s: float,
     max_result_rows: int | None = METRIC_MAX_RESULT_ROWS,
@@ -146,7 +146,7 @@ def guarded(fn: Callable[..., RewardBreakdown]) -> Callable[..., RewardBreakdown
     (with its type and message) instead of killing a rollout worker. Bugs stay visible:
     the error is logged and counted by the trainer, never turned into a silent 0."""
 
-    def wrapper(self: Any, trajectory: Trajectory, example: Example, db: Database | None) -> RewardBreakdown:
+    def wrapper(self: Any, trajectory: Trajectory, example: Example, db: Backend | None) -> RewardBreakdown:
         try:
             return fn(self, trajectory, example, db)
         except Exception as err:  # noqa: BLE001 - reported, counted, never silent
@@ -189,7 +189,7 @@ def dapo_overlong_penalty(length: int, max_length: int, buffer: int) -> float:
 # --------------------------------------------------------------------------- schema sets
 
 
-def gold_references(example: Example, db: Database | None) -> tuple[frozenset[str], frozenset[str]]:
+def gold_references(example: Example, db: Backend | None) -> tuple[frozenset[str], frozenset[str]]:
     """Gold tables and ``table.column``s: the example's, or read from its gold SQL.
 
     Loaders fill ``Example.gold_tables`` / ``gold_columns``; an example without them
@@ -208,7 +208,7 @@ def gold_references(example: Example, db: Database | None) -> tuple[frozenset[st
 _SCHEMA_WARNED: set[str] = set()
 
 
-def _db_schema(db: Database | None) -> dict[str, list[str]] | None:
+def _db_schema(db: Backend | None) -> dict[str, list[str]] | None:
     """The database schema, or None when it cannot be read. A schema only helps expand
     ``*`` in the gold SQL, so the reward goes on without it, but says why (once per
     database and cause, not once per rollout)."""
@@ -231,7 +231,7 @@ def _clean(name: str) -> str:
     return name.strip("`\"[]' ")
 
 
-def selection_sets(selection: SchemaSelection | None, db: Database | None) -> tuple[frozenset[str], frozenset[str]]:
+def selection_sets(selection: SchemaSelection | None, db: Backend | None) -> tuple[frozenset[str], frozenset[str]]:
     """Predicted tables and ``table.column``s from a proposed / linked / annotated schema.
 
     Names are lower-cased and unquoted; ``t.*`` stands for every column of ``t`` and a
@@ -343,7 +343,7 @@ class ExecReward:
         check_budget(self.metric, self.max_result_rows, self.max_result_bytes)
 
     @guarded
-    def __call__(self, trajectory: Trajectory, example: Example, db: Database | None) -> RewardBreakdown:
+    def __call__(self, trajectory: Trajectory, example: Example, db: Backend | None) -> RewardBreakdown:
         score, reason = execution(
             trajectory, example, db, self.metric, self.timeout_s, self.max_result_rows, self.max_result_bytes
         )

@@ -16,7 +16,7 @@ from agents.types import Example
 from tools.errors import ConfigError
 
 if TYPE_CHECKING:
-    from tools import Database
+    from tools import Backend
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class GenerateWrapper:
 AsyncGenerateFn = Callable[[list[int], SamplingParams], Awaitable[GenerationOutput]]
 """One prompt, asynchronous (veRL's ``server_manager.generate`` behind an adapter)."""
 
-Request = tuple[Example, "Database", int]
+Request = tuple[Example, "Backend", int]
 """(example, database, sample index within the example's GRPO group)."""
 
 

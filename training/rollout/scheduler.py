@@ -37,7 +37,7 @@ from training.rollout.driver_types import (
 from training.rollout.episode import EpisodeRunner
 
 if TYPE_CHECKING:
-    from tools import Database
+    from tools import Backend
 
 
 @dataclass
@@ -45,7 +45,7 @@ class EpisodeSlot:
     """One request's progress through its episodes (DualSQL: linker, then generator)."""
 
     example: Example
-    db: Database
+    db: Backend
     sample_index: int
     runner: EpisodeRunner | None = None
     trajectories: list[Trajectory] = field(default_factory=list)
@@ -66,7 +66,7 @@ class EpisodeSlot:
 def _runner(
     agent: Agent,
     example: Example,
-    db: Database,
+    db: Backend,
     previous: Sequence[EpisodeResult],
     segments: ChatSegments,
     sampling: SamplingParams,
@@ -218,7 +218,7 @@ def _progress_bar(total: int) -> Any:
 async def run_episode_async(
     agent: Agent,
     example: Example,
-    db: Database,
+    db: Backend,
     tokenizer: Any,
     agenerate: AsyncGenerateFn,
     sampling: SamplingParams,

@@ -25,7 +25,7 @@ from training.engines.verl.shared import REWARD_KEY
 
 if TYPE_CHECKING:
     from agents.types import Example, RewardBreakdown, RewardFn, Trajectory
-    from tools import Database
+    from tools import Backend
 
 __all__ = ["REWARD_KEY", "breakdown_to_json", "compute_score", "extra_info_keys", "flat_extra_info"]
 
@@ -51,7 +51,7 @@ def _freeze(value: Any) -> Any:
     return value
 
 
-def score_episode(reward_fn: RewardFn, trajectory: Trajectory, example: Example, db: Database) -> RewardBreakdown:
+def score_episode(reward_fn: RewardFn, trajectory: Trajectory, example: Example, db: Backend) -> RewardBreakdown:
     """Score one episode. A reward that cannot be computed returns a breakdown whose
     ``error`` says why (counted in ``reward_error``); a reward that raises is a bug and
     propagates, so veRL marks the group failed instead of training on a silent 0."""

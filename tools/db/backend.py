@@ -1,0 +1,84 @@
+"""The one interface every database engine gives the tools, rewards and metrics.
+
+A backend is one database: ``tools.db.connection.Database`` (SQLite, a ``.sqlite`` / ``.db``
+file) or ``tools.db.duckdb_backend.DuckDBDatabase`` (DuckDB, a ``.duckdb`` file);
+``tools.get_database`` picks one by the file's suffix (``BACKEND_SUFFIXES``). Every backend
+gives what the layers above use, and only that:
+
+* ``run(sql, limits, as_written)``: one read-only statement under ``QueryLimits`` (row cap,
+  cell cap, result budget, wall-clock deadline, and a work budget where the engine has one),
+  returning a ``QueryResult`` or a ``ToolError`` and never raising on SQL text. Cells are the
+  Python values SQLite returns (``int``, ``float``, ``str``, ``bytes``, ``None``): a backend
+  whose driver returns other types (``Decimal``, ``date``, ``bool``) converts them, so every
+  metric compares values the same way whatever the engine;
+* ``schema()``: ``{table: [column, ...]}`` in declaration order;
+* ``query_internal`` / ``iter_internal``: the toolkit's own read-only queries (metadata,
+  profiles, value search), raising ``DataError`` on failure;
+* ``content_hash``: a fingerprint of the content, the key of every cache (gold results,
+  profiles, search indexes);
+* ``profile()``: the column profile (``tools.schema.profile``);
+* ``dialect``: the SQL dialect the engine runs (``"sqlite"``, ``"duckdb"``).
+
+A server backend (PostgreSQL, not built yet) fits the same shape: ``content_hash`` from the
+catalogue and the tables' statistics instead of file bytes, ``path`` the folder of the
+dataset's description files.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from tools.db.limits import DEFAULT_LIMITS, PRESETS, QueryLimits
+from tools.db.results import QueryResult, ToolError
+
+if TYPE_CHECKING:
+    from tools.schema.profile import DatabaseProfile
+
+BACKEND_SUFFIXES: dict[str, str] = {".duckdb": "duckdb"}
+"""File suffixes read by a backend other than SQLite (every other file is read as SQLite)."""
+
+
+def dialect_of(path: str | Path) -> str:
+    """The dialect of the database file at ``path``, by its suffix: ``"duckdb"`` or ``"sqlite"``."""
+    return BACKEND_SUFFIXES.get(Path(path).suffix.lower(), "sqlite")
+
+
+class Backend(ABC):
+    """One database behind the read-only tool layer (see the module docstring)."""
+
+    dialect: ClassVar[str]
+    path: Path
+    db_id: str
+
+    @property
+    @abstractmethod
+    def content_hash(self) -> str:
+        """A fingerprint of the database's content (hex); it changes when the content does."""
+
+    @abstractmethod
+    def run(self, sql: str, limits: QueryLimits, as_written: bool = False) -> QueryResult | ToolError:
+        """Run one read-only statement under ``limits``; ``as_written``: the text exactly as
+        the engine's driver would run it (no trimming), as an official evaluation does."""
+
+    @abstractmethod
+    def query_internal(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        """The toolkit's own read-only query, every row; ``DataError`` on failure."""
+
+    @abstractmethod
+    def iter_internal(self, sql: str, params: Iterable[Any] = (), chunk: int = 10_000) -> Iterator[tuple[Any, ...]]:
+        """Like ``query_internal`` but streams the rows."""
+
+    @abstractmethod
+    def schema(self) -> dict[str, list[str]]:
+        """``{table: [column, ...]}`` for every table and view, in declaration order."""
+
+    @abstractmethod
+    def profile(self) -> DatabaseProfile:
+        """The database profile (``tools.schema.profile``)."""
+
+    def execute(self, sql: str, limits: QueryLimits | str = DEFAULT_LIMITS) -> QueryResult | ToolError:
+        """``run(sql, limits)``; ``limits`` may name a registered preset."""
+        return self.run(sql, PRESETS[limits] if isinstance(limits, str) else limits)

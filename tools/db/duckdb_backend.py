@@ -218,7 +218,9 @@ class DuckDBDatabase(Backend):
 
     def schema(self) -> dict[str, list[str]]:
         """``{table: [column, ...]}`` for every table and view of the file, in declaration
-        order (tables of a schema other than ``main`` are named ``schema.table``)."""
+        order of columns; tables in the order of DuckDB's catalogue (by name once the file
+        is reopened: DuckDB keeps no creation order). Tables of a schema other than ``main``
+        are named ``schema.table``."""
         digest = self.content_hash
         cached = self._schema
         if cached is not None and cached[0] == digest:

@@ -42,6 +42,7 @@ from tools.db.limits import QueryLimits
 from tools.db.names import resolve_columns, resolve_table
 from tools.db.results import ToolError, json_cell
 from tools.plugins import DESIGN_GROUP, Registry
+from tools.schema.profile_sql import dialect_of, is_not_blob_sql
 from tools.spelling import quote_identifier
 
 INDEX_VERSION = 1
@@ -369,7 +370,7 @@ def distinct_values(db: Backend, table: str, column: str) -> list[Any]:
     Deduplicated in Python while streaming: on a 1M-row text column this took 2.3 s
     against 11 s for SQLite's ``SELECT DISTINCT`` (which sorts)."""
     c, t = quote_identifier(column), quote_identifier(table)
-    rows = db.iter_internal(f"SELECT {c} FROM {t} WHERE {c} IS NOT NULL AND typeof({c}) <> 'blob'")
+    rows = db.iter_internal(f"SELECT {c} FROM {t} WHERE {c} IS NOT NULL AND {is_not_blob_sql(c, dialect_of(db))}")
     return [json_cell(v) for v in dict.fromkeys(row[0] for row in rows)]
 
 
@@ -423,7 +424,7 @@ def _filtered_index(db: Backend, table: str, column: str, where: str) -> tuple[V
     result = execute(
         db,
         f"SELECT DISTINCT {c} FROM {quote_identifier(table)} "
-        f"WHERE ({where}) AND {c} IS NOT NULL AND typeof({c}) <> 'blob'",
+        f"WHERE ({where}) AND {c} IS NOT NULL AND {is_not_blob_sql(c, dialect_of(db))}",
         WHERE_LIMITS,
     )
     if isinstance(result, ToolError):

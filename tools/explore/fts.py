@@ -18,6 +18,7 @@ from typing import Any
 from tools.cache import cache_root, check_cached, load_checked, writing_cache_file
 from tools.db.backend import Backend
 from tools.explore.bm25 import tokenize
+from tools.schema.profile_sql import dialect_of, is_text_sql
 from tools.spelling import quote_identifier
 
 FTS_VERSION = 1
@@ -91,7 +92,7 @@ def _fill(db: Backend, conn: sqlite3.Connection) -> None:
             )
             c = quote_identifier(column)
             rows = db.query_internal(
-                f"SELECT DISTINCT {c} FROM {quote_identifier(table)} WHERE typeof({c}) = 'text' "
+                f"SELECT DISTINCT {c} FROM {quote_identifier(table)} WHERE {is_text_sql(c, dialect_of(db))} "
                 f"LIMIT {MAX_VALUES_INDEXED_PER_COLUMN}"
             )
             conn.executemany("INSERT INTO value_fts VALUES (?, ?, ?)", ((table, column, v) for (v,) in rows))

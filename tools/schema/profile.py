@@ -21,12 +21,21 @@ from typing import Any, Protocol
 from tools.cache import cache_root, load_checked, writing_cache_file
 from tools.db.results import json_cell
 from tools.schema.descriptions import descriptions_hash, read_descriptions
+from tools.schema.profile_sql import (
+    STATS_PER_COLUMN,
+    TABLE_INFO_SQL,
+    declared_foreign_keys,
+    dialect_of,
+    examples_sql,
+    stats_sql,
+)
 from tools.spelling import quote_identifier
 
 
 class Database(Protocol):
-    """What profiling reads of a database (``tools.db.connection.Database`` is one): its id,
-    content hash and file, and read-only internal queries."""
+    """What profiling reads of a database (any ``tools.db.backend.Backend``): its id,
+    content hash and file, and read-only internal queries; a ``dialect`` attribute, where
+    present, picks the statistics' SQL (``tools.schema.profile_sql``)."""
 
     @property
     def db_id(self) -> str: ...
@@ -199,49 +208,14 @@ def build_profile(db: Database) -> DatabaseProfile:
     return DatabaseProfile(db.db_id, db.content_hash, tables, tuple(declared) + tuple(inferred))
 
 
-_NUMERIC_TEXT = (
-    "(typeof({c}) = 'text' AND trim({c}) GLOB '[0-9+.-]*' AND trim({c}) GLOB '*[0-9]*'"
-    " AND trim({c}) NOT GLOB '*[^0-9.eE+-]*'"
-    " AND trim({c}) NOT GLOB '*.*.*' AND trim({c}) NOT GLOB '*[eE]*[eE]*'"
-    " AND (trim({c}) NOT GLOB '?*[+-]*' OR trim({c}) NOT GLOB '*[^eE][+-]*' AND trim({c}) NOT GLOB '?*[^eE][+-]*'))"
-)
-"""A text cell that is a well-formed number ("1200", "-3.5", "1e-5"; not "1998-09-01")."""
-_IS_NUMBER = "typeof({c}) IN ('integer', 'real')"
-
-
-def _stats_sql(table: str, columns: list[str]) -> str:
-    parts = ["COUNT(*)"]
-    for col in columns:
-        c = quote_identifier(col)
-        num_text = _NUMERIC_TEXT.format(c=c)
-        is_num = _IS_NUMBER.format(c=c)
-        parts += [
-            f"COUNT({c})",
-            f"COUNT(DISTINCT {c})",
-            f"MIN({c})",
-            f"MAX({c})",
-            f"SUM({is_num})",
-            f"SUM({num_text})",
-            f"SUM(typeof({c}) = 'text')",
-            f"SUM(typeof({c}) = 'blob')",
-            f"AVG(CASE WHEN {is_num} OR {num_text} THEN CAST({c} AS REAL) END)",
-            f"MIN(CASE WHEN {is_num} OR {num_text} THEN CAST({c} AS REAL) END)",
-            f"MAX(CASE WHEN {is_num} OR {num_text} THEN CAST({c} AS REAL) END)",
-        ]
-    return f"SELECT {', '.join(parts)} FROM {quote_identifier(table)}"
-
-
-_STATS_PER_COLUMN = 11
-
-
 def _profile_table(db: Database, table: str, described: Mapping[str, Mapping[str, str]]) -> TableProfile:
-    info = db.query_internal('SELECT name, type, "notnull", pk FROM pragma_table_info(?)', (table,))
-    names = [row[0] for row in info]
-    stats = db.query_internal(_stats_sql(table, names))[0] if names else (0,)
+    info = db.query_internal(TABLE_INFO_SQL, (table,))
+    columns_typed = [(row[0], row[1] or "") for row in info]
+    stats = db.query_internal(stats_sql(table, columns_typed, dialect_of(db)))[0] if info else (0,)
     row_count = int(stats[0] or 0)
     columns = []
     for i, (name, declared, not_null, pk) in enumerate(info):
-        chunk = stats[1 + i * _STATS_PER_COLUMN : 1 + (i + 1) * _STATS_PER_COLUMN]
+        chunk = stats[1 + i * STATS_PER_COLUMN : 1 + (i + 1) * STATS_PER_COLUMN]
         columns.append(
             _profile_column(db, table, name, declared, bool(not_null), bool(pk), row_count, chunk, described)
         )
@@ -314,10 +288,7 @@ def _top_values(db: Database, table: str, column: str) -> tuple[tuple[Any, int],
 
 
 def _examples(db: Database, table: str, column: str) -> tuple[Any, ...]:
-    c = quote_identifier(column)
-    rows = db.query_internal(
-        f"SELECT DISTINCT {c} FROM {quote_identifier(table)} WHERE {c} IS NOT NULL LIMIT {EXAMPLES}"
-    )
+    rows = db.query_internal(examples_sql(table, column, EXAMPLES, dialect_of(db)))
     return tuple(_short(v) for (v,) in rows)
 
 
@@ -328,8 +299,7 @@ def _declared_foreign_keys(db: Database, tables: Iterable[TableProfile]) -> list
     by_lower = {t.name.lower(): t for t in tables}
     out: list[ForeignKey] = []
     for table in tables:
-        rows = db.query_internal('SELECT "table", "from", "to" FROM pragma_foreign_key_list(?)', (table.name,))
-        for ref_table, column, ref_column in rows:
+        for ref_table, column, ref_column in declared_foreign_keys(db, table.name, dialect_of(db)):
             target = by_lower.get(str(ref_table).lower())
             if ref_column is None and target is not None and len(target.primary_key) == 1:
                 ref_column = target.primary_key[0]  # REFERENCES t  means t's primary key

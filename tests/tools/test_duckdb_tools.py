@@ -50,9 +50,9 @@ def test_peek_and_profile_give_the_same_statistics(boxes: tuple[ToolBox, ToolBox
     ]
     assert all(p.ok for p in peeks)
     for column in ("city", "rate"):
-        a, b = (dict(p.payload["columns"][column]) for p in peeks)
-        assert a.pop("declared_type") in ("TEXT", "REAL") and b.pop("declared_type") in ("VARCHAR", "DOUBLE")
-        assert a == b
+        peek_a, peek_b = (dict(p.payload["columns"][column]) for p in peeks)
+        assert peek_a.pop("declared_type") in ("TEXT", "REAL") and peek_b.pop("declared_type") in ("VARCHAR", "DOUBLE")
+        assert peek_a == peek_b
     profiles = [box.db.profile() for box in boxes]
     for table in ("scores", "events"):
         a, b = (next(t for t in p.tables if t.name == table) for p in profiles)

@@ -9,6 +9,9 @@
    rank-bm25 (every document scored per query) as the baseline (131 ms median for a 2-term
    query over 1M values on 2 cores).
 3. Runaway query: how long after the deadline a never-ending query returns (aim < 100 ms).
+4. DuckDB (``--parts duckdb``): the same table copied into a ``.duckdb`` file; the tool on
+   the DuckDB backend vs the same DuckDB connection used raw, on the same queries (issue
+   26's goal <= 1.2x), and how long after the deadline ``interrupt()`` stops a runaway.
 
     python benchmarks/bench_tools.py                 # full size: 1,000,000 rows
     python benchmarks/bench_tools.py --rows 50000    # quick run
@@ -246,6 +249,62 @@ def bench_runaway(path: Path, deadline_s: float, repeats: int) -> dict[str, Any]
     return out
 
 
+def bench_duckdb(path: Path, rows: int, n: int, repeat: int, deadline_s: float) -> dict[str, Any]:
+    from eval.data.duckdb_copy import copy_sqlite_to_duckdb
+    from tools import QueryLimits, QueryResult, ToolError, execute, get_database
+    from tools.db.duckdb_backend import DuckDBDatabase, to_sqlite_value
+
+    target = path.with_suffix(".duckdb")
+    if target.exists():
+        target.unlink()
+    start = time.perf_counter()
+    copy_sqlite_to_duckdb(path, target)
+    copied_s = time.perf_counter() - start
+    db = get_database(target)
+    assert isinstance(db, DuckDBDatabase)
+    raw = db.cursor()  # the backend's own connection, without the tool layer
+    cities = [r[0] for r in raw.execute("SELECT DISTINCT city FROM items ORDER BY city LIMIT 200").fetchall()]
+    queries = overhead_queries(rows, n, random.Random(1), cities)
+    limits = QueryLimits()
+    ratios, raw_times, errors = [], [], 0
+    for sql in queries:
+        first = execute(db, sql, limits)
+        if not isinstance(first, QueryResult):
+            errors += 1
+            print(f"  tool error on {sql!r}: {first}", file=sys.stderr)
+            continue
+        assert len(first.rows) == len(raw.execute(sql).fetchall())
+        t_raw = _best_of(lambda sql=sql: [tuple(map(to_sqlite_value, r)) for r in raw.execute(sql).fetchall()], repeat)
+        t_tool = _best_of(lambda sql=sql: execute(db, sql, limits), repeat)
+        raw_times.append(t_raw)
+        ratios.append(t_tool / t_raw)
+    overs = []
+    for _ in range(3):
+        start = time.perf_counter()
+        result = execute(db, "SELECT count(*) FROM items a, items b", QueryLimits(timeout_s=deadline_s))
+        overs.append(1000 * (time.perf_counter() - start - deadline_s))
+        assert isinstance(result, ToolError) and result.kind == "timeout", result
+    return {
+        "copy_s": copied_s,
+        "size_mb": target.stat().st_size / 1e6,
+        "queries": len(queries),
+        "tool_errors": errors,
+        "median_ratio": statistics.median(ratios) if ratios else float("nan"),
+        "p90_ratio": sorted(ratios)[int(0.9 * (len(ratios) - 1))] if ratios else float("nan"),
+        "median_ratio_by_kind": {
+            name: statistics.median(ratios[i::4])
+            for i, name in enumerate(["point_lookup", "indexed_filter", "pk_range_aggregate", "full_scan_aggregate"])
+            if not errors and ratios[i::4]
+        },
+        "median_raw_ms_by_kind": {
+            name: 1000 * statistics.median(raw_times[i::4])
+            for i, name in enumerate(["point_lookup", "indexed_filter", "pk_range_aggregate", "full_scan_aggregate"])
+            if not errors and raw_times[i::4]
+        },
+        "runaway_past_deadline_ms_median": statistics.median(overs),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows in the benchmark table")
@@ -257,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rank-bm25", action="store_true", help="also time plain rank-bm25 (slow to build)")
     parser.add_argument("--workdir", type=Path, help="where to put the database and caches (default: a temp dir)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
-    parser.add_argument("--parts", default="overhead,bm25,runaway", help="which benchmarks to run")
+    parser.add_argument("--parts", default="overhead,bm25,runaway,duckdb", help="which benchmarks to run")
     args = parser.parse_args(argv)
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-tools-"))
@@ -286,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     if "runaway" in parts:
         figures["runaway"] = bench_runaway(db_path, args.deadline, repeats=3)
         _print("3. runaway queries", figures["runaway"])
+    if "duckdb" in parts:
+        figures["duckdb"] = bench_duckdb(db_path, args.rows, args.queries, args.repeat, args.deadline)
+        _print("4. DuckDB backend vs its raw connection", figures["duckdb"])
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0

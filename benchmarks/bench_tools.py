@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -249,6 +250,11 @@ def bench_runaway(path: Path, deadline_s: float, repeats: int) -> dict[str, Any]
     return out
 
 
+def _raw_duckdb(cursor: Any, sql: str, convert: Callable[[Any], Any]) -> list[tuple[Any, ...]]:
+    """The rows of ``sql`` on a DuckDB connection, cells converted as the backend converts them."""
+    return [tuple(map(convert, row)) for row in cursor.execute(sql).fetchall()]
+
+
 def bench_duckdb(path: Path, rows: int, n: int, repeat: int, deadline_s: float) -> dict[str, Any]:
     from eval.data.duckdb_copy import copy_sqlite_to_duckdb
     from tools import QueryLimits, QueryResult, ToolError, execute, get_database
@@ -274,14 +280,14 @@ def bench_duckdb(path: Path, rows: int, n: int, repeat: int, deadline_s: float) 
             print(f"  tool error on {sql!r}: {first}", file=sys.stderr)
             continue
         assert len(first.rows) == len(raw.execute(sql).fetchall())
-        t_raw = _best_of(lambda sql=sql: [tuple(map(to_sqlite_value, r)) for r in raw.execute(sql).fetchall()], repeat)
-        t_tool = _best_of(lambda sql=sql: execute(db, sql, limits), repeat)
+        t_raw = _best_of(functools.partial(_raw_duckdb, raw, sql, to_sqlite_value), repeat)
+        t_tool = _best_of(functools.partial(execute, db, sql, limits), repeat)
         raw_times.append(t_raw)
         ratios.append(t_tool / t_raw)
     overs = []
     for _ in range(3):
         start = time.perf_counter()
-        result = execute(db, "SELECT count(*) FROM items a, items b", QueryLimits(timeout_s=deadline_s))
+        result = execute(db, "SELECT count(*) FROM items a, items b, items c", QueryLimits(timeout_s=deadline_s))
         overs.append(1000 * (time.perf_counter() - start - deadline_s))
         assert isinstance(result, ToolError) and result.kind == "timeout", result
     return {

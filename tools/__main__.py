@@ -50,7 +50,7 @@ def _add_tool_parser(sub: argparse._SubParsersAction, name: str) -> None:
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", required=True, help="path of the .sqlite file")
+    parser.add_argument("--db", required=True, help="path of the .sqlite (or .duckdb) file")
     parser.add_argument("--db-id", help="database id (default: the file stem)")
 
 
@@ -75,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="data=<kind> data.<key>=<value>",
         help="the benchmark whose training and held-out databases to build (default data=minibird)",
     )
-    build.add_argument("--db", dest="db_paths", action="append", default=[], help="a .sqlite file (repeatable)")
+    build.add_argument(
+        "--db", dest="db_paths", action="append", default=[], help="a .sqlite or .duckdb file (repeatable)"
+    )
     build.add_argument("--only", help="comma-separated subset of profile,fts,bm25 (default: all three)")
     build.add_argument(
         "--bm25-columns",

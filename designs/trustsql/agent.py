@@ -9,6 +9,17 @@ lists the four formats and the episode goes on; confirm_answer ends it.
 The schema track of Phase-Aware GRPO needs the end of the last valid propose turn:
 ``schema_span_turn`` gives it (falling back to the last valid explore turn, flagged).
 
+Phase order (§3.1: Propose is "a mandatory cognitive checkpoint … before SQL generation"):
+with ``enforce_phase_order`` (the default) each action needs an earlier valid turn of the
+action before it in the protocol - propose needs an explore, generate a propose, confirm a
+generate; explore may come at any time. An out-of-order turn is invalid (its query does
+not run) and its reply says what must come first.
+
+``propose_phase=False`` is the three-phase protocol of the SFT-only ablation (App. B.3):
+explore, generate, confirm, with its own prompt (``system_without_propose.txt``,
+``formats_without_propose.txt``); ``propose_schema`` is then an unknown action, and the
+supervised replay drops the propose turns of four-phase traces (``omitted_phases``).
+
 ``schema_prefill=True`` is the paper's Schema-Prefill variant (Table 2): the full schema is
 given as one synthetic explore turn - an assistant turn calling the tool on
 ``sqlite_master`` and the tool's real answer - placed in the prompt (so it is not trained
@@ -46,6 +57,13 @@ if TYPE_CHECKING:
 PROMPTS = Prompts(__package__)
 
 ACTIONS = ("explore_schema", "propose_schema", "generate_sql", "confirm_answer")
+ACTIONS_WITHOUT_PROPOSE = ("explore_schema", "generate_sql", "confirm_answer")
+ORDER_HINTS = {
+    "propose_schema": "explore the schema before you propose it",
+    "generate_sql": "propose the verified schema before you generate SQL",
+    "confirm_answer": "run the query with generate_sql before you confirm it",
+}
+ORDER_HINTS_WITHOUT_PROPOSE = {**ORDER_HINTS, "generate_sql": "explore the schema before you generate SQL"}
 PREFILL_SQL = "SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name"
 
 
@@ -74,15 +92,41 @@ def schema_span_turn(turns: Sequence[TurnRecord]) -> tuple[int, str]:
 
 
 class TrustSQLEpisode(BaseEpisode):
-    def __init__(self, messages: list, toolbox: ToolBox, parser: ToolCallParser, max_turns: int, formats: str) -> None:
+    def __init__(
+        self,
+        messages: list,
+        toolbox: ToolBox,
+        parser: ToolCallParser,
+        max_turns: int,
+        formats: str,
+        actions: tuple[str, ...] = ACTIONS,
+        enforce_order: bool = True,
+    ) -> None:
         stop = tuple(dict.fromkeys((*parser.stop, "</schema>", "</answer>")))
         super().__init__("agent", messages, toolbox.schemas(), stop, max_turns)
         self.toolbox, self.parser, self.formats = toolbox, parser, formats
+        self.actions, self.enforce_order = actions, enforce_order
         self.prefilled = any(m.get("role") == "assistant" for m in messages)
 
     def _error(self, reason: str, **kwargs: Any) -> TurnOutcome:
-        message = PROMPTS.render("invalid", reason=reason, formats=self.formats)
+        count = {3: "three", 4: "four"}[len(self.actions)]
+        message = PROMPTS.render("invalid", reason=reason, formats=self.formats, count=count)
         return invalid(reason, tool_message("format_error", message), **kwargs)
+
+    def _out_of_order(self, action: str) -> TurnOutcome | None:
+        """The invalid turn for ``action`` when no valid turn of the action before it came
+        earlier (a prefilled explore counts), else None."""
+        position = self.actions.index(action)
+        if not self.enforce_order or position == 0:
+            return None
+        required = self.actions[position - 1]
+        done = {turn.phase for turn in self.turns if turn.format_ok}
+        if required in done or (required == "explore_schema" and self.prefilled):
+            return None
+        detail = f"{action} needs an earlier valid {required} turn"
+        hints = ORDER_HINTS if "propose_schema" in self.actions else ORDER_HINTS_WITHOUT_PROPOSE
+        message = PROMPTS.render("order", detail=detail, hint=hints[action], sequence=" → ".join(self.actions))
+        return invalid(f"out of order: {detail}", tool_message("order_error", message))
 
     def _turn(self, text: str) -> TurnOutcome:
         think, reason = single_block(text, "think")
@@ -92,8 +136,10 @@ class TrustSQLEpisode(BaseEpisode):
         if action_block is None:
             return self._error(reason)
         action = action_block.content.strip()
-        if action not in ACTIONS:
-            return self._error(f"unknown action {action[:60]!r}; use one of {', '.join(ACTIONS)}")
+        if action not in self.actions:
+            return self._error(f"unknown action {action[:60]!r}; use one of {', '.join(self.actions)}")
+        if (out_of_order := self._out_of_order(action)) is not None:
+            return out_of_order
         if action == "propose_schema":
             return self._propose(text)
         if action == "confirm_answer":
@@ -141,6 +187,8 @@ class TrustSQLEpisode(BaseEpisode):
         flags: dict[str, Any] = {span_flag(SCHEMA_TRACK): turn}
         if self.prefilled:
             flags["schema_prefill"] = True
+        if "propose_schema" not in self.actions:
+            flags["without_propose"] = True
         if how == "explore_fallback":
             flags["propose_fallback_explore"] = True
         elif how == "none":
@@ -152,7 +200,11 @@ class TrustSQLEpisode(BaseEpisode):
 class TrustSQLAgent:
     """TRUST-SQL. ``max_turns`` applies in training, ``max_turns_inference`` when
     ``inference`` is true (evaluation); ``schema_prefill`` gives the full schema as a
-    synthetic first explore turn (the paper's Schema-Prefill setting)."""
+    synthetic first explore turn (the paper's Schema-Prefill setting);
+    ``enforce_phase_order`` refuses a turn whose preceding phase has not come yet (§3.1);
+    ``propose_phase=False`` is the three-phase protocol of App. B.3's ablation.
+    ``omitted_phases`` names the protocol's missing actions, which the supervised replay
+    drops from four-phase traces."""
 
     name = "trustsql"
 
@@ -164,6 +216,8 @@ class TrustSQLAgent:
         preset: str = PRESET,
         parser: str = "hermes",
         schema_prefill: bool = False,
+        enforce_phase_order: bool = True,
+        propose_phase: bool = True,
     ) -> None:
         for key, value in (("max_turns", max_turns), ("max_turns_inference", max_turns_inference)):
             if value < 1:
@@ -172,10 +226,16 @@ class TrustSQLAgent:
         self.preset = preset
         self.parser = get_parser(parser)
         self.schema_prefill = bool(schema_prefill)
+        self.enforce_phase_order = bool(enforce_phase_order)
+        self.actions = ACTIONS if propose_phase else ACTIONS_WITHOUT_PROPOSE
+        self.omitted_phases = tuple(a for a in ACTIONS if a not in self.actions)
+        self._prompt_suffix = "" if propose_phase else "_without_propose"
 
     def messages(self, example: Example, schemas: list) -> tuple[list[dict], str]:
-        formats = PROMPTS.render("formats", db_id=example.db_id)
-        system = PROMPTS.render("system", formats=formats, max_turns=self.max_turns, tools=tools_block(schemas))
+        formats = PROMPTS.render("formats" + self._prompt_suffix, db_id=example.db_id)
+        system = PROMPTS.render(
+            "system" + self._prompt_suffix, formats=formats, max_turns=self.max_turns, tools=tools_block(schemas)
+        )
         user = PROMPTS.render(
             "user", db_id=example.db_id, question=example.question, evidence=example.evidence or "(none)"
         )
@@ -188,7 +248,9 @@ class TrustSQLAgent:
         messages, formats = self.messages(example, toolbox.schemas())
         if self.schema_prefill:
             messages += prefill_messages(toolbox, example.db_id)
-        return TrustSQLEpisode(messages, toolbox, self.parser, self.max_turns, formats)
+        return TrustSQLEpisode(
+            messages, toolbox, self.parser, self.max_turns, formats, self.actions, self.enforce_phase_order
+        )
 
     def training_spec(self) -> TrainingSpec:
         """One role; the episodes mark a schema span (explore/propose turns) for the

@@ -4,19 +4,24 @@
 * ``schema`` track = R_schema, applied to the tokens up to the propose turn.
 
 R_exec is 1.0 when the execution score under ``exec_metric`` is 1, 0.2 when the final
-SQL executes but is wrong, else 0. R_format is 0.1 iff every turn was valid, all four
-actions occur, and no environment feedback reported an invalid call or a SQL syntax
-error. R_schema compares the proposed schema (``EpisodeResult.schema``, the last valid
-propose) with the gold SQL's tables and columns under ``schema_mode``:
+SQL executes but is wrong, else 0. R_format is App. F.2's: 0.1 iff every turn was valid
+(one think block, one known action, its content block; with the agent's phase order, in
+order), else 0. Two stricter conditions are options, off by default: ``require_all_actions``
+(every action of the protocol occurs) and ``require_clean_feedback`` (no tool reply
+reported a SQL syntax error, invalid arguments or an unknown tool). R_schema compares
+the proposed schema (``EpisodeResult.schema``, the last valid propose) with the gold
+SQL's tables and columns under ``schema_mode``:
 
 * ``sparse_coupled`` (default): 1 iff the table set and the ``table.column`` set both
   equal gold's, and only when R_exec = 1.0;
 * ``uncoupled``: the same equality, whatever R_exec;
-* ``f1`` / ``precision`` / ``recall`` / ``recall_then_precision``: dense scores, coupled
-  (× [R_exec = 1.0]), over the elements tables ∪ ``table.column``s (so a ``COUNT(*)``
-  question, with no gold column, still scores its tables). ``recall_then_precision`` is
-  a project definition: 0.5·recall while recall < 1, then 0.5 + 0.5·precision — it is 1
-  iff the proposal is exact and always prefers full recall.
+* ``dense_coupled`` (§5.1 "Dense + Coupled"): full recall of tables and of columns as a
+  hard gate (0 unless r_t = r_c = 1), then w_t·p_t + w_c·p_c with the table and column
+  precisions and the weights ``dense_table_weight`` / ``dense_column_weight`` (sum 1), and
+  only when R_exec = 1.0;
+* ``f1`` / ``precision`` / ``recall``: project extras, coupled (× [R_exec = 1.0]), over the
+  elements tables ∪ ``table.column``s (so a ``COUNT(*)`` question, with no gold column,
+  still scores its tables).
 
 ``total`` equals the full track (the schema track is a separate advantage).
 
@@ -53,14 +58,8 @@ if TYPE_CHECKING:
     from tools import Backend
 
 ACTIONS: frozenset[str] = frozenset({"explore_schema", "propose_schema", "generate_sql", "confirm_answer"})
-SCHEMA_MODES: tuple[str, ...] = (
-    "sparse_coupled",
-    "uncoupled",
-    "f1",
-    "precision",
-    "recall",
-    "recall_then_precision",
-)
+SCHEMA_MODES: tuple[str, ...] = ("sparse_coupled", "uncoupled", "dense_coupled", "f1", "precision", "recall")
+WITHOUT_PROPOSE: frozenset[str] = ACTIONS - {"propose_schema"}
 BAD_FEEDBACK: frozenset[str] = frozenset({"syntax", "bad_arguments", "unknown_tool"})
 """Tool outcomes that count as "feedback reported an invalid format or SQL syntax error"."""
 
@@ -76,13 +75,49 @@ def exec_reward(score: float, executed: bool) -> float:
     return 0.2 if executed else 0.0
 
 
-def format_reward(result: EpisodeResult) -> float:
-    """R_format: 0.1 iff every turn valid, all four actions used, no bad feedback."""
-    phases = {turn.phase for turn in result.turns} | (
-        {"explore_schema"} if result.flags.get("schema_prefill") else set()
-    )
-    clean = all(turn.tool_outcome not in BAD_FEEDBACK for turn in result.turns)
-    return 0.1 if result.all_turns_valid and ACTIONS <= phases and clean else 0.0
+def format_reward(result: EpisodeResult, all_actions: bool = False, clean_feedback: bool = False) -> float:
+    """R_format (App. F.2): 0.1 iff every turn is valid; ``all_actions`` also needs every
+    action of the episode's protocol, ``clean_feedback`` no bad tool feedback."""
+    if not result.all_turns_valid:
+        return 0.0
+    if all_actions:
+        phases = {turn.phase for turn in result.turns} | (
+            {"explore_schema"} if result.flags.get("schema_prefill") else set()
+        )
+        if not (WITHOUT_PROPOSE if result.flags.get("without_propose") else ACTIONS) <= phases:
+            return 0.0
+    if clean_feedback and any(turn.tool_outcome in BAD_FEEDBACK for turn in result.turns):
+        return 0.0
+    return 0.1
+
+
+def _set_precision_recall(gold: frozenset[str], proposed: frozenset[str]) -> tuple[float, float]:
+    """Precision and recall of one element kind; nothing to recall is full recall, nothing
+    proposed is full precision."""
+    common = len(gold & proposed)
+    return (common / len(proposed) if proposed else 1.0), (common / len(gold) if gold else 1.0)
+
+
+def dense_match(
+    gold: tuple[frozenset[str], frozenset[str]],
+    proposed: tuple[frozenset[str], frozenset[str]],
+    table_weight: float,
+    column_weight: float,
+) -> float:
+    """§5.1's graduated f_match: 0 unless table and column recall are both 1, then
+    w_t·p_t + w_c·p_c.
+
+    >>> g = (frozenset({"t"}), frozenset({"t.a", "t.b"}))
+    >>> dense_match(g, (frozenset({"t", "u"}), frozenset({"t.a", "t.b"})), 0.5, 0.5)
+    0.75
+    >>> dense_match(g, (frozenset({"t"}), frozenset({"t.a"})), 0.5, 0.5)
+    0.0
+    """
+    p_t, r_t = _set_precision_recall(gold[0], proposed[0])
+    p_c, r_c = _set_precision_recall(gold[1], proposed[1])
+    if r_t < 1.0 or r_c < 1.0:
+        return 0.0
+    return table_weight * p_t + column_weight * p_c
 
 
 def schema_reward(
@@ -90,6 +125,7 @@ def schema_reward(
     gold: tuple[frozenset[str], frozenset[str]],
     proposed: tuple[frozenset[str], frozenset[str]],
     r_exec: float,
+    dense_weights: tuple[float, float] = (0.5, 0.5),
 ) -> float:
     """R_schema under ``mode`` from (tables, columns) of gold and of the proposal.
 
@@ -106,14 +142,14 @@ def schema_reward(
         return 0.0
     if mode == "sparse_coupled":
         return exact
+    if mode == "dense_coupled":
+        return dense_match(gold, proposed, *dense_weights)
     precision, recall, f1 = precision_recall_f1(gold[0] | gold[1], proposed[0] | proposed[1])
     if mode == "f1":
         return f1
     if mode == "precision":
         return precision
-    if mode == "recall":
-        return recall
-    return 0.5 * recall if recall < 1.0 else 0.5 + 0.5 * precision
+    return recall
 
 
 @register_reward("trustsql")
@@ -127,6 +163,10 @@ class TrustSQLReward:
     max_result_rows: int | None = METRIC_MAX_RESULT_ROWS
     max_result_bytes: int | None = METRIC_MAX_RESULT_BYTES
     schema_in_total: float = 0.0
+    dense_table_weight: float = 0.5
+    dense_column_weight: float = 0.5
+    require_all_actions: bool = False
+    require_clean_feedback: bool = False
 
     component_names = ("exec", "r_exec", "format", "schema")
 
@@ -142,6 +182,12 @@ class TrustSQLReward:
             )
         if self.schema_mode not in SCHEMA_MODES:
             raise ConfigError(f"trustsql schema_mode={self.schema_mode!r}; use one of {', '.join(SCHEMA_MODES)}")
+        weights = (self.dense_table_weight, self.dense_column_weight)
+        if min(weights) < 0 or abs(sum(weights) - 1.0) > 1e-9:
+            raise ConfigError(
+                f"trustsql dense_table_weight={weights[0]}, dense_column_weight={weights[1]}: two weights >= 0 "
+                "that sum to 1 (an exact proposal then scores 1)"
+            )
         check_positive("trustsql timeout_s", self.timeout_s)
         check_budget("trustsql", self.max_result_rows, self.max_result_bytes)
 
@@ -155,9 +201,13 @@ class TrustSQLReward:
             return failure(reason or "execution failed", self.component_names, self.track_names)
         has_sql = result.final_sql is not None
         r_exec = exec_reward(score.score, score.pred_executed) if has_sql else 0.0
-        r_format = format_reward(result)
+        r_format = format_reward(result, self.require_all_actions, self.require_clean_feedback)
         r_schema = schema_reward(
-            self.schema_mode, gold_references(example, db), selection_sets(result.schema, db), r_exec
+            self.schema_mode,
+            gold_references(example, db),
+            selection_sets(result.schema, db),
+            r_exec,
+            (self.dense_table_weight, self.dense_column_weight),
         )
         full = r_exec + r_format + self.schema_in_total * r_schema
         tracks = {"full": full} if self.schema_in_total > 0 else {"full": full, "schema": r_schema}

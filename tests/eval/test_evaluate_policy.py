@@ -244,6 +244,8 @@ def test_multi_turn_agent_counts_turns_tool_calls_and_tokens(bird: Path, tmp_pat
             "<think>singer holds them.</think><action>propose_schema</action>"
             '<schema>{"tables": ["singer"], "columns": {"singer": ["singer_id"]}, "joins": []}</schema>'
         ),
+        "<think>Run it.</think><action>generate_sql</action>"
+        + call.replace("SELECT name FROM sqlite_master WHERE type = 'table'", "SELECT COUNT(*) FROM singer"),
         "<think>Count.</think><action>confirm_answer</action><answer>```sql\nSELECT COUNT(*) FROM singer\n```</answer>",
     ]
     _, _, sampling, limits = _policy_setup()
@@ -260,11 +262,11 @@ def test_multi_turn_agent_counts_turns_tool_calls_and_tokens(bird: Path, tmp_pat
         progress=False,
     )
     assert (s["outcomes"]["match"], s["outcomes"]["mismatch"]) == (1, 1)
-    assert s["behaviour"]["turns"] == 3.0 and s["behaviour"]["tool_calls"] == 1.0
+    assert s["behaviour"]["turns"] == 4.0 and s["behaviour"]["tool_calls"] == 2.0
     policy = sum(len(tok.encode(t, add_special_tokens=False)) + 1 for t in turns)  # + the EOS of each turn
     assert s["behaviour"]["policy_tokens"] == policy
     assert s["behaviour"]["response_tokens"] > policy  # the observation and template tokens (mask 0)
     assert s["end_reasons"] == {"answer": 2}
     record = json.loads((tmp_path / "out" / "records.jsonl").read_text().splitlines()[0])
     assert record["samples"][0]["last_turn"] == turns[-1]
-    assert "| 3.00 | 1.00 |" in (tmp_path / "out" / "report.md").read_text()
+    assert "| 4.00 | 2.00 |" in (tmp_path / "out" / "report.md").read_text()

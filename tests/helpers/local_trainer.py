@@ -48,7 +48,8 @@ def config(recipe: str, run_dir: Path, *extra: str) -> TrainConfig:
     ]
     raw = compose_tree("config", overrides)
     raw.pop("hydra", None)
-    raw["agent"] = {k: (min(v, 3) if "max_turns" in k else v) for k, v in raw["agent"].items()}
+    turns = 4 if recipe == "trustsql" else 3  # TRUST-SQL's phase order needs 4 turns to reach an answer
+    raw["agent"] = {k: (min(v, turns) if "max_turns" in k else v) for k, v in raw["agent"].items()}
     return TrainConfig.from_mapping(raw)
 
 

@@ -138,6 +138,10 @@ def turn_text(recipe: str, role: str, turn: int, ex: Example, good: bool) -> str
             )
         if turn == 1:
             return f"<think>{plan}</think><action>propose_schema</action><schema>{schema_json(ex, good)}</schema>"
+        if turn == 2:  # the phase order: confirm only after a generate turn
+            return f"<think>{plan}</think><action>generate_sql</action>" + call(
+                "execute_sql_query", db_id="schools", sql=sql
+            )
         return f"<think>{plan}</think><action>confirm_answer</action><answer>```sql\n{sql}\n```</answer>"
     if role == "linker":
         return f"<think>{plan}</think>\n```json\n{schema_json(ex, good)}\n```"

@@ -42,7 +42,7 @@ END_REASONS = ("answer", "turn_budget", "format_cutoff", "context_limit", "respo
 SINGLE_METRIC_REWARDS = ("ex", "rex", "qatch")
 VARIANT_OPTIONS: dict[str, list[dict[str, Any]]] = {
     "dualsql": [{"guardrails": False}],  # a failed turn is reported and the episode goes on
-    "trustsql": [{"schema_prefill": True}],
+    "trustsql": [{"schema_prefill": True, "enforce_phase_order": False}],  # any action on any turn
 }
 """Option sets that change an episode's path, run besides each design's defaults."""
 LIMITS = (

@@ -56,7 +56,9 @@ class SupervisedConfig:
     privileged: bool | None = _f(None, "teachers see the gold SQL as guidance; null = on for chain=mine")
     leak_filter: bool = _f(True, "drop privileged traces whose reasoning reveals the gold SQL or guidance")
     leak_similarity: float = _f(0.9, "leak filter: normalised SQL at least this alike counts as the gold")
-    max_traces_per_question: int = _f(4, "keep at most this many distinct traces per question")
+    max_traces_per_question: int | None = _f(
+        4, "keep at most this many distinct traces per question; null = every trace that passes the filters"
+    )
     dataset: str | None = _f(None, "bring your own SFT JSONL (skips trace collection)")
     drop_phases: list[str] = _f([], "phases removed before SFT (TRUST-SQL ablation: [propose_schema])")
     epochs: int = _f(2, "SFT passes over the dataset")
@@ -88,13 +90,17 @@ class SupervisedConfig:
             "epochs",
             "batch_size",
             "micro_batch_size",
-            "max_traces_per_question",
             "rl_filter_samples",
         ):
             _need(
                 isinstance(getattr(self, key), int) and getattr(self, key) >= 1,
                 f"supervised.{key}={getattr(self, key)!r}: a positive integer",
             )
+        _need(
+            self.max_traces_per_question is None
+            or (isinstance(self.max_traces_per_question, int) and self.max_traces_per_question >= 1),
+            f"supervised.max_traces_per_question={self.max_traces_per_question!r}: a positive integer or null",
+        )
         _need(
             self.questions is None or self.questions >= 1,
             f"supervised.questions={self.questions}: a positive integer or null",

@@ -150,11 +150,13 @@ def replay(
 ) -> tuple[list[Trajectory], dict[str, int]]:
     """Token trajectories of every row, through the agent and the rollout driver.
 
-    ``drop_phases`` removes turns of those phases before replay (TRUST-SQL's SFT ablation
-    without the propose phase: ``[propose_schema]``). Rows that no longer play as a valid
+    ``drop_phases`` removes turns of those phases before replay; the phases the agent's
+    protocol lacks (its ``omitted_phases``: TRUST-SQL with ``propose_phase=false``, the SFT
+    ablation of App. B.3) are removed too, so four-phase traces replay under the agent's
+    own three-phase prompt. Rows that no longer play as a valid
     episode are dropped and counted by reason.
     """
-    from training.supervised.demonstrations import record_demonstrations
+    from training.supervised.demonstrations import phase_dropped, record_demonstrations
 
     kept: list[Trajectory] = []
     dropped: Counter[str] = Counter()
@@ -166,7 +168,7 @@ def replay(
         )
     for row in rows:
         turns = {
-            role: [t for t in texts if not _phase_dropped(t, drop_phases)]
+            role: [t for t in texts if not phase_dropped(t, drop_phases)]
             for role, texts in assistant_turns(row).items()
         }
 
@@ -177,7 +179,3 @@ def replay(
         kept.extend(demos.trajectories)
         dropped.update({f"replay: {k}": v for k, v in demos.dropped.items()})
     return kept, dict(dropped)
-
-
-def _phase_dropped(text: str, phases: Sequence[str]) -> bool:
-    return any(f"<action>{p}</action>" in text for p in phases)

@@ -111,7 +111,7 @@ class DatasetStage(TraceStages):
             texts = [[t["text"] for t in e["turns"]] for e in trace["episodes"]]
             if any(texts == [[t["text"] for t in e["turns"]] for e in other["episodes"]] for other in same):
                 drop("duplicate")
-            elif len(same) >= self.sup.max_traces_per_question:
+            elif self.sup.max_traces_per_question is not None and len(same) >= self.sup.max_traces_per_question:
                 drop("over_cap")
             else:
                 same.append(trace)

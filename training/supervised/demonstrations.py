@@ -111,7 +111,9 @@ def record_demonstrations(
 ) -> Demonstrations:
     """Play ``script``'s turns through the rollout driver for every example.
 
-    Each script sees the episode's own turn budget. An example is kept when all its
+    Each script sees the episode's own turn budget. Turns of the phases the agent's
+    protocol lacks (its ``omitted_phases``, e.g. TRUST-SQL without propose) are left out
+    of the script before it plays. An example is kept when all its
     episodes (DualSQL: linker and generator) ended with an answer and every turn passed
     the format check; the reason for each drop is counted.
     """
@@ -121,6 +123,7 @@ def record_demonstrations(
 
     segments = ChatSegments(tokenizer)
     eos = turn_end_token(segments, tokenizer)
+    omitted = tuple(getattr(agent, "omitted_phases", ()))
     requests = [(ex, get_database(ex.db_path), 0) for ex in examples]
     scheduler = EpisodeScheduler(agent, requests, segments, SamplingParams(temperature=0.0), limits)
     while waiting := scheduler.waiting():
@@ -128,6 +131,7 @@ def record_demonstrations(
             runner = scheduler.runner(i)
             episode = runner.episode
             turns = script(examples[i], episode.role, int(getattr(episode, "max_turns", 1) or 1))
+            turns = [t for t in turns if not phase_dropped(t, omitted)]
             text = turns[runner.turns] if runner.turns < len(turns) else ""
             scheduler.feed(i, GenerationOutput(token_ids=segments.encode(text) + eos))
     kept: list[Trajectory] = []
@@ -139,6 +143,11 @@ def record_demonstrations(
         else:
             kept.extend(slot.trajectories)
     return Demonstrations(kept, len(examples) - sum(dropped.values()), dropped)
+
+
+def phase_dropped(text: str, phases: Sequence[str]) -> bool:
+    """Whether a turn names one of ``phases`` as its ``<action>`` (TRUST-SQL's turn format)."""
+    return any(f"<action>{p}</action>" in text for p in phases)
 
 
 def turn_end_token(segments: Any, tokenizer: Any) -> list[int]:

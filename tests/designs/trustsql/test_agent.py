@@ -17,6 +17,7 @@ EXPLORE = THINK + "<action>explore_schema</action>" + call("execute_sql_query", 
 PROPOSE = (
     THINK + '<action>propose_schema</action><schema>{"tables": ["schools"], "columns": {"schools": ["city"]}}</schema>'
 )
+GENERATE = THINK + "<action>generate_sql</action>" + call("execute_sql_query", db_id="schools", sql=COUNT_SQL)
 CONFIRM = THINK + f"<action>confirm_answer</action><answer>```sql\n{COUNT_SQL}\n```</answer>"
 
 
@@ -48,6 +49,7 @@ def test_correct_trajectory(example, db) -> None:
 
 def test_acknowledgement_counts_tables_and_columns(example, db) -> None:
     episode = make_agent("trustsql").start(example, db)
+    episode.step(EXPLORE)
     text = THINK + (
         '<action>propose_schema</action><schema>{"tables": ["schools", "satscores"], '
         '"columns": {"schools": ["id", "city"], "satscores": ["school_id"]}, '
@@ -83,7 +85,7 @@ def test_acknowledgement_counts_tables_and_columns(example, db) -> None:
     ],
 )
 def test_invalid_turns_get_the_format_message(example, db, text: str, reason: str) -> None:
-    episode = make_agent("trustsql").start(example, db)
+    episode = make_agent("trustsql", enforce_phase_order=False).start(example, db)  # each action may open
     step = episode.step(text)
     assert step.phase == "invalid" and not step.format_ok and not step.done
     assert reason in step.format_reason
@@ -94,7 +96,7 @@ def test_invalid_turns_get_the_format_message(example, db, text: str, reason: st
 
 
 def test_tool_errors_keep_the_turn_valid(example, db) -> None:
-    episode = make_agent("trustsql").start(example, db)
+    episode = make_agent("trustsql", enforce_phase_order=False).start(example, db)
     episode.step(THINK + "<action>generate_sql</action>" + call("execute_sql_query", db_id="schools", sql="SELEC 1"))
     episode.step(
         THINK
@@ -106,15 +108,20 @@ def test_tool_errors_keep_the_turn_valid(example, db) -> None:
 
 
 def test_schema_span_flags(example, db) -> None:
-    explore_only = make_agent("trustsql").start(example, db)
+    unordered = make_agent("trustsql", enforce_phase_order=False)  # episodes the phase order would refuse
+    explore_only = unordered.start(example, db)
     play(explore_only, [EXPLORE, EXPLORE, CONFIRM])
     result = explore_only.result()
     assert result.flags == {"schema_span_turn": 1, "propose_fallback_explore": True}
-    bare = make_agent("trustsql").start(example, db)
+    bare = unordered.start(example, db)
     play(bare, [CONFIRM])
     assert bare.result().flags == {"schema_span_turn": -1, "no_schema_span": True}
-    last_valid = make_agent("trustsql").start(example, db)
+    last_valid = unordered.start(example, db)
     play(last_valid, [PROPOSE, EXPLORE, PROPOSE.replace('{"tables"', "{bad"), CONFIRM])
+    ordered = make_agent("trustsql").start(example, db)
+    play(ordered, [EXPLORE, EXPLORE] + [CONFIRM] * 8)  # confirm before generate is refused: the budget ends it
+    result = ordered.result()
+    assert result.end_reason == "turn_budget" and result.flags["propose_fallback_explore"] is True
     assert schema_span_turn(last_valid.turns) == (0, "propose")  # the broken propose is "invalid"
 
 
@@ -134,8 +141,8 @@ def test_schema_prefill_is_one_synthetic_explore_turn_then_the_same_protocol(exa
     assert assistant["role"] == "assistant" and "<action>explore_schema</action>" in assistant["content"]
     assert observation["role"] == "tool"
     assert "CREATE TABLE schools" in observation["content"] and "CREATE TABLE satscores" in observation["content"]
-    steps = [episode.step(PROPOSE), episode.step(CONFIRM)]
-    assert [s.phase for s in steps] == ["propose_schema", "confirm_answer"]
+    steps = play(episode, [PROPOSE, GENERATE, CONFIRM])
+    assert [s.phase for s in steps] == ["propose_schema", "generate_sql", "confirm_answer"]
     result = episode.result()
     assert result.flags["schema_prefill"] is True and result.final_sql == COUNT_SQL
     plain = make_agent("trustsql").start(example, db)
@@ -172,3 +179,75 @@ def test_the_schema_span_ends_at_the_last_valid_propose_else_explore_turn() -> N
     )
     assert schema_span_turn([turn(0, "explore_schema"), turn(1, "explore_schema"), *rest]) == (1, "explore_fallback")
     assert schema_span_turn([turn(0, "generate_sql"), turn(1, "invalid", ok=False), *rest]) == (-1, "none")
+
+
+# ----------------------------------------------------------------------------- phase order (§3.1)
+
+
+@pytest.mark.parametrize(
+    "turns, needed",
+    [
+        ([GENERATE], "propose_schema"),  # SQL generation before the propose checkpoint
+        ([PROPOSE], "explore_schema"),  # a proposal with nothing explored
+        ([EXPLORE, PROPOSE, CONFIRM], "generate_sql"),  # confirming a query never executed
+        ([EXPLORE, GENERATE], "propose_schema"),
+    ],
+)
+def test_an_out_of_order_turn_is_invalid_and_says_what_must_come_first(
+    example, db, turns: list[str], needed: str
+) -> None:
+    """Propose is "a mandatory cognitive checkpoint … before SQL generation" (§3.1): by
+    default each phase needs an earlier valid turn of the phase before it."""
+    episode = make_agent("trustsql").start(example, db)
+    steps = play(episode, turns)
+    last = steps[-1]
+    assert last.phase == "invalid" and not last.format_ok and not last.done
+    assert last.format_reason.startswith("out of order") and needed in last.format_reason
+    (message,) = last.observations
+    assert message["content"].startswith("Out of order:") and needed in message["content"]
+    assert episode.turns[-1].tool_outcome is None  # the out-of-order query never ran
+    assert all(s.format_ok for s in steps[:-1])
+
+
+def test_the_phases_in_order_and_explore_again_are_accepted(example, db) -> None:
+    episode = make_agent("trustsql").start(example, db)
+    steps = play(episode, [EXPLORE, PROPOSE, GENERATE, EXPLORE, PROPOSE, GENERATE, GENERATE, CONFIRM])
+    assert all(s.format_ok for s in steps) and steps[-1].done
+    assert episode.result().final_sql == COUNT_SQL
+
+
+def test_phase_order_can_be_switched_off(example, db) -> None:
+    episode = make_agent("trustsql", enforce_phase_order=False).start(example, db)
+    steps = play(episode, [GENERATE, CONFIRM])
+    assert [s.phase for s in steps] == ["generate_sql", "confirm_answer"] and all(s.format_ok for s in steps)
+
+
+def test_the_prefilled_explore_turn_opens_the_way_to_propose(example, db) -> None:
+    episode = make_agent("trustsql", schema_prefill=True).start(example, db)
+    steps = play(episode, [PROPOSE, GENERATE, CONFIRM])
+    assert all(s.format_ok for s in steps) and steps[-1].done
+
+
+# ----------------------------------------------------------------------------- without propose (App. B.3)
+
+
+def test_without_propose_the_agent_has_its_own_three_phase_prompt(example, db) -> None:
+    """App. B.3's ablation: the workflow without the propose phase, with a prompt written
+    for three phases (not the four-phase prompt with the propose lines removed)."""
+    four = make_agent("trustsql").start(example, db)
+    three = make_agent("trustsql", propose_phase=False).start(example, db)
+    system = three.messages[0]["content"]
+    assert "propose" not in system.lower() and "<schema>" not in system
+    assert "three phases" in system and "four phases" in four.messages[0]["content"]
+    assert system != four.messages[0]["content"].replace("propose", "")
+    steps = play(three, [EXPLORE, GENERATE, CONFIRM])
+    assert [s.phase for s in steps] == ["explore_schema", "generate_sql", "confirm_answer"]
+    assert all(s.format_ok for s in steps)
+    result = three.result()
+    assert result.flags["without_propose"] is True and result.final_sql == COUNT_SQL
+    rejected = make_agent("trustsql", propose_phase=False).start(example, db)
+    step = rejected.step(PROPOSE)
+    assert not step.format_ok and "unknown action 'propose_schema'" in step.format_reason
+    assert "three formats" in step.observations[0]["content"]
+    early = make_agent("trustsql", propose_phase=False).start(example, db)
+    assert "explore_schema" in early.step(GENERATE).format_reason  # the order holds here too

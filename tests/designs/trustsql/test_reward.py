@@ -77,23 +77,16 @@ def test_dense_schema_modes(school_db: Any) -> None:
         "f1": 2 * precision * recall / (precision + recall),
         "precision": precision,
         "recall": recall,
-        "recall_then_precision": 0.5 * recall,
+        "dense_coupled": 0.0,  # column recall below 1: the gate is shut
     }
     for mode, value in expected.items():
         assert run(GOOD_SQL, schema=proposal, db=school_db, schema_mode=mode).tracks["schema"] == pytest.approx(value)
-    superset = SchemaSelection(tables=GOLD_TABLES, columns=GOLD_COLUMNS + ("students.grade",))
-    assert run(GOOD_SQL, schema=superset, db=school_db, schema_mode="recall_then_precision").tracks[
-        "schema"
-    ] == pytest.approx(0.5 + 0.5 * 6 / 7)
 
 
 @pytest.mark.parametrize(
     "turns",
     [
-        four_phases(skip="explore_schema"),  # an action never used
         four_phases(bad=[1]),  # an invalid turn
-        four_phases(outcomes={2: "syntax"}),  # feedback reported a syntax error
-        four_phases(outcomes={0: "bad_arguments"}),  # feedback reported an invalid call
         four_phases() + [turn(4, "invalid", ok=False)],
     ],
 )
@@ -104,13 +97,17 @@ def test_format_reward_all_turns_rule(school_db: Any, turns: list) -> None:
 
 
 def test_other_tool_errors_keep_the_format_reward(school_db: Any) -> None:
-    out = run(GOOD_SQL, turns=four_phases(outcomes={0: "no_such_table"}), db=school_db)
+    out = run(GOOD_SQL, turns=four_phases(outcomes={0: "no_such_table"}), db=school_db, require_clean_feedback=True)
     assert out.components["format"] == 0.1
 
 
 def test_no_answer(school_db: Any) -> None:
+    """Valid turns without a confirm: R_exec 0, R_format 0.1 (App. F.2 asks only for valid
+    turns), R_schema 0 (coupled); with require_all_actions the missing confirm costs R_format."""
     out = run(None, turns=four_phases(skip="confirm_answer"), db=school_db)
-    assert out.components["r_exec"] == 0.0 and out.tracks == {"full": 0.0, "schema": 0.0}
+    assert out.components["r_exec"] == 0.0 and out.tracks == {"full": pytest.approx(0.1), "schema": 0.0}
+    strict = run(None, turns=four_phases(skip="confirm_answer"), db=school_db, require_all_actions=True)
+    assert strict.tracks == {"full": 0.0, "schema": 0.0}
 
 
 def test_exec_metric_decides_correctness(school_db: Any) -> None:
@@ -158,7 +155,73 @@ def test_prefilled_explore_counts_for_r_format(school_db: Any) -> None:
 
     turns = four_phases(skip="explore_schema")
     plain = trajectory(GOOD_SQL, turns, schema=GOLD_SCHEMA)
-    reward = get_reward("trustsql")
+    reward = get_reward("trustsql", require_all_actions=True)
     assert reward(plain, example(), school_db).components["format"] == 0.0  # an action is missing
     prefilled = replace(plain, result=replace(plain.result, flags={"schema_prefill": True}))
     assert reward(prefilled, example(), school_db).components["format"] == 0.1
+
+
+# ----------------------------------------------------------------------------- R_format (App. F.2)
+
+
+@pytest.mark.parametrize(
+    "turns",
+    [
+        four_phases(skip="explore_schema"),  # an action never used: not a rule of App. F.2
+        four_phases(outcomes={2: "syntax"}),  # a SQL syntax error in a valid turn
+        four_phases(outcomes={0: "bad_arguments"}),
+    ],
+)
+def test_r_format_is_app_f2_every_turn_valid_and_nothing_more(school_db: Any, turns: list) -> None:
+    assert run(GOOD_SQL, turns=turns, db=school_db).components["format"] == 0.1
+
+
+def test_r_format_extra_conditions_are_options(school_db: Any) -> None:
+    skip = four_phases(skip="explore_schema")
+    assert run(GOOD_SQL, turns=skip, db=school_db, require_all_actions=True).components["format"] == 0.0
+    assert run(GOOD_SQL, db=school_db, require_all_actions=True).components["format"] == 0.1
+    syntax = four_phases(outcomes={2: "syntax"})
+    assert run(GOOD_SQL, turns=syntax, db=school_db, require_clean_feedback=True).components["format"] == 0.0
+
+
+def test_all_actions_of_the_protocol_without_propose(school_db: Any) -> None:
+    """With the three-phase protocol (agent ``propose_phase=false``) "all actions" means its three."""
+    from dataclasses import replace
+
+    traj = trajectory(GOOD_SQL, four_phases(skip="propose_schema"), schema=None)
+    egc = replace(traj, result=replace(traj.result, flags={"without_propose": True}))
+    reward = get_reward("trustsql", require_all_actions=True)
+    assert reward(egc, example(), school_db).components["format"] == 0.1
+    assert reward(traj, example(), school_db).components["format"] == 0.0
+
+
+# ----------------------------------------------------------------------------- Dense + Coupled (§5.1)
+
+
+def test_dense_coupled_gates_on_full_recall_then_weights_table_and_column_precision(school_db: Any) -> None:
+    # gold: tables {students, clubs}, columns students.name, students.club_id, clubs.id, clubs.title
+    extra_column = SchemaSelection(tables=GOLD_TABLES, columns=GOLD_COLUMNS + ("students.grade",))
+    assert run(GOOD_SQL, schema=extra_column, db=school_db, schema_mode="dense_coupled").tracks[
+        "schema"
+    ] == pytest.approx(0.5 * 1.0 + 0.5 * 4 / 5)
+    extra_table = SchemaSelection(tables=GOLD_TABLES + ("teachers",), columns=GOLD_COLUMNS)
+    weighted = run(
+        GOOD_SQL,
+        schema=extra_table,
+        db=school_db,
+        schema_mode="dense_coupled",
+        dense_table_weight=0.25,
+        dense_column_weight=0.75,
+    )
+    assert weighted.tracks["schema"] == pytest.approx(0.25 * 2 / 3 + 0.75 * 1.0)
+    missing = SchemaSelection(tables=GOLD_TABLES, columns=GOLD_COLUMNS[:-1] + ("students.grade",))
+    assert run(GOOD_SQL, schema=missing, db=school_db, schema_mode="dense_coupled").tracks["schema"] == 0.0
+    assert run(GOOD_SQL, db=school_db, schema_mode="dense_coupled").tracks["schema"] == 1.0
+    assert run(WRONG_SQL, db=school_db, schema_mode="dense_coupled").tracks["schema"] == 0.0  # coupled
+
+
+def test_dense_weights_must_sum_to_one() -> None:
+    from tools.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="dense_table_weight"):
+        get_reward("trustsql", schema_mode="dense_coupled", dense_table_weight=0.5, dense_column_weight=0.6)

@@ -113,8 +113,11 @@ def test_trustsql_w_schema_and_prefill_are_one_command_line_each() -> None:
     assert paper.advantage.clamp == 10.0 and paper.advantage.schema_weight == 0.25
 
 
-def test_laptop_profile_gives_trustsql_the_four_turns_r_format_needs() -> None:
+def test_laptop_profile_gives_trustsql_the_four_turns_the_phase_order_needs() -> None:
+    """Explore, propose and generate come before confirm (agent.enforce_phase_order): four
+    turns is the fewest that reach an answer."""
     cfg, _ = apply_laptop_profile(recipe("trustsql"))
+    assert cfg.agent.options["enforce_phase_order"] is True
     assert cfg.agent.options["max_turns"] >= 4 and cfg.agent.options["max_turns_inference"] >= 4
 
 
@@ -193,3 +196,15 @@ def test_retoolsql_privileged_teacher_draws_pass_at_8_and_the_laptop_caps_it_at_
     assert cfg.supervised.teacher_samples == 4 and changes["supervised.teacher_samples"] == (8, 4)
     cfg, changes = apply_laptop_profile(recipe("retoolsql", "stage=sft_rl", "supervised.teacher_samples=2"))
     assert cfg.supervised.teacher_samples == 2 and "supervised.teacher_samples" not in changes
+
+
+def test_trustsql_sft_keeps_every_verified_trace_and_names_its_trustsql_options() -> None:
+    """App. A.2 keeps a trajectory iff it is correct and format-clean (no per-question cap);
+    R_format is App. F.2's (no extra conditions); the phase order and the propose phase are on."""
+    cfg = recipe("trustsql")
+    assert cfg.supervised.max_traces_per_question is None
+    assert cfg.reward.options["require_all_actions"] is False
+    assert cfg.reward.options["require_clean_feedback"] is False
+    assert cfg.agent.options["enforce_phase_order"] is True and cfg.agent.options["propose_phase"] is True
+    without = recipe("trustsql", "stage=sft", "agent.propose_phase=false")
+    assert without.agent.options["propose_phase"] is False

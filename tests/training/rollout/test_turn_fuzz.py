@@ -126,7 +126,12 @@ def test_an_observation_echoing_the_drivers_probe_marker_does_not_crash_the_roll
 
     example = make_example(Path(fuzz_db.path))
     (traj,) = run_episodes(
-        make_agent("trustsql"), [(example, fuzz_db, 0)], tok, generate, SamplingParams(), RolloutLimits()
+        make_agent("trustsql", enforce_phase_order=False),  # explore then confirm, as the fuzz found it
+        [(example, fuzz_db, 0)],
+        tok,
+        generate,
+        SamplingParams(),
+        RolloutLimits(),
     )
     assert [t.tool_outcome for t in traj.result.turns] == ["ok", None]
     assert MARKER in traj.messages[-2]["content"]

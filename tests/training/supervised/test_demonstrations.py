@@ -98,10 +98,13 @@ def test_scripts_fit_the_turn_budget(examples: list[Example]) -> None:
         "propose_schema",
         "confirm_answer",
     ]
-    demos = record_demonstrations(
-        make_agent("trustsql", max_turns=3), examples, tiny_tokenizer(), LIMITS, get_script("trustsql")
-    )
+    unordered = make_agent("trustsql", max_turns=3, enforce_phase_order=False)
+    demos = record_demonstrations(unordered, examples, tiny_tokenizer(), LIMITS, get_script("trustsql"))
     assert demos.dropped == {} and all(len(t.result.turns) == 3 for t in demos.trajectories)
+    # with the phase order, confirm needs a generate turn: 3 turns cannot reach an answer
+    ordered = make_agent("trustsql", max_turns=3)
+    demos = record_demonstrations(ordered, examples, tiny_tokenizer(), LIMITS, get_script("trustsql"))
+    assert demos.trajectories == [] and sum(demos.dropped.values()) == len(examples)
 
 
 def test_demonstrations_over_the_limits_are_dropped_and_counted(examples: list[Example]) -> None:
@@ -127,3 +130,25 @@ def test_register_script_adds_a_design(examples: list[Example]) -> None:
     assert get_script("think2sql_plain_test") is plain
     demos = record_demonstrations(make_agent("think2sql"), examples[:2], tiny_tokenizer(), LIMITS, plain)
     assert demos.kept_examples == 2
+
+
+def test_sft_without_propose_replays_four_phase_traces_in_its_own_prompt(examples: list[Example]) -> None:
+    """App. B.3's SFT-only ablation: the propose turns leave the trajectories and the rest is
+    replayed under the three-phase prompt (agent ``propose_phase=false``), which the warm
+    start's demonstrations follow too."""
+    from training.supervised.dataset import replay
+
+    tok, script = tiny_tokenizer(), get_script("trustsql")
+    rows = [
+        {"question_id": ex.id, "messages": [{"role": "assistant", "content": t} for t in script(ex, "agent", 4)]}
+        for ex in examples
+    ]
+    three = make_agent("trustsql", max_turns=4, propose_phase=False)
+    trajectories, dropped = replay(three, rows, {ex.id: ex for ex in examples}, tok, LIMITS)
+    demos = record_demonstrations(three, examples, tok, LIMITS, script)
+    assert dropped == {} and len(trajectories) == len(examples) and demos.dropped == {}
+    for t in trajectories + demos.trajectories:
+        assert [turn.phase for turn in t.result.turns] == ["explore_schema", "generate_sql", "confirm_answer"]
+        prompt = tok.decode(t.prompt_ids)
+        assert "three phases" in prompt and "propose" not in prompt.lower()
+        assert "propose_schema" not in tok.decode(t.response_ids)

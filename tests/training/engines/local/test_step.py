@@ -79,6 +79,9 @@ def test_trustsql_buffer_two_track_advantages_and_prefix_mask(tmp_path: Path, ex
     rewards = [t._score(tr, examples[int(tr.example_id[1:])]) for tr in trajectories]
     buffer = build_buffer(trajectories, rewards, t.cfg, target_questions=2)
     assert set(buffer.advantages) == {"full", "schema"}
+    # explore -> propose -> generate -> confirm: every scripted episode answers in phase order
+    assert all(tr.result.end_reason == "answer" and tr.result.all_turns_valid for tr in trajectories)
+    assert {r.components["format"] for r in rewards} == {0.1}
     for track in ("full", "schema"):
         for q in ("q0", "q1"):
             idx = [i for i, tr in enumerate(buffer.trajectories) if tr.example_id == q]

@@ -17,14 +17,36 @@ import by hand (docs/writing_a_design.md shows a complete outside design).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from agents.types import EpisodeResult, SchemaSelection
 from tools.errors import ConfigError
 from tools.plugins import DESIGN_GROUP, Registry, load_plugins
 
 CHAINS = ("mine", "annotate")
 """The supervised chains a design can follow (``training.supervised``)."""
+
+LinkedSchemaReader = Callable[[Sequence[EpisodeResult]], SchemaSelection | None]
+"""A design's hook that reads the schema its linking step selected from the episodes of one
+request (their ``EpisodeResult``s, in order); None when that step selected nothing."""
+
+
+@dataclass(frozen=True)
+class EpisodeSchema:
+    """The ``LinkedSchemaReader`` most designs need: the ``EpisodeResult.schema`` of the
+    request's first episode of role ``role`` (a plain, picklable object, so the record
+    travels to worker processes).
+
+    >>> EpisodeSchema("linker")([EpisodeResult("linker", None, SchemaSelection(("t",)), [], "answer")]).tables
+    ('t',)
+    """
+
+    role: str = "agent"
+
+    def __call__(self, results: Sequence[EpisodeResult]) -> SchemaSelection | None:
+        return next((r.schema for r in results if r.role == self.role), None)
 
 
 @dataclass(frozen=True)
@@ -37,7 +59,11 @@ class Design:
     search path of every command; ``document`` is the design's page (paper, settings,
     choices, departures); ``supervised_chain`` is what ``supervised.chain=auto`` runs
     (``mine``: the policy's pass@k traces plus a privileged teacher; ``annotate``: teachers
-    on the given questions).
+    on the given questions). ``linked_schema`` is the design's schema-linking hook: how to
+    read the schema its linking step selected from one request's episodes
+    (``EpisodeSchema(role)`` reads an episode's ``EpisodeResult.schema``); evaluation scores
+    it against the gold schema (docs/evaluation.md "Schema linking"). None: the design
+    has no linking step, and evaluation reports no linking figures for it.
     """
 
     name: str
@@ -49,11 +75,17 @@ class Design:
     recipes: Path
     document: Path
     supervised_chain: str = "annotate"
+    linked_schema: LinkedSchemaReader | None = None
 
     def __post_init__(self) -> None:
         if self.supervised_chain not in CHAINS:
             raise ConfigError(
                 f"design {self.name!r}: supervised_chain={self.supervised_chain!r}; use one of {', '.join(CHAINS)}"
+            )
+        if self.linked_schema is not None and not callable(self.linked_schema):
+            raise ConfigError(
+                f"design {self.name!r}: linked_schema={self.linked_schema!r} is not callable; give a function of "
+                "the request's EpisodeResults (e.g. agents.designs.EpisodeSchema('agent')) or None"
             )
         if not (Path(self.recipes) / "recipe" / f"{self.name}.yaml").is_file():
             raise ConfigError(
@@ -87,6 +119,13 @@ def design_of_agent(agent_name: str) -> Design | None:
     """The design whose recipe uses agent ``agent_name`` (None for an agent no design names)."""
     found = [get_design(n) for n in list_designs() if get_design(n).agent == agent_name]
     return found[0] if found else None
+
+
+def linked_schema_reader(agent_name: str) -> LinkedSchemaReader | None:
+    """The schema-linking hook of the design whose recipe uses agent ``agent_name`` (None: no
+    such design, or a design without a linking step)."""
+    design = design_of_agent(agent_name)
+    return design.linked_schema if design is not None else None
 
 
 def _register_entry_points() -> None:

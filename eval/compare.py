@@ -7,7 +7,8 @@ numbers, ``records.jsonl`` per question) or a ``training.run`` directory
 ``train`` or ``eval_before`` / ``eval_val`` / ``eval_after`` - and the metrics named in
 ``training.runs.samples.METRICS``; ``heldout_after.jsonl`` per question). A sweep directory
 (``training.run -m``) stands for every run in it. Writes ``compare.md`` and ``compare.csv``
-(also printed), ``ex_by_difficulty.png`` and ``training_curves.png`` with matplotlib's Agg
+(also printed; a schema-linking table beside them, ``compare_linking.csv``, when a run has
+linking figures), ``ex_by_difficulty.png`` and ``training_curves.png`` with matplotlib's Agg
 backend, and logs a wandb table and the images when wandb is online (offline: skipped with
 a message; wandb never makes the comparison fail).
 
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.types import difficulty_order
+from eval.reports.linking_table import linking_scores, linking_table
 from eval.reports.plots import pyplot
 from tools.errors import ConfigError, DataError, ToolkitError
 
@@ -60,6 +62,7 @@ class RunView:
     ablation: dict[str, Any] = field(default_factory=dict)
     scores: dict[str, dict[str, float | None]] = field(default_factory=dict)  # "all"|difficulty -> score -> value
     questions: list[dict[str, Any]] = field(default_factory=list)  # per question: id, difficulty, ex, rex, ...
+    linking: dict[str, dict[str, Any]] = field(default_factory=dict)  # "all"|difficulty -> linking figures
 
 
 CURVES = (("reward/total", "reward"), ("ex/batch", "EX (batch)"))
@@ -188,6 +191,7 @@ def _eval_view(folder: Path, s: dict[str, Any]) -> RunView:
         by_difficulty={d: b["ex"] for d, b in s["by_difficulty"].items()},
         scores=_scores(s),
         questions=_questions(read_jsonl(folder / RECORDS)),
+        linking=linking_scores(s),
     )
 
 
@@ -226,6 +230,7 @@ def _train_view(folder: Path, metrics: Path) -> RunView:
         view.qatch = view.scores["all"]["qatch"]
         view.by_difficulty = {d: b["ex"] for d, b in view.scores.items() if d != "all"}
         view.questions = _questions(heldout)
+        view.linking = linking_scores(summary)
     return view
 
 
@@ -423,6 +428,10 @@ def compare(
     out.mkdir(parents=True, exist_ok=True)
     header, rows = table(views)
     md = markdown_table(header, rows)
+    linking = linking_table(views)  # schema linking per run and difficulty (eval/reports/linking_table.py)
+    if linking is not None:
+        md += "\n## Schema linking\n\n" + markdown_table(*linking)
+        (out / "compare_linking.csv").write_text(csv_text(*linking), encoding="utf-8")
     (out / "compare.md").write_text("# Runs compared\n\n" + md, encoding="utf-8")
     (out / "compare.csv").write_text(csv_text(header, rows), encoding="utf-8")
     images = [
@@ -437,6 +446,7 @@ def compare(
     say(f"[compare] wrote {out / 'compare.md'}, {out / 'compare.csv'}" + "".join(f", {p}" for p in images))
     logged = log_wandb(header, rows, images, project, say) if use_wandb else False
     result: dict[str, Any] = {"header": header, "rows": rows, "images": [str(p) for p in images], "wandb": logged}
+    result["linking"] = {"header": linking[0], "rows": linking[1]} if linking is not None else None
     if report:
         from eval.reports.wandb_report import write_report
 

@@ -252,10 +252,13 @@ def evaluate_policy(
     """Run ``agent`` on every example (``settings.num_samples`` requests each) through the
     rollout driver with ``generate``, and score the answers. ``sampling`` is used as given
     (greedy: temperature 0)."""
+    from agents.designs import linked_schema_reader
     from tools import get_database
     from training.rollout import run_episodes
 
     n = settings.num_samples
+    # the design's schema-linking hook (None: no linking step, so no linking figures)
+    linked_schema = linked_schema_reader(getattr(agent, "name", ""))
     run_settings = {
         "mode": settings.mode,
         "samples": n,
@@ -276,7 +279,10 @@ def evaluate_policy(
         grouped: dict[tuple[str, int], list[Any]] = {}
         for t in trajectories:
             grouped.setdefault((t.example_id, t.sample_index), []).append(t)
-        return {ex.id: [sample_from_trajectories(grouped.get((ex.id, s), [])) for s in range(n)] for ex in batch}
+        return {
+            ex.id: [sample_from_trajectories(grouped.get((ex.id, s), []), linked_schema) for s in range(n)]
+            for ex in batch
+        }
 
     with hold_run_dir(out_dir, "eval.out_dir", say):
         store = RunStore(out_dir, run_settings, fresh=settings.fresh)

@@ -9,14 +9,15 @@ EX / REX / QATCH are computed from those results with ``rex.score_results``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from agents.types import Example, Trajectory, final_sql
+from agents.types import Example, SchemaSelection, Trajectory, final_sql
 from eval.voting import unique_sql, vote
 from rex import ExecScorer, get_metric, score_results
 from rex.bird_ex import official_ex
+from rex.linking import LEVELS, gold_sets, link_score, linked_sets
 from tools import get_database
 
 MODES = ("greedy", "sc", "passk")
@@ -38,14 +39,21 @@ class Sample:
     episodes: int = 0
     flags: dict[str, Any] = field(default_factory=dict)
     last_turn: str = ""  # the last assistant turn as kept (cut to LAST_TURN_CHARS), to read what the model wrote
+    # what the design's linking step selected, {"tables": [...], "columns": [...]} as written
+    # (empty lists: it selected nothing); None: the design has no linking step
+    linked_schema: dict[str, list[str]] | None = None
 
 
 LAST_TURN_CHARS = 2000
 
 
-def sample_from_trajectories(trajectories: Sequence[Trajectory]) -> Sample:
+def sample_from_trajectories(
+    trajectories: Sequence[Trajectory], linked_schema: Callable[..., SchemaSelection | None] | None = None
+) -> Sample:
     """One sample = the episodes of one request (DualSQL: linker then generator); its SQL is
-    ``agents.types.final_sql``, as in training's held-out EX."""
+    ``agents.types.final_sql``, as in training's held-out EX. ``linked_schema``: the design's
+    hook (``agents.designs.Design.linked_schema``) that reads what its linking step selected
+    from the episodes' results; None for a design without one."""
     turns = [turn for t in trajectories for turn in t.result.turns]
     flags: dict[str, Any] = {}
     for t in trajectories:
@@ -61,7 +69,32 @@ def sample_from_trajectories(trajectories: Sequence[Trajectory]) -> Sample:
         episodes=len(trajectories),
         flags=flags,
         last_turn=turns[-1].text[:LAST_TURN_CHARS] if turns else "",
+        linked_schema=_linked(linked_schema, trajectories) if linked_schema is not None else None,
     )
+
+
+def _linked(read: Callable[..., SchemaSelection | None], trajectories: Sequence[Trajectory]) -> dict[str, list[str]]:
+    selection = read([t.result for t in trajectories])
+    if selection is None:
+        return {"tables": [], "columns": []}
+    return {"tables": list(selection.tables), "columns": list(selection.columns)}
+
+
+def linking_record(example: Example, linked: Mapping[str, Sequence[str]], db: Any) -> dict[str, Any]:
+    """A question's schema linking (``rex.linking``): the linked and gold sets, normalised
+    against the database schema, and per level (``tables``, ``columns``) precision, recall,
+    F1 and ``complete`` (every gold element linked), or None where the gold SQL names
+    nothing at that level (docs/evaluation.md "Schema linking")."""
+    schema = db.schema()
+    pred = linked_sets(linked.get("tables", ()), linked.get("columns", ()), schema)
+    gold = gold_sets(example.gold_tables, example.gold_columns, example.gold_sql, schema)
+    record: dict[str, Any] = {}
+    for level, g, p in zip(LEVELS, gold, pred, strict=True):
+        scored = link_score(g, p)
+        record[level] = scored.to_json() if scored is not None else None
+    record["linked"] = {level: sorted(p) for level, p in zip(LEVELS, pred, strict=True)}
+    record["gold"] = {level: sorted(g) for level, g in zip(LEVELS, gold, strict=True)}
+    return record
 
 
 def _outcome(gold: Any, result: Any, ex_metric: str) -> str:
@@ -150,9 +183,17 @@ def score_question(
         _add_test_suite(record, scorer, db, example.gold_sql, ex)
     if ballot is not None:
         record["vote"] = {**ballot.to_json(), "match": outcomes[ballot.index] == "match"}
+    linked = samples[chosen].linked_schema if samples else None
+    if linked is not None:  # the design has a linking step (docs/evaluation.md "Schema linking")
+        record["linking"] = linking_record(example, linked, db)
     if any(s.episodes for s in samples):
-        record["samples"] = [{k: v for k, v in asdict(s).items() if k != "flags" or v} for s in samples]
+        record["samples"] = [_sample_json(s) for s in samples]
     return record
+
+
+def _sample_json(sample: Sample) -> dict[str, Any]:
+    """A sample as its record keeps it: no empty flags, no linked schema where none is read."""
+    return {k: v for k, v in asdict(sample).items() if (k != "flags" or v) and (k != "linked_schema" or v is not None)}
 
 
 def _add_test_suite(record: dict[str, Any], scorer: ExecScorer, db: Any, gold_sql: str, ex: Any) -> None:

@@ -14,6 +14,10 @@ Two EX numbers (docs/evaluation.md "Semantics"):
 The outcomes (``rex.OUTCOMES``, the too-large ones included, plus ``missing`` for a
 predictions file) are counted separately.
 REX, QATCH, pass@k and self-consistency are averaged over the scorable questions.
+Schema linking (``linking``, designs with a linking step only): per level (tables,
+columns) precision, recall and F1 of the linked schema against the gold schema, averaged
+over the scorable questions whose gold SQL names something at that level, and C-Recall,
+the share of them whose linked schema holds every gold element (DualSQL's Table 2).
 ``summary.json`` keeps fractions in [0, 1]; the report and the console show percent with
 a ``%`` sign (``eval.units.pct``).
 """
@@ -29,6 +33,7 @@ from eval.scoring import MISSING
 from eval.units import pct
 from eval.voting import pass_at_k, pass_k_values
 from rex import OUTCOMES
+from rex.linking import LEVELS
 
 OUTCOME_ORDER = (*OUTCOMES, MISSING)
 
@@ -58,7 +63,28 @@ def _block(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
     if suite:  # records written with eval.test_suite (the same denominator as ex)
         block["ex_test_suite"] = sum(suite) / len(scorable) if scorable else 0.0
+    linked = [r["linking"] for r in scorable if r.get("linking")]
+    if linked:  # a design with a linking step; absent (not zeros) for one without
+        block["linking"] = {level: _linking_level([x[level] for x in linked if x.get(level)]) for level in LEVELS}
     return block
+
+
+LINKING_FIGURES = ("precision", "recall", "f1", "c_recall")
+"""The linking figures of each level, in report order (DualSQL's Table 2)."""
+
+
+def _linking_level(scores: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Mean precision, recall, F1 and C-Recall (share with every gold element linked) of
+    the questions scored at one level; the figures are None when none was."""
+    if not scores:
+        return {"n": 0, **dict.fromkeys(LINKING_FIGURES)}
+    return {
+        "n": len(scores),
+        "precision": _mean([s["precision"] for s in scores]),
+        "recall": _mean([s["recall"] for s in scores]),
+        "f1": _mean([s["f1"] for s in scores]),
+        "c_recall": _mean([float(s["complete"]) for s in scores]),
+    }
 
 
 def summarize(records: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -151,6 +177,8 @@ def markdown(summary: Mapping[str, Any]) -> str:
         )
     lines += ["", "## Outcomes", "", "| outcome | count |", "|---|---|"]
     lines += [f"| {o} | {c} |" for o, c in s["outcomes"].items()]
+    if "linking" in s:
+        lines += linking_markdown(s)
     if s.get("samples", 0) > 1:
         lines += ["", "## Sampling", "", "| k | pass@k |", "|---|---|"]
         lines += [f"| {k} | {pct(v)} |" for k, v in s.get("pass_at_k", {}).items()]
@@ -184,6 +212,29 @@ def markdown(summary: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def linking_markdown(summary: Mapping[str, Any]) -> list[str]:
+    """The report's schema-linking section: one row per difficulty and overall."""
+    head = " | ".join(f"{level} {name}" for level in LEVELS for name in ("P", "R", "F1", "C-Recall"))
+    lines = [
+        "",
+        "## Schema linking",
+        "",
+        'The linked schema against the gold SQL\'s tables and columns (docs/evaluation.md "Schema linking").',
+        "",
+        f"| difficulty | n | {head} |",
+        "|---|---|" + "---|" * 4 * len(LEVELS),
+    ]
+    blocks = [(d, b) for d, b in summary["by_difficulty"].items() if "linking" in b]
+    for label, b in [*blocks, ("**all**", summary)]:
+        cells = [
+            pct(b["linking"][level][f]) if b["linking"][level]["n"] else "-"
+            for level in LEVELS
+            for f in LINKING_FIGURES
+        ]
+        lines.append(f"| {label} | {b['linking']['tables']['n']} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def console_summary(summary: Mapping[str, Any]) -> str:
     """The few lines printed at the end of a run."""
     s = summary
@@ -199,6 +250,12 @@ def console_summary(summary: Mapping[str, Any]) -> str:
         + f"\n  by difficulty: {by}\n  outcomes: "
         + ", ".join(f"{k}={v}" for k, v in s["outcomes"].items())
     )
+    if "linking" in s:
+        out += "\n  schema linking: " + ", ".join(
+            f"{level} F1 {pct(s['linking'][level]['f1'])} C-Recall {pct(s['linking'][level]['c_recall'])}"
+            for level in LEVELS
+            if s["linking"][level]["n"]
+        )
     if s.get("samples", 0) > 1:
         out += "\n  pass@k: " + ", ".join(f"@{k} {pct(v)}" for k, v in s.get("pass_at_k", {}).items())
         if "sc" in s:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agents.designs import Design
+from agents.designs import Design, EpisodeSchema
 from designs.dualsql import agent, demonstration, reward, tools  # noqa: F401  (register the design's pieces)
 
 HERE = Path(__file__).resolve().parent
@@ -27,5 +27,6 @@ design = Design(
     reward="dualsql",
     recipes=HERE / "recipes",
     document=HERE / "README.md",
+    linked_schema=EpisodeSchema("linker"),  # the linker's linked schema (§3.2), scored as in the paper's Table 2
     supervised_chain="mine",
 )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agents.designs import Design
+from agents.designs import Design, EpisodeSchema
 from designs.retoolsql import agent, demonstration, reward, tools  # noqa: F401  (register the design's pieces)
 
 HERE = Path(__file__).resolve().parent
@@ -27,5 +27,6 @@ design = Design(
     reward="composite",
     recipes=HERE / "recipes",
     document=HERE / "README.md",
+    linked_schema=EpisodeSchema("agent"),  # the final answer's <relevant_tables> / <relevant_columns>
     supervised_chain="mine",
 )

@@ -27,5 +27,6 @@ design = Design(
     reward="think2sql",
     recipes=HERE / "recipes",
     document=HERE / "README.md",
+    linked_schema=None,  # no linking step: the prompt gives the gold tables' schema, no figures are reported
     supervised_chain="annotate",
 )

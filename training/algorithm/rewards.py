@@ -16,13 +16,13 @@ import dataclasses
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agents.types import Example, RewardBreakdown, RewardFn, SchemaSelection, Trajectory
+from rex.linking import gold_sets, linked_sets, precision_recall_f1
 from rex.scorer import METRICS, ExecScore, ExecScorer, check_metric
-from rex.sql import referenced_schema
 from tools.db.limits import METRIC_MAX_RESULT_BYTES, METRIC_MAX_RESULT_ROWS, check_result_budget
 from tools.errors import ConfigError, DataError
 from tools.plugins import DESIGN_GROUP, Registry
@@ -194,15 +194,11 @@ def gold_references(example: Example, db: Backend | None) -> tuple[frozenset[str
 
     Loaders fill ``Example.gold_tables`` / ``gold_columns``; an example without them
     (e.g. built by hand) gets them from ``rex.sql.referenced_schema`` on the database
-    schema.
+    schema (``rex.linking.gold_sets``).
     """
     if example.gold_tables or example.gold_columns:
-        tables = frozenset(t.lower() for t in example.gold_tables)
-        columns = frozenset(c.lower() for c in example.gold_columns)
-        return tables | {c.split(".", 1)[0] for c in columns}, columns
-    schema = _db_schema(db)
-    ref = referenced_schema(example.gold_sql, schema)
-    return frozenset(ref.tables), frozenset(ref.columns)
+        return gold_sets(example.gold_tables, example.gold_columns, example.gold_sql)
+    return gold_sets((), (), example.gold_sql, _db_schema(db))
 
 
 _SCHEMA_WARNED: set[str] = set()
@@ -226,45 +222,18 @@ def _db_schema(db: Backend | None) -> dict[str, list[str]] | None:
         return None
 
 
-def _clean(name: str) -> str:
-    name = name.strip().lower()
-    return name.strip("`\"[]' ")
-
-
 def selection_sets(selection: SchemaSelection | None, db: Backend | None) -> tuple[frozenset[str], frozenset[str]]:
     """Predicted tables and ``table.column``s from a proposed / linked / annotated schema.
 
     Names are lower-cased and unquoted; ``t.*`` stands for every column of ``t`` and a
     bare ``*`` for every column of the selected tables (designs/retoolsql/README.md); an unqualified
     column goes to the one selected table that has it. Tables named only through their
-    columns count as selected.
+    columns count as selected (``rex.linking.linked_sets``, which evaluation's linking
+    metrics use too).
     """
     if selection is None:
         return frozenset(), frozenset()
-    schema = {t.lower(): [c.lower() for c in cols] for t, cols in (_db_schema(db) or {}).items()}
-    tables = {_clean(t) for t in selection.tables if isinstance(t, str) and _clean(t)}
-    columns: set[str] = set()
-    for raw in selection.columns:
-        if not isinstance(raw, str):
-            continue
-        table, sep, column = raw.partition(".")
-        table, column = _clean(table), _clean(column)
-        if not sep:
-            columns.update(_unqualified(table, tables, schema))
-        elif column == "*":
-            columns.update(f"{table}.{c}" for c in schema.get(table, ()))
-            tables.add(table)
-        elif table and column:
-            columns.add(f"{table}.{column}")
-    tables.update(c.split(".", 1)[0] for c in columns)
-    return frozenset(t for t in tables if t), frozenset(columns)
-
-
-def _unqualified(column: str, tables: set[str], schema: Mapping[str, Sequence[str]]) -> set[str]:
-    if column == "*":
-        return {f"{t}.{c}" for t in tables for c in schema.get(t, ())}
-    owners = [t for t in tables if column in schema.get(t, ())]
-    return {f"{owners[0]}.{column}"} if len(owners) == 1 else set()
+    return linked_sets(selection.tables, selection.columns, _db_schema(db))
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
@@ -275,22 +244,6 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     """
     union = a | b
     return len(a & b) / len(union) if union else 1.0
-
-
-def precision_recall_f1(gold: frozenset[str], pred: frozenset[str]) -> tuple[float, float, float]:
-    """Set precision, recall and F1; an empty set on both sides is perfect, one empty
-    side scores 0.
-
-    >>> precision_recall_f1(frozenset({"a", "b"}), frozenset({"a", "c", "d", "e"}))
-    (0.25, 0.5, 0.3333333333333333)
-    """
-    if not gold and not pred:
-        return 1.0, 1.0, 1.0
-    common = len(gold & pred)
-    precision = common / len(pred) if pred else 0.0
-    recall = common / len(gold) if gold else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return precision, recall, f1
 
 
 __all__ = [

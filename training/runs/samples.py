@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -365,10 +365,15 @@ def result_tables(example: Any, final_sql: str | None, scorer: Any) -> dict[str,
 
 
 def write_heldout(
-    run_dir: str | Path, tag: str, examples: Sequence[Any], trajectories: Sequence[Any]
+    run_dir: str | Path,
+    tag: str,
+    examples: Sequence[Any],
+    trajectories: Sequence[Any],
+    linked_schema: Callable[..., Any] | None = None,
 ) -> dict[str, float]:
     """Per-question records of a held-out evaluation (``heldout_<tag>.jsonl``), in the
-    format of ``eval.run``'s records.jsonl (EX outcome, REX, QATCH, difficulty), so that
+    format of ``eval.run``'s records.jsonl (EX outcome, REX, QATCH, difficulty, and schema
+    linking where ``linked_schema``, the design's hook, reads a linked schema), so that
     ``eval.compare`` reports per difficulty and bootstraps over questions for training runs.
     Returns ``heldout_scores`` of them."""
     from collections import defaultdict
@@ -381,7 +386,8 @@ def write_heldout(
         by_example[t.example_id].append(t)
     scorer = ExecScorer()
     records = [
-        score_question(ex, [sample_from_trajectories(by_example.get(ex.id, []))], scorer, "greedy") for ex in examples
+        score_question(ex, [sample_from_trajectories(by_example.get(ex.id, []), linked_schema)], scorer, "greedy")
+        for ex in examples
     ]
     text = "".join(json.dumps(record, default=str) + "\n" for record in records)
     atomic_write_text(Path(run_dir) / f"heldout_{tag}.jsonl", text, hint=RUN_DIR_FULL_HINT)

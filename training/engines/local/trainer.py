@@ -238,6 +238,7 @@ class LocalTrainer(TrainStep, Checkpoints):
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, tag: str) -> dict[str, Any]:
         """Greedy EX of the current policy on the fixed held-out subset."""
+        from agents.designs import linked_schema_reader
         from training.engines.local.heldout import execution_accuracy
         from training.runs.samples import write_heldout
 
@@ -249,7 +250,8 @@ class LocalTrainer(TrainStep, Checkpoints):
             self.eval_examples, 1, self.eval_agent, self.eval_sampling, progress="console" in self.cfg.logger
         )
         result = execution_accuracy(self.eval_examples, trajectories)
-        scores = write_heldout(self.cfg.run_dir, tag, self.eval_examples, trajectories)  # per question
+        linking = linked_schema_reader(self.cfg.agent.name)  # the design's hook: linking figures per question
+        scores = write_heldout(self.cfg.run_dir, tag, self.eval_examples, trajectories, linking)  # per question
         result.update({k: v for k, v in scores.items() if k != "ex"})  # EX per difficulty, official EX, REX, QATCH
         result["duration_s"] = time.perf_counter() - start
         self.say(

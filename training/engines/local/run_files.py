@@ -109,8 +109,8 @@ def relabel_records(path: Path, kind: str, new_kind: str, before_step: int) -> N
 def save_final(run_dir: str | Path, step: int, model: Any, tokenizer: Any) -> Path:
     """A plain HF model directory (model + tokenizer) that eval.run and model.path load:
     hard links to the last checkpoint's files when it holds these weights (no second
-    copy on disk), else written out (under LoRA: the adapter merged in). A full disk raises ``DiskFullError`` (the model's
-    size needed) and leaves no half-written ``final.tmp``."""
+    copy on disk), else written out (under LoRA: the adapter merged in). A full disk raises
+    ``DiskFullError`` (the model's size needed) and leaves no half-written ``final.tmp``."""
     final = Path(run_dir) / FINAL_DIR
     tmp = final.with_name(final.name + ".tmp")
     try:

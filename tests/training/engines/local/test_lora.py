@@ -1,7 +1,8 @@
 """LoRA on the local engine (PEFT), on CPU with the tiny model: a step trains the adapter
 only, the KL reference is the base on the same weights, checkpoints hold the adapter and
 resume restores it with its optimizer state exactly, and ``final/`` / ``training.export``
-merge it into a plain HF directory that transformers loads with the PEFT model's logits."""
+merge it into a plain HF directory that transformers loads with the PEFT model's logits.
+All ``slow``: each builds a trainer and runs a step (30-60 s on two busy cores)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ def logits(model: torch.nn.Module) -> torch.Tensor:
         return model(input_ids=TOKENS).logits
 
 
+@pytest.mark.slow
 def test_a_lora_step_trains_the_adapter_only_and_the_reference_is_the_base(
     tmp_path: Path, examples: list[Example]
 ) -> None:
@@ -56,6 +58,7 @@ def test_a_lora_step_trains_the_adapter_only_and_the_reference_is_the_base(
     assert t.model.training and not torch.allclose(logits(t.model), logits(plain), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_holds_the_adapter_and_resume_restores_it_exactly(tmp_path: Path, examples: list[Example]) -> None:
     run = tmp_path / "run"
     first = trainer("think2sql", run, examples, *LORA)
@@ -74,6 +77,7 @@ def test_a_checkpoint_holds_the_adapter_and_resume_restores_it_exactly(tmp_path:
         trainer("think2sql", run, examples, "resume=auto").restore()
 
 
+@pytest.mark.slow
 def test_final_and_export_merge_the_adapter_into_a_plain_hf_directory(tmp_path: Path, examples: list[Example]) -> None:
     base_dir = tmp_path / "base"  # a model directory: the adapter's base_model_name_or_path
     tiny_model(seed=1).save_pretrained(base_dir)
@@ -93,3 +97,45 @@ def test_final_and_export_merge_the_adapter_into_a_plain_hf_directory(tmp_path: 
         assert torch.allclose(logits(plain), peft_logits, atol=1e-5)
     assert not torch.allclose(logits(tiny_model(seed=1)), peft_logits, atol=1e-6)  # the adapter is in
     assert st.has_weights(st.latest_checkpoint(run))
+
+
+@pytest.mark.slow
+def test_a_lora_warm_start_is_saved_merged_and_is_the_kl_reference(tmp_path: Path, examples: list[Example]) -> None:
+    from training.engines.local.warm_start import warm_start_dir
+
+    on = ("stage.warm_start.enable=true", "stage.warm_start.examples=4", "stage.warm_start.epochs=2")
+    t = trainer("retoolsql", tmp_path, examples, *LORA, *on, "stage.warm_start.lr=1e-2")
+    base = base_weights(t.model)
+    t.fit()
+    warm = warm_start_dir(tmp_path)
+    assert (warm / "model.safetensors").is_file() and (warm / "adapter" / ADAPTER_WEIGHTS).is_file()
+    after = base_weights(t.model)
+    assert all(torch.equal(base[k], after[k]) for k in base)  # SFT and RL moved the adapter only
+    warm_logits = logits(AutoModelForCausalLM.from_pretrained(warm, dtype=torch.float32))
+    assert not torch.allclose(warm_logits, logits(tiny_model(seed=1)), atol=1e-4)  # the warm start moved it
+    with t.models.reference() as ref:  # the KL reference: the warm-started weights, not the base
+        assert torch.allclose(logits(ref), warm_logits, atol=1e-5)
+    resumed = trainer("retoolsql", tmp_path, examples, *LORA, *on, "resume=auto")
+    assert resumed.restore()  # a resumed run finds the reference in warm_start/adapter/
+    resumed.models.keep_reference(True, resumed._reference_path())
+    with resumed.models.reference() as ref:
+        assert torch.allclose(logits(ref), warm_logits, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_lora_step_on_the_bundled_model_exports_to_a_plain_directory(tmp_path: Path, examples: list[Example]) -> None:
+    """The embedded SmolLM2-135M, one LoRA step on CPU, then ``training.export``: transformers
+    loads the merged directory with the PEFT model's logits."""
+    run = tmp_path / "run"
+    extra = (*LORA, "algorithm.group_size=2", "algorithm.batch_size=1", "algorithm.dynamic_sampling.enable=false")
+    cfg = config("think2sql", run, *extra)
+    policy = ScriptedPolicy("think2sql", examples, True)
+    t = LocalTrainer(cfg, TrainerInputs(train_examples=examples, eval_examples=[], generate=policy), say=print)
+    policy.tok = t.tokenizer  # the scripted turns in SmolLM2's tokens (the same chat markers)
+    base = base_weights(t.model)
+    assert t.fit()["steps"] == 1
+    assert all(torch.equal(base[k], v) for k, v in base_weights(t.model).items())
+    exported = export_step(run, out=tmp_path / "exported", say=print)
+    plain = AutoModelForCausalLM.from_pretrained(exported, dtype=torch.float32)
+    assert not is_lora(plain) and (exported / "tokenizer_config.json").is_file()
+    assert torch.allclose(logits(plain), logits(t.model), atol=1e-4)

@@ -53,7 +53,10 @@ class LoraConfig:
     """
 
     rank: int = _f(0, "LoRA rank r of every adapted matrix; 0 = full fine-tuning (project default)")
-    alpha: float = _f(32.0, "LoRA alpha: the adapter's update is scaled by alpha / rank (project choice: 2 x 16)")
+    alpha: int = _f(
+        32,
+        "LoRA alpha, an integer (veRL's lora_alpha is one): the adapter's update is scaled by alpha / rank",
+    )
     target_modules: list[str] | str = _f(
         "all-linear",
         "which linear layers get an adapter: all-linear (every linear layer but the output head, "

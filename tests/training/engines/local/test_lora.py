@@ -96,7 +96,8 @@ def test_final_and_export_merge_the_adapter_into_a_plain_hf_directory(tmp_path: 
         assert not is_lora(plain)
         assert torch.allclose(logits(plain), peft_logits, atol=1e-5)
     assert not torch.allclose(logits(tiny_model(seed=1)), peft_logits, atol=1e-6)  # the adapter is in
-    assert st.has_weights(st.latest_checkpoint(run))
+    latest = st.latest_checkpoint(run)
+    assert latest is not None and st.has_weights(latest)
 
 
 @pytest.mark.slow

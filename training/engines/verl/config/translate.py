@@ -94,7 +94,7 @@ def model_values(s: VerlSettings) -> dict[str, Any]:
         # model.lora.*: veRL's FSDP LoRA (PEFT); with a rank > 0 the reference is the actor
         # with its adapter disabled (veRL's ref_in_actor) and vLLM serves the adapter
         "actor_rollout_ref.model.lora_rank": s.lora_rank,
-        "actor_rollout_ref.model.lora_alpha": int(s.lora_alpha),
+        "actor_rollout_ref.model.lora_alpha": s.lora_alpha,
         "actor_rollout_ref.model.target_modules": (
             s.lora_target_modules if isinstance(s.lora_target_modules, str) else list(s.lora_target_modules)
         ),

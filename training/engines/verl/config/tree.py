@@ -160,11 +160,12 @@ def _without_vllm_lora_check(cfg: DictConfig) -> DictConfig:
     is checked on the project's keys first (``verl_settings.check_lora``)."""
     import importlib.util
 
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
     if not int(cfg.actor_rollout_ref.model.get("lora_rank", 0) or 0) or importlib.util.find_spec("vllm"):
         return cfg
     copy = OmegaConf.create(OmegaConf.to_container(cfg))
+    assert isinstance(copy, DictConfig)  # made from a mapping
     copy.actor_rollout_ref.model.lora_rank = 0
     return copy
 

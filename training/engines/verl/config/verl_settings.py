@@ -103,7 +103,7 @@ class VerlSettings:
     seed: int = 0
     trust_remote_code: bool = False
     lora_rank: int = 0  # model.lora.rank -> actor_rollout_ref.model.lora_rank (0 = full fine-tuning)
-    lora_alpha: float = 32.0  # model.lora.alpha -> lora_alpha (veRL's HFModelConfig takes an integer)
+    lora_alpha: int = 32  # model.lora.alpha -> lora_alpha
     lora_target_modules: str | tuple[str, ...] = "all-linear"  # model.lora.target_modules -> target_modules
     lora_dropout: float = 0.0  # model.lora.dropout: veRL's FSDP LoRA builds its LoraConfig without one
 
@@ -169,11 +169,6 @@ def check_lora(s: VerlSettings) -> None:
         raise ConfigError(
             f"model.lora.rank={s.lora_rank}: vLLM serves LoRA adapters up to rank {VLLM_MAX_LORA_RANK} "
             f"(veRL refuses more); set model.lora.rank <= {VLLM_MAX_LORA_RANK}"
-        )
-    if s.lora_alpha != int(s.lora_alpha):
-        raise ConfigError(
-            f"model.lora.alpha={s.lora_alpha:g}: veRL's actor_rollout_ref.model.lora_alpha is an integer; "
-            f"set model.lora.alpha={round(s.lora_alpha)}"
         )
     if s.lora_dropout:
         raise ConfigError(

@@ -38,7 +38,6 @@ def test_the_lora_keys_reach_verl_and_the_dry_run() -> None:
     ("override", "message"),
     [
         ("model.lora.rank=1024", r"model.lora.rank=1024: vLLM serves LoRA adapters up to rank 512"),
-        ("model.lora.alpha=12.5", r"model.lora.alpha=12.5: .* is an integer; set model.lora.alpha=12"),
         ("model.lora.dropout=0.05", r"model.lora.dropout=0.05: veRL's FSDP actor builds its LoRA without dropout"),
     ],
 )
@@ -50,13 +49,17 @@ def test_lora_settings_verl_would_reject_or_ignore_are_refused(override: str, me
 def test_a_bad_lora_value_names_the_key() -> None:
     with pytest.raises(ConfigError, match=r"model.lora.rank=-1: 0 \(off\) or a positive integer"):
         project_config("think2sql", "model.lora.rank=-1")
+    with pytest.raises(ConfigError, match=r"model.lora.alpha=12.5: expected an integer"):  # veRL's lora_alpha is one
+        project_config("think2sql", "model.lora.alpha=12.5")
 
 
 def test_adapter_size_matches_the_hand_computation() -> None:
     """Qwen3-8B: hidden 4096, q 32x128, k/v 8x128, intermediate 12288, 36 layers."""
     per_layer = (4096 + 4096) + 2 * (4096 + 1024) + (4096 + 4096) + 3 * (4096 + 12288)  # 75,776 x r
-    assert adapter_params(BACKBONES["Qwen/Qwen3-8B"].arch, 32) == 36 * 32 * per_layer == 87_293_952
-    assert adapter_params(BACKBONES["Qwen/Qwen3-8B"].arch, 0) == 0
+    arch = BACKBONES["Qwen/Qwen3-8B"].arch
+    assert arch is not None
+    assert adapter_params(arch, 32) == 36 * 32 * per_layer == 87_293_952
+    assert adapter_params(arch, 0) == 0
 
 
 def test_gemma_4_31b_needs_two_nodes_in_full_and_one_with_lora() -> None:
@@ -66,8 +69,11 @@ def test_gemma_4_31b_needs_two_nodes_in_full_and_one_with_lora() -> None:
         L.describe(project_config("retoolsql", "hardware=h100x8"))  # full fine-tuning on one node
     text = L.describe(project_config("retoolsql", "hardware=h100x8", "model.lora.rank=32"))
     assert "8 GPU(s)" in text and "update, per GPU of 79.6 GiB" in text
-    verl = C.verl_config_for(project_config("retoolsql", "hardware=h100x8", "model.lora.rank=32"), 660)
+    verl = C.verl_config_for(
+        project_config("retoolsql", "hardware=h100x8", "model.lora.rank=32"), num_train_examples=660
+    )
     arch, knobs = BACKBONES["google/gemma-4-31B-it"].arch, Knobs.from_verl(verl)
+    assert arch is not None
     lora, full = estimate(arch, knobs, None), estimate(arch, dataclasses.replace(knobs, lora_rank=0), None)
     assert lora.grads + lora.optimizer < 0.02 * (full.grads + full.optimizer)  # the adapter's state only
     assert lora.weights == pytest.approx(full.weights, rel=0.01)  # the frozen weights stay sharded in fp32

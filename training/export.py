@@ -10,6 +10,9 @@ its chat template: ``eval.run model.path=DIR`` and vLLM load it.
   holds an ``hf_model`` copy (``trainer.save_weights``).
 - local-engine runs (``checkpoints/step_NNNNNN/``): those checkpoints already are HF
   directories; the export hard-links their files (as the local engine's ``final/`` does).
+  A LoRA run's checkpoints hold the adapter (``model.lora.rank > 0``): the export merges it
+  onto its base model (``base_model_name_or_path`` of ``adapter_config.json``) with PEFT,
+  into a plain HF directory (training/engines/local/lora.py).
 
 Without ``step=`` the newest step whose weights are all there is exported; ``out`` defaults
 to ``RUN_DIR/export/step_N``. The directory is written under a temporary name and renamed
@@ -131,14 +134,29 @@ def export_step(run_dir: str | Path, step: int | None = None, out: str | Path | 
             f"{run_dir} holds no complete checkpoint of step {chosen}; saved steps with weights: "
             f"{', '.join(map(str, sorted(steps)))} (older ones are removed by trainer.keep_checkpoints)"
         )
+    from training.engines.local.lora import is_adapter_dir
+
     target = Path(out) if out is not None else run_dir / "export" / f"step_{chosen}"
     if verl_steps:
         say(f"[export] step {chosen}: veRL's FSDP model merger on {steps[chosen]} -> {target}")
         merge_fsdp_actor(steps[chosen], target)
+    elif is_adapter_dir(steps[chosen]):
+        say(f"[export] step {chosen}: the LoRA adapter {steps[chosen]} merged onto its base -> {target}")
+        merge_lora_checkpoint(steps[chosen], target)
     else:
         say(f"[export] step {chosen}: the local checkpoint {steps[chosen]} -> {target} (hard links)")
         copy_hf_dir(steps[chosen], target, link=True)
     return target
+
+
+def merge_lora_checkpoint(checkpoint: str | Path, target: str | Path) -> Path:
+    """A local LoRA checkpoint's adapter merged onto its base into ``target`` (atomic)."""
+    from training.engines.local.lora import merge_adapter_dir
+
+    target = Path(target)
+    tmp = _fresh_tmp(target)
+    merge_adapter_dir(checkpoint, tmp)
+    return _publish(tmp, target)
 
 
 def main(argv: list[str] | None = None) -> int:

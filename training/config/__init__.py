@@ -27,7 +27,7 @@ from training.config.design import AdvantageConfig, AgentConfig, RewardConfig
 from training.config.fields import checked_value, describe_type
 from training.config.laptop import LaptopProfile
 from training.config.laptop_apply import apply_laptop_profile
-from training.config.model import EngineConfig, ModelConfig
+from training.config.model import EngineConfig, LoraConfig, ModelConfig
 from training.config.sampling import EvaluationConfig, RolloutConfig
 from training.config.search_path import compose_tree, list_recipes
 from training.config.stage import CHAINS, STAGES, StageConfig, SupervisedConfig, WarmStartConfig
@@ -44,6 +44,7 @@ __all__ = [
     "EngineConfig",
     "EvaluationConfig",
     "LaptopProfile",
+    "LoraConfig",
     "ModelConfig",
     "OptimConfig",
     "RewardConfig",

@@ -5,7 +5,7 @@ precision, attention and context, or an OpenAI-compatible endpoint that serves i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from training.config.fields import _f, _need, engine_names, need_choice
 
@@ -44,6 +44,45 @@ class EngineConfig:
 
 
 @dataclass
+class LoraConfig:
+    """``model.lora`` group: train low-rank adapters instead of every weight (rank 0 = off).
+
+    One set of keys for both engines: the local engine wraps the policy with PEFT's
+    ``LoraConfig`` (training/engines/local/lora.py); engine=verl writes veRL's
+    ``actor_rollout_ref.model.lora_rank`` / ``lora_alpha`` / ``target_modules``.
+    """
+
+    rank: int = _f(0, "LoRA rank r of every adapted matrix; 0 = full fine-tuning (project default)")
+    alpha: int = _f(
+        32,
+        "LoRA alpha, an integer (veRL's lora_alpha is one): the adapter's update is scaled by alpha / rank",
+    )
+    target_modules: list[str] | str = _f(
+        "all-linear",
+        "which linear layers get an adapter: all-linear (every linear layer but the output head, "
+        "PEFT's and veRL's default) or a list of module names, e.g. [q_proj,k_proj,v_proj,o_proj]",
+    )
+    dropout: float = _f(0.0, "dropout on the adapter's input (local engine; veRL's FSDP LoRA has none: keep 0 there)")
+
+    def __post_init__(self) -> None:
+        _need(
+            isinstance(self.rank, int) and self.rank >= 0,
+            f"model.lora.rank={self.rank!r}: 0 (off) or a positive integer, e.g. model.lora.rank=32",
+        )
+        _need(self.alpha > 0, f"model.lora.alpha={self.alpha}: a positive number (the scale is alpha / rank)")
+        _need(0.0 <= self.dropout < 1.0, f"model.lora.dropout={self.dropout}: a probability in [0, 1)")
+        modules = [self.target_modules] if isinstance(self.target_modules, str) else list(self.target_modules)
+        _need(
+            bool(modules) and all(isinstance(m, str) and m for m in modules),
+            f"model.lora.target_modules={self.target_modules!r}: all-linear or a non-empty list of module names",
+        )
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
+
+
+@dataclass
 class ModelConfig:
     """``model`` group: the policy's starting weights."""
 
@@ -69,6 +108,7 @@ class ModelConfig:
         "training/generation/prefix_reuse.py) | false: re-encode the whole conversation every turn",
     )
     gradient_checkpointing: bool = _f(False, "trade compute for memory in the update")
+    lora: LoraConfig = field(default_factory=LoraConfig)
     trust_remote_code: bool = _f(False, "passed to transformers from_pretrained")
     attn_implementation: str = _f(
         "sdpa",

@@ -110,7 +110,7 @@ class Chain(DatasetStage):
 
     # ------------------------------------------------------------------ SFT
     def fine_tune(self, data: dict[str, Any]) -> dict[str, Any]:
-        from training.engines.local.warm_start import load_weights, save_warm_start
+        from training.engines.local.warm_start import load_warm_start, save_warm_start
         from training.supervised.fine_tune import WarmStartSettings, supervised_fine_tune
 
         sup = self.sup
@@ -133,7 +133,7 @@ class Chain(DatasetStage):
         saved = stage.finished()
         if saved is not None:
             if saved.get("steps"):
-                load_weights(self.t.model, stage.path)
+                load_warm_start(self.t.model, stage.path)
                 self.t._sync_generation_copy()
             self.say(f"[sft] reusing the finished SFT in {stage.path}")
             return {**saved, "fingerprint": digest(fp)}

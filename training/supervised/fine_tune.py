@@ -81,7 +81,8 @@ def supervised_fine_tune(
     if not trajectories:
         raise ValueError("no demonstrations to fine-tune on")
     batches = _batches(len(trajectories), settings.batch_size, settings.epochs, seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+    trainable = [p for p in model.parameters() if p.requires_grad]  # under LoRA: the adapter
+    optimizer = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=settings.weight_decay)
     warm = math.ceil(len(batches) * settings.warmup_ratio)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0)
     model.train()
@@ -96,7 +97,7 @@ def supervised_fine_tune(
             loss_sum, _ = nll_sum(model, items[k : k + settings.micro_batch_size], pad_id, device, autocast)
             (loss_sum / total).backward()
             step_loss += float(loss_sum.detach()) / total
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
+        norm = torch.nn.utils.clip_grad_norm_(trainable, settings.grad_clip)
         optimizer.step()
         scheduler.step()
         losses.append(step_loss)

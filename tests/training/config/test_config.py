@@ -227,6 +227,8 @@ def _wrong_value(hint: Any) -> Any:
     import typing
 
     args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if str in args and any(typing.get_origin(a) is list for a in args):  # text or a list of it: a mapping is neither
+        return {"not": "text"}
     base = args[0] if typing.get_origin(hint) is not list and args else hint
     if base in (int, float, dict) or typing.get_origin(base) in (dict, list) or base is list:
         return "abc"

@@ -4,14 +4,18 @@ the frozen KL reference.
 The policy keeps fp32 master weights (log-probs and the update run on them, under the
 configured autocast). Generation runs on a bf16 copy where bf16 is native (see
 ``generation_copy``), refreshed after every optimizer step, as veRL does with vLLM + FSDP.
-The reference policy is loaded while beta > 0 now or later and released after.
+The reference policy is loaded while beta > 0 now or later and released after. Under
+LoRA (``model.lora.rank > 0``, lora.py) the policy is a PEFT model and the reference is
+the same weights with the adapter disabled (or the warm start's adapter swapped in).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -35,6 +39,9 @@ class PolicyModels:
     given: bool = False  # the model was handed in (tests, benchmarks): its reference is a copy of it
     initial: Any = None  # a given model's frozen initial weights (its KL reference)
     ref_model: Any = None
+    lora: bool = False  # the policy is a PEFT model: the reference runs on its own weights (lora.py)
+    reference_adapter: Any = None  # under LoRA: the warm start's adapter weights (None: adapter off)
+    reference_on: bool = False  # under LoRA: the reference is in use (beta > 0 now or later)
 
     @classmethod
     def load(
@@ -59,9 +66,17 @@ class PolicyModels:
         else:
             loaded = load_model(path, device, say=say, trust_remote_code=settings.trust_remote_code)
             model, tokenizer, source = loaded.model, loaded.tokenizer, loaded.source
+        lora = settings.lora.enabled
+        if lora:
+            from training.engines.local.lora import apply_lora, parameter_summary
+
+            model = apply_lora(model, settings.lora)
+            say(f"[model] {parameter_summary(model)}")
         model.train()
         if settings.gradient_checkpointing:
             model.gradient_checkpointing_enable()
+            if lora:  # frozen embeddings: the checkpointed layers' inputs need a gradient (as veRL does)
+                model.enable_input_require_grads()
         autocast = autocast_for(settings.autocast, device)
         gen_model = generation_copy(model, device, settings.generation_dtype, settings.decode_attention)
         say(
@@ -69,7 +84,7 @@ class PolicyModels:
             f"parameters, fp32 weights, autocast={autocast}"
         )
         given = given_model is not None
-        initial = frozen_copy(model) if given and keep_initial else None
+        initial = frozen_copy(model) if given and keep_initial and not lora else None
         return cls(
             model=model,
             tokenizer=tokenizer,
@@ -79,6 +94,7 @@ class PolicyModels:
             gen_model=gen_model,
             given=given,
             initial=initial,
+            lora=lora,
         )
 
     def sync_generation_copy(self) -> None:
@@ -89,18 +105,44 @@ class PolicyModels:
                     dst.copy_(src)
 
     def remember_initial(self) -> None:
-        """A given model's KL reference becomes its current weights (after the warm start)."""
-        if self.initial is not None:
+        """A given model's KL reference becomes its current weights (after the warm start);
+        under LoRA, any model's: the warm start's adapter."""
+        if self.lora:
+            from training.engines.local.lora import adapter_state
+
+            self.reference_adapter = adapter_state(self.model)
+        elif self.initial is not None:
             self.initial = frozen_copy(self.model)
 
     def keep_reference(self, needed: bool, path: str | None, say: Say = print, step: int = 0) -> None:
         """Load the frozen initial policy when ``needed`` (from ``path``, or a given model's
-        initial copy) and none is loaded; release it when no longer needed."""
+        initial copy) and none is loaded; release it when no longer needed. Under LoRA nothing
+        is loaded but the warm start's adapter (``path/adapter/``, when ``path`` is a warm start)."""
+        if self.lora:
+            if needed and not self.reference_on and self.reference_adapter is None and path:
+                self.reference_adapter = _warm_start_adapter(Path(path))
+            elif not needed and self.reference_on:
+                self.reference_adapter = None
+                say(f"[kl] beta is 0 from step {step} on: reference adapter released")
+            self.reference_on = needed
+            return
         if needed and self.ref_model is None:
             self.ref_model = self._initial_policy(path, say)
         elif not needed and self.ref_model is not None:
             self.ref_model = None
             say(f"[kl] beta is 0 from step {step} on: reference model released")
+
+    @contextlib.contextmanager
+    def reference(self) -> Iterator[Any]:
+        """The KL reference model to run: the loaded reference, or under LoRA the policy
+        itself with its adapter disabled / the warm start's adapter swapped in."""
+        if not self.lora:
+            yield self.ref_model
+            return
+        from training.engines.local.lora import reference_weights
+
+        with reference_weights(self.model, self.reference_adapter) as model:
+            yield model
 
     def _initial_policy(self, path: str | None, say: Say) -> Any:
         if self.given:
@@ -137,6 +179,19 @@ def generation_copy(model: Any, device: str, generation_dtype: str, decode_atten
 
         use_hybrid_cpu_attention(gen)
     return gen
+
+
+def _warm_start_adapter(path: Path) -> Any:
+    """The adapter weights a LoRA warm start saved in ``path/adapter/``; None when ``path``
+    is not such a warm start (the reference is then the base: the adapter disabled)."""
+    from training.engines.local.lora import ADAPTER_WEIGHTS, WARM_START_ADAPTER, is_adapter_dir
+
+    adapter = path / WARM_START_ADAPTER
+    if not is_adapter_dir(adapter):
+        return None
+    from safetensors.torch import load_file
+
+    return load_file(str(adapter / ADAPTER_WEIGHTS))
 
 
 def frozen_copy(model: Any) -> Any:

@@ -109,18 +109,24 @@ def relabel_records(path: Path, kind: str, new_kind: str, before_step: int) -> N
 def save_final(run_dir: str | Path, step: int, model: Any, tokenizer: Any) -> Path:
     """A plain HF model directory (model + tokenizer) that eval.run and model.path load:
     hard links to the last checkpoint's files when it holds these weights (no second
-    copy on disk), else written out. A full disk raises ``DiskFullError`` (the model's
-    size needed) and leaves no half-written ``final.tmp``."""
+    copy on disk), else written out (under LoRA: the adapter merged in). A full disk raises
+    ``DiskFullError`` (the model's size needed) and leaves no half-written ``final.tmp``."""
     final = Path(run_dir) / FINAL_DIR
     tmp = final.with_name(final.name + ".tmp")
     try:
+        from training.engines.local.lora import is_lora, save_merged
+
         last = st.latest_checkpoint(run_dir)
-        if last is not None and st.read_meta(last).step == step and st.has_weights(last):
+        lora = is_lora(model)  # its checkpoints hold the adapter: final/ is the merged model
+        if not lora and last is not None and st.read_meta(last).step == step and st.has_weights(last):
             st.link_model_dir(last, final)
             return final
         shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        if lora:
+            save_merged(model, tokenizer, tmp)
+        else:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         return final

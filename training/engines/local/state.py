@@ -9,7 +9,10 @@ state is twice the weights' size, and resume reads only ``latest``); older kept
 checkpoints are weights only. It is written into ``step_XXXXXX.tmp`` and renamed, and
 ``latest`` is replaced atomically after that, so a run killed mid-write keeps the
 previous checkpoint and loses at most the current step. Files are never rewritten in
-place: ``final/`` hard-links the last checkpoint's files (one copy on disk).
+place: ``final/`` hard-links the last checkpoint's files (one copy on disk). Under LoRA a
+checkpoint holds the adapter (PEFT's ``adapter_config.json`` + ``adapter_model.safetensors``,
+always written: it is small) instead of the weights; ``final/`` is then the merged model
+(lora.py).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import numpy as np
 import torch
 
 from tools.errors import ConfigError
+from training.engines.local.lora import is_adapter_dir, is_lora, load_adapter
 
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest"
@@ -147,8 +151,8 @@ def save_checkpoint(
     tmp = root / f"{name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    if save_weights:
-        model.save_pretrained(tmp)  # safetensors; tied weights stored once
+    if save_weights or is_lora(model):
+        model.save_pretrained(tmp)  # safetensors; tied weights stored once; under LoRA the adapter only
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
     torch.save(
@@ -164,8 +168,17 @@ def save_checkpoint(
 
 
 def load_checkpoint(path: Path, model: Any, optimizer: torch.optim.Optimizer, scheduler: Any) -> CheckpointMeta:
-    """Restore weights, optimizer, scheduler and RNG from ``path``; return its meta."""
-    if has_weights(path):
+    """Restore weights (or the adapter, under LoRA), optimizer, scheduler and RNG from
+    ``path``; return its meta."""
+    if is_lora(model) or is_adapter_dir(path):
+        if not (is_lora(model) and is_adapter_dir(path)):
+            have, want = ("a LoRA adapter", "model.lora.rank > 0") if is_adapter_dir(path) else ("full weights", "0")
+            raise ConfigError(
+                f"{path} holds {have}: resume it with the model.lora.rank it was written with ({want}) "
+                "or start over with fresh=true"
+            )
+        load_adapter(model, path)
+    elif has_weights(path):
         load_weights(model, path)
     elif (path / "model.pt").is_file():  # checkpoints written before the safetensors layout
         model.load_state_dict(torch.load(path / "model.pt", map_location="cpu", weights_only=True))
@@ -185,7 +198,8 @@ def load_checkpoint(path: Path, model: Any, optimizer: torch.optim.Optimizer, sc
 
 
 def has_weights(path: Path) -> bool:
-    return any(path.glob("model*.safetensors"))
+    """The checkpoint holds the model: HF weights, or under LoRA its adapter."""
+    return any(path.glob("model*.safetensors")) or is_adapter_dir(path)
 
 
 def load_weights(model: Any, directory: Path) -> None:

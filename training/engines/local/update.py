@@ -70,8 +70,8 @@ class Updater:
     ) -> None:
         self.models, self.optim, self.algorithm = models, optim, algorithm
         self.loss_settings, self.watch = loss_settings, watch
-        self.optimizer = torch.optim.AdamW(
-            models.model.parameters(),
+        self.optimizer = torch.optim.AdamW(  # under LoRA the base is frozen: the adapter's weights only
+            [p for p in models.model.parameters() if p.requires_grad],
             lr=optim.lr,
             betas=(optim.betas[0], optim.betas[1]),
             weight_decay=optim.weight_decay,
@@ -160,7 +160,9 @@ class Updater:
             if entropy is not None:
                 weighted["policy/entropy"] += float((entropy.detach() * full).sum()) / n_full
         with self.watch.measure("update"):
-            norm = torch.nn.utils.clip_grad_norm_(m.model.parameters(), self.optim.grad_clip)
+            norm = torch.nn.utils.clip_grad_norm_(
+                [p for p in m.model.parameters() if p.requires_grad], self.optim.grad_clip
+            )
             self.optimizer.step()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
@@ -181,8 +183,8 @@ class Updater:
 
     def _ref_log_probs(self, batch: lp.PolicyBatch) -> torch.Tensor:
         m = self.models
-        with self.watch.measure("logprob"), torch.no_grad():
-            logp, _ = lp.response_log_probs(m.ref_model, batch, m.device, m.autocast)
+        with self.watch.measure("logprob"), torch.no_grad(), m.reference() as ref_model:
+            logp, _ = lp.response_log_probs(ref_model, batch, m.device, m.autocast)
         return logp
 
 

@@ -38,6 +38,7 @@ def fingerprint(cfg: Any, model_source: str, limits: Any) -> dict[str, Any]:
         "seed": cfg.seed,
         "settings": asdict(cfg.stage.warm_start),
         "limits": asdict(limits),
+        **({"lora": asdict(cfg.model.lora)} if cfg.model.lora.enabled else {}),  # an adapter, not weights
     }
 
 
@@ -76,7 +77,7 @@ def run_warm_start(
     out = warm_start_dir(run_dir)
     saved = finished_warm_start(run_dir, expected)
     if saved is not None:
-        load_weights(model, out)
+        load_warm_start(model, out)
         say(f"[warm start] reusing the finished warm start in {out}")
         return saved["result"]
     script = get_script(agent_name)
@@ -120,14 +121,38 @@ def run_warm_start(
 
 
 def save_warm_start(model: Any, tokenizer: Any, out: Path, expected: dict[str, Any], result: dict[str, Any]) -> None:
-    """A plain HF checkpoint (``eval.run model=<run_dir>/warm_start`` loads it), then the marker."""
+    """A plain HF checkpoint (``eval.run model=<run_dir>/warm_start`` loads it), then the
+    marker. Under LoRA: the adapter merged in, and the adapter itself in ``adapter/``."""
+    from training.engines.local.lora import WARM_START_ADAPTER, is_lora, save_merged
+
     out.mkdir(parents=True, exist_ok=True)
     (out / DONE).unlink(missing_ok=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    if is_lora(model):
+        save_merged(model, tokenizer, out)
+        model.save_pretrained(out / WARM_START_ADAPTER)
+    else:
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
     tmp = out / (DONE + ".tmp")
     tmp.write_text(json.dumps({"fingerprint": expected, "result": result}, indent=2))
     os.replace(tmp, out / DONE)
+
+
+def load_warm_start(model: Any, directory: Path) -> None:
+    """A finished warm start into ``model``: its weights, or under LoRA its adapter."""
+    from training.engines.local.lora import WARM_START_ADAPTER, is_adapter_dir, is_lora, load_adapter
+
+    if is_lora(model):
+        if not is_adapter_dir(directory / WARM_START_ADAPTER):
+            from tools.errors import ConfigError
+
+            raise ConfigError(
+                f"{directory} holds a warm start without LoRA; this run has model.lora.rank > 0: "
+                "start over with fresh=true"
+            )
+        load_adapter(model, directory / WARM_START_ADAPTER)
+    else:
+        load_weights(model, directory)
 
 
 def load_weights(model: Any, directory: Path) -> None:

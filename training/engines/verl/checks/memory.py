@@ -13,6 +13,8 @@ each check keeps ``HEADROOM`` of the GPU free. What veRL 0.9.1 does that the ter
   sharded over every GPU. ``param_offload``/``optimizer_offload`` move them to CPU
   *between* phases (veRL's train-mode context loads them back for the update), so they
   help the rollout phase, when vLLM shares the GPU, not the update's peak;
+- with LoRA (``lora_rank > 0``) the base weights are frozen: 4 bytes per parameter sharded,
+  gradients and AdamW for the adapter only, no reference model (:mod:`.lora_memory`);
 - the reference model runs with FSDP ``CPUOffload(offload_params=True)`` (veRL forces it
   for forward-only models): it costs no GPU memory at rest;
 - decoder layers are FSDP units (gathered one at a time, bf16, with the next prefetched);
@@ -39,6 +41,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from training.engines.verl.checks.lora_memory import adapter_params
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -122,6 +126,7 @@ class Knobs:
     max_num_seqs: int
     max_num_batched_tokens: int
     attention: str
+    lora_rank: int = 0  # actor_rollout_ref.model.lora_rank: > 0 trains an adapter on frozen weights
 
     @classmethod
     def from_verl(cls, cfg: DictConfig) -> Knobs:
@@ -145,6 +150,7 @@ class Knobs:
             max_num_seqs=int(rollout.max_num_seqs),
             max_num_batched_tokens=int(rollout.max_num_batched_tokens),
             attention=str(attention),
+            lora_rank=int(arr.model.get("lora_rank", 0) or 0),
         )
 
 
@@ -156,7 +162,7 @@ class Estimate:
     """Bytes per GPU, phase by phase (see the module docstring for each term)."""
 
     parameters: int
-    weights: int  # fp32 master weights, sharded
+    weights: int  # fp32 master weights, sharded (with LoRA: the frozen base and the adapter)
     grads: int  # fp32, sharded
     optimizer: int  # AdamW moments, sharded
     gathered: int  # bf16 root unit (embeddings, lm_head) + two decoder layers, fp32 grads of the largest
@@ -170,6 +176,7 @@ class Estimate:
     vllm_overhead: int
     kv_cache: int  # what is left for the KV cache inside vLLM's share, per GPU
     kv_per_sequence: int  # one max_model_len sequence, per GPU of a TP group
+    adapter_parameters: int = 0  # LoRA's trainable weights (0: full fine-tuning)
 
     @property
     def static(self) -> int:
@@ -191,30 +198,33 @@ class Estimate:
 
 def estimate(a: Architecture, k: Knobs, capacity: int | None) -> Estimate:
     """The per-GPU estimate for ``k`` on a GPU of ``capacity`` bytes (None: unknown)."""
-    params = parameter_count(a)
-    shard = math.ceil(params / k.gpus)
+    params, adapter = parameter_count(a), adapter_params(a, k.lora_rank)
+    shard = math.ceil((params + adapter) / k.gpus)
+    trained = math.ceil(adapter / k.gpus) if k.lora_rank > 0 else shard  # what has gradients and moments
     largest = max(layer_params(a, False) if a.sliding_layers else 0, layer_params(a, True))
-    gathered = embedding_params(a) * (BF16 + FP32) + 2 * largest * BF16 + largest * FP32
+    unit_grads = 0 if k.lora_rank > 0 else FP32  # fp32 gradients of a gathered unit (frozen under LoRA)
+    gathered = embedding_params(a) * (BF16 + unit_grads) + 2 * largest * BF16 + largest * unit_grads
     vllm_share = int(k.gpu_memory_utilization * capacity) if capacity else 0
-    vllm_weights = math.ceil(params * BF16 / k.tp)
+    vllm_weights = math.ceil((params + adapter) * BF16 / k.tp)
     vllm_overhead = VLLM_FIXED + _vllm_activations(a, k)
     return Estimate(
         parameters=params,
         weights=shard * FP32,
-        grads=shard * FP32,
-        optimizer=shard * ADAM_BYTES,
+        grads=trained * FP32,
+        optimizer=trained * ADAM_BYTES,
         gathered=gathered,
         activations=_update_activations(a, k),
         logits=_update_logits(a, k),
         mask=k.ppo_tokens**2 if k.attention == "sdpa" else 0,
         log_prob_pass=_log_prob_pass(a, k),
         resident_in_rollout=(0 if k.param_offload else shard * FP32)
-        + (0 if k.optimizer_offload else shard * ADAM_BYTES),
+        + (0 if k.optimizer_offload else trained * ADAM_BYTES),
         vllm_share=vllm_share,
         vllm_weights=vllm_weights,
         vllm_overhead=vllm_overhead,
         kv_cache=vllm_share - vllm_weights - vllm_overhead,
         kv_per_sequence=kv_bytes(a, k.max_model_len, k.tp),
+        adapter_parameters=adapter,
     )
 
 
@@ -282,9 +292,14 @@ def describe(e: Estimate, k: Knobs, capacity: int | None) -> list[str]:
         else f"rollout, per GPU: training state kept {gib(e.resident_in_rollout)}; vLLM weights {gib(e.vllm_weights)} "
         f"(TP {k.tp}); one {k.max_model_len}-token sequence's KV {gib(e.kv_per_sequence)} (no GPU to size vLLM's share)"
     )
+    lora = (
+        f"; LoRA rank {k.lora_rank}: {e.adapter_parameters / 1e6:.0f}M adapter parameters trained, the rest frozen"
+        if k.lora_rank > 0
+        else ""
+    )
     return [
         f"model: {e.parameters / 1e9:.2f}B parameters; {k.gpus} GPU(s), "
-        f"FSDP shards of {math.ceil(e.parameters / k.gpus) / 1e9:.2f}B",
+        f"FSDP shards of {math.ceil(e.parameters / k.gpus) / 1e9:.2f}B{lora}",
         f"update, per GPU{cap}: weights {gib(e.weights)} + grads {gib(e.grads)} + AdamW {gib(e.optimizer)} "
         f"+ gathered units {gib(e.gathered)} + activations {gib(e.activations)} ({k.ppo_tokens} tokens, "
         f"checkpointing {'on' if k.gradient_checkpointing else 'off'}, Ulysses {k.sp}) + logits {gib(e.logits)}"
@@ -336,15 +351,17 @@ def failures(e: Estimate, k: Knobs, capacity: int | None) -> list[str]:
 
 
 def _more_gpus(e: Estimate, k: Knobs, usable: float) -> str:
-    """The GPU count that shrinks the sharded state (16 B/parameter) enough, as a fix."""
+    """The GPU count that shrinks the sharded state (16 B/parameter, 4 under LoRA) enough, as a fix."""
     per_token_part = e.gathered + e.activations + e.logits + e.mask + CUDA_CONTEXT
     room = usable - per_token_part
     if room <= 0:
         return "use a smaller model: even unsharded, one micro-batch does not fit"
-    need = math.ceil(e.parameters * (2 * FP32 + ADAM_BYTES) / room)
+    state = e.parameters * FP32 + e.adapter_parameters * (2 * FP32 + ADAM_BYTES) if k.lora_rank > 0 else 0
+    need = math.ceil((state or e.parameters * (2 * FP32 + ADAM_BYTES)) / room)
+    lora = "" if k.lora_rank > 0 else ", train LoRA adapters only (model.lora.rank=32: 4 B/parameter instead of 16)"
     return (
         f"add GPUs: the {gib(e.static - e.gathered)} of sharded weights, gradients and AdamW shrink with "
-        f"their number ({k.gpus} now; ~{need} needed at these budgets, hardware.nnodes=N), or use a smaller model"
+        f"their number ({k.gpus} now; ~{need} needed at these budgets, hardware.nnodes=N){lora}, or use a smaller model"
     )
 
 

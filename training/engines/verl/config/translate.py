@@ -91,6 +91,13 @@ def model_values(s: VerlSettings) -> dict[str, Any]:
         "actor_rollout_ref.model.trust_remote_code": s.trust_remote_code,
         "actor_rollout_ref.model.enable_gradient_checkpointing": True,  # long multi-turn sequences
         "data.trust_remote_code": s.trust_remote_code,
+        # model.lora.*: veRL's FSDP LoRA (PEFT); with a rank > 0 the reference is the actor
+        # with its adapter disabled (veRL's ref_in_actor) and vLLM serves the adapter
+        "actor_rollout_ref.model.lora_rank": s.lora_rank,
+        "actor_rollout_ref.model.lora_alpha": s.lora_alpha,
+        "actor_rollout_ref.model.target_modules": (
+            s.lora_target_modules if isinstance(s.lora_target_modules, str) else list(s.lora_target_modules)
+        ),
     }
 
 
@@ -250,6 +257,7 @@ def _model_fields(cfg: TrainConfig) -> dict[str, Any]:
     from training.engines.verl.checks.backbones import BACKBONES
 
     backbone = BACKBONES.get(cfg.model.path or cfg.gpu_backbone or "")
+    lora = cfg.model.lora
     return {
         "agent": cfg.agent.name,
         "agent_options": dict(cfg.agent.options),
@@ -259,6 +267,12 @@ def _model_fields(cfg: TrainConfig) -> dict[str, Any]:
         "tensor_parallel_size": backbone.tensor_parallel_size if backbone else 1,
         "fsdp_offload": backbone.fsdp_offload if backbone else False,
         "trust_remote_code": cfg.model.trust_remote_code,
+        "lora_rank": lora.rank,
+        "lora_alpha": lora.alpha,
+        "lora_target_modules": lora.target_modules
+        if isinstance(lora.target_modules, str)
+        else tuple(lora.target_modules),
+        "lora_dropout": lora.dropout,
         **hardware_fields(cfg, cfg.model.path or cfg.gpu_backbone or ""),
     }
 

@@ -129,7 +129,10 @@ def validate_verl_config(cfg: DictConfig) -> None:
     try:
         with contextlib.redirect_stdout(chatter), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Disabled critic")  # GRPO needs no critic
-            validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+            checked = _without_vllm_lora_check(cfg)
+            validate_config(
+                config=checked, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg)
+            )
         omega_conf_to_dataclass(cfg.algorithm)
         omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
     except (AssertionError, ValueError, TypeError, KeyError, HydraException) as err:
@@ -148,6 +151,23 @@ def validate_verl_config(cfg: DictConfig) -> None:
         )
     if cfg.algorithm.filter_groups.enable and not cfg.algorithm.filter_groups.metric:
         raise ConfigError("algorithm.filter_groups.enable needs a metric (the project uses 'exec')")
+
+
+def _without_vllm_lora_check(cfg: DictConfig) -> DictConfig:
+    """``cfg`` for veRL's ``validate_config``: as is, except with a LoRA rank where vLLM is
+    not installed (a CPU dry run). veRL's one LoRA check there (``get_vllm_max_lora_rank``)
+    imports its vLLM rollout package, which refuses to import without vLLM; the same bound
+    is checked on the project's keys first (``verl_settings.check_lora``)."""
+    import importlib.util
+
+    from omegaconf import DictConfig, OmegaConf
+
+    if not int(cfg.actor_rollout_ref.model.get("lora_rank", 0) or 0) or importlib.util.find_spec("vllm"):
+        return cfg
+    copy = OmegaConf.create(OmegaConf.to_container(cfg))
+    assert isinstance(copy, DictConfig)  # made from a mapping
+    copy.actor_rollout_ref.model.lora_rank = 0
+    return copy
 
 
 def _check_namespace(cfg: DictConfig) -> None:

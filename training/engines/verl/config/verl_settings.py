@@ -102,6 +102,10 @@ class VerlSettings:
     loggers: tuple[str, ...] = ("console", "file")
     seed: int = 0
     trust_remote_code: bool = False
+    lora_rank: int = 0  # model.lora.rank -> actor_rollout_ref.model.lora_rank (0 = full fine-tuning)
+    lora_alpha: int = 32  # model.lora.alpha -> lora_alpha
+    lora_target_modules: str | tuple[str, ...] = "all-linear"  # model.lora.target_modules -> target_modules
+    lora_dropout: float = 0.0  # model.lora.dropout: veRL's FSDP LoRA builds its LoraConfig without one
 
     def __post_init__(self) -> None:
         if not self.agent or not self.reward:
@@ -130,6 +134,7 @@ class VerlSettings:
         check_positive("response_length", self.response_length, "tokens")
         check_positive("n_gpus_per_node", self.n_gpus_per_node, "GPUs per node")
         check_positive("total_epochs", self.total_epochs, "passes over the training prompts")
+        check_lora(self)
 
     @property
     def schedule(self) -> KLSchedule:
@@ -150,3 +155,23 @@ class VerlSettings:
 def check_positive(name: str, value: int, what: str) -> None:
     if not isinstance(value, int) or value <= 0:
         raise ConfigError(f"{name}={value!r}: expected a positive integer ({what})")
+
+
+VLLM_MAX_LORA_RANK = 512
+"""vLLM's largest ``max_lora_rank`` (``MaxLoRARanks``); veRL's ``get_vllm_max_lora_rank`` refuses more."""
+
+
+def check_lora(s: VerlSettings) -> None:
+    """LoRA settings veRL 0.9.1 would reject or silently ignore, refused with the key to change."""
+    if s.lora_rank <= 0:
+        return
+    if s.lora_rank > VLLM_MAX_LORA_RANK:
+        raise ConfigError(
+            f"model.lora.rank={s.lora_rank}: vLLM serves LoRA adapters up to rank {VLLM_MAX_LORA_RANK} "
+            f"(veRL refuses more); set model.lora.rank <= {VLLM_MAX_LORA_RANK}"
+        )
+    if s.lora_dropout:
+        raise ConfigError(
+            f"model.lora.dropout={s.lora_dropout:g}: veRL's FSDP actor builds its LoRA without dropout "
+            "(workers/engine/fsdp/transformer_impl.py), so it would be ignored; set model.lora.dropout=0 on engine=verl"
+        )

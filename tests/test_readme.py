@@ -96,6 +96,10 @@ def test_the_usage_block_runs(tmp_path: Path) -> None:
         )
     )
     env = dict(os.environ, PYTHONPATH=str(REPO), WANDB_MODE="offline")
+    # a user's shell sets no veRL logging; the fit tier's harness puts its own in this
+    # process's environment, which would let veRL's import warnings onto the console
+    for key in ("VERL_LOGGING_LEVEL", "VERL_FILE_LOGGER_PATH"):
+        env.pop(key, None)
     commands = usage_commands((REPO / "README.md").read_text(encoding="utf-8"))
     assert len(commands) >= 10
     state: dict[str, bool] = {}

@@ -320,6 +320,9 @@ def test_verl_sft_rl_runs_rl_only_on_the_questions_the_filter_keeps(
         "algorithm.batch_size=2",
         "algorithm.group_size=4",
         "supervised.samples=1",
+        # the policy is the teacher here (no endpoint): one greedy and one sampled trace per
+        # question shows both modes; more only repeats the tiny model's 200-token turns
+        "supervised.teacher_samples=1",
         "supervised.rl_filter_samples=2",
         "supervised.rl_filter_pass=2",
     ]

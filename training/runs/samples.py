@@ -365,12 +365,13 @@ def result_tables(example: Any, final_sql: str | None, scorer: Any) -> dict[str,
 
 
 def write_heldout(
-    run_dir: str | Path, tag: str, examples: Sequence[Any], trajectories: Sequence[Any]
+    run_dir: str | Path, tag: str, examples: Sequence[Any], trajectories: Sequence[Any], test_suite: bool = False
 ) -> dict[str, float]:
     """Per-question records of a held-out evaluation (``heldout_<tag>.jsonl``), in the
     format of ``eval.run``'s records.jsonl (EX outcome, REX, QATCH, difficulty), so that
     ``eval.compare`` reports per difficulty and bootstraps over questions for training runs.
-    Returns ``heldout_scores`` of them."""
+    ``test_suite``: each record also has ``ex_test_suite`` (the suites are built beforehand:
+    ``rex.test_suite.ensure_suites``). Returns ``heldout_scores`` of them."""
     from collections import defaultdict
 
     from eval.scoring import sample_from_trajectories, score_question
@@ -381,7 +382,10 @@ def write_heldout(
         by_example[t.example_id].append(t)
     scorer = ExecScorer()
     records = [
-        score_question(ex, [sample_from_trajectories(by_example.get(ex.id, []))], scorer, "greedy") for ex in examples
+        score_question(
+            ex, [sample_from_trajectories(by_example.get(ex.id, []))], scorer, "greedy", test_suite=test_suite
+        )
+        for ex in examples
     ]
     text = "".join(json.dumps(record, default=str) + "\n" for record in records)
     atomic_write_text(Path(run_dir) / f"heldout_{tag}.jsonl", text, hint=RUN_DIR_FULL_HINT)
@@ -389,15 +393,17 @@ def write_heldout(
 
 
 def heldout_scores(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """Flat metrics of held-out records: ``ex_official``, ``rex``, ``qatch`` and each score per
-    difficulty (``ex/simple``, ...), for metrics.jsonl and wandb (``eval_after/ex/simple``)."""
+    """Flat metrics of held-out records: ``ex_official``, ``rex``, ``qatch``, ``ex_test_suite``
+    (records with it) and each score per difficulty (``ex/simple``, ...), for metrics.jsonl
+    and wandb (``eval_after/ex/simple``)."""
     from eval.summary import summarize
 
     summary = summarize(records, {})
     out: dict[str, float] = {}
     blocks = {"": summary, **{f"/{d}": b for d, b in summary["by_difficulty"].items()}}
     for suffix, block in blocks.items():
-        for key in ("ex", "ex_official", "rex"):
-            out[f"{key}{suffix}"] = float(block[key])
+        for key in ("ex", "ex_official", "rex", "ex_test_suite"):
+            if key in block:
+                out[f"{key}{suffix}"] = float(block[key])
         out[f"qatch{suffix}"] = float(block["qatch"]["mean"])
     return out

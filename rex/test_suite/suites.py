@@ -95,14 +95,17 @@ def ensure_suite(
     progress: Progress | None = None,
 ) -> tuple[Suite, bool]:
     """The suite of ``db`` chosen for (at least) ``gold_sqls``, built when there is none;
-    ``(suite, built_now)``. This process's scoring then uses it (``suite_for_scoring``)."""
+    ``(suite, built_now)``; of several, the one chosen for the most gold queries (so that a
+    run whose training and held-out questions share databases scores both with one suite).
+    This process's scoring then uses it (``suite_for_scoring``)."""
     settings = settings or SuiteSettings()
     wanted = set(gold_digest(gold_sqls))
     with _lock(db):
-        for suite in find_suites(db, settings):
-            if wanted <= suite.golds:
-                _PINNED[(str(db.path), db.content_hash)] = suite
-                return suite, False
+        covering = [suite for suite in find_suites(db, settings) if wanted <= suite.golds]
+        if covering:
+            suite = max(covering, key=lambda s: len(s.golds))
+            _PINNED[(str(db.path), db.content_hash)] = suite
+            return suite, False
         suite = _build(db, gold_sqls, settings, progress)
         _PINNED[(str(db.path), db.content_hash)] = suite
         return suite, True

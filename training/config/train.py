@@ -82,6 +82,7 @@ class TrainerConfig:
     keep_checkpoints: int = _f(2, "how many step checkpoints to keep")
     val_every: int = _f(0, "greedy validation EX every N steps; 0 = only before and after")
     eval_before_after: bool = _f(True, "greedy EX on the held-out subset before and after training")
+    eval_test_suite: bool = _f(True, "held-out evaluations also report ex_test_suite (EX on the test suite)")
     project: str = _f("sqlagent-rl", "wandb project")
     save_weights: bool = _f(True, "write model weights into checkpoints")
     shared_run_dir_check: bool = _f(True, "engine=verl with nnodes > 1: refuse a run_dir only this node sees")

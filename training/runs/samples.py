@@ -370,12 +370,14 @@ def write_heldout(
     examples: Sequence[Any],
     trajectories: Sequence[Any],
     linked_schema: Callable[..., Any] | None = None,
+    test_suite: bool = False,
 ) -> dict[str, float]:
     """Per-question records of a held-out evaluation (``heldout_<tag>.jsonl``), in the
     format of ``eval.run``'s records.jsonl (EX outcome, REX, QATCH, difficulty, and schema
     linking where ``linked_schema``, the design's hook, reads a linked schema), so that
     ``eval.compare`` reports per difficulty and bootstraps over questions for training runs.
-    Returns ``heldout_scores`` of them."""
+    ``test_suite``: each record also has ``ex_test_suite`` (the suites are built beforehand:
+    ``rex.test_suite.ensure_suites``). Returns ``heldout_scores`` of them."""
     from collections import defaultdict
 
     from eval.scoring import sample_from_trajectories, score_question
@@ -386,7 +388,13 @@ def write_heldout(
         by_example[t.example_id].append(t)
     scorer = ExecScorer()
     records = [
-        score_question(ex, [sample_from_trajectories(by_example.get(ex.id, []), linked_schema)], scorer, "greedy")
+        score_question(
+            ex,
+            [sample_from_trajectories(by_example.get(ex.id, []), linked_schema)],
+            scorer,
+            "greedy",
+            test_suite=test_suite,
+        )
         for ex in examples
     ]
     text = "".join(json.dumps(record, default=str) + "\n" for record in records)
@@ -395,15 +403,17 @@ def write_heldout(
 
 
 def heldout_scores(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """Flat metrics of held-out records: ``ex_official``, ``rex``, ``qatch`` and each score per
-    difficulty (``ex/simple``, ...), for metrics.jsonl and wandb (``eval_after/ex/simple``)."""
+    """Flat metrics of held-out records: ``ex_official``, ``rex``, ``qatch``, ``ex_test_suite``
+    (records with it) and each score per difficulty (``ex/simple``, ...), for metrics.jsonl
+    and wandb (``eval_after/ex/simple``)."""
     from eval.summary import summarize
 
     summary = summarize(records, {})
     out: dict[str, float] = {}
     blocks = {"": summary, **{f"/{d}": b for d, b in summary["by_difficulty"].items()}}
     for suffix, block in blocks.items():
-        for key in ("ex", "ex_official", "rex"):
-            out[f"{key}{suffix}"] = float(block[key])
+        for key in ("ex", "ex_official", "rex", "ex_test_suite"):
+            if key in block:
+                out[f"{key}{suffix}"] = float(block[key])
         out[f"qatch{suffix}"] = float(block["qatch"]["mean"])
     return out

@@ -187,6 +187,8 @@ def write_summary(
         "ex_before": before.get("ex"),
         "ex_warm_start": warm.get("ex"),
         "ex_after": after.get("ex"),
+        "ex_test_suite_before": before.get("ex_test_suite"),
+        "ex_test_suite_after": after.get("ex_test_suite"),
         "eval_questions": before.get("n", after.get("n")),
         "warm_start": warm or None,
         "sweep": head["sweep"],
@@ -208,6 +210,10 @@ def summary_text(summary: dict[str, Any], parts: dict[str, int]) -> str:
             f"EX before {pct(summary['ex_before'])}{middle} -> after {pct(summary['ex_after'])} on "
             f"{summary['eval_questions']} held-out questions (greedy)"
         )
+        if summary.get("ex_test_suite_before") is not None and summary.get("ex_test_suite_after") is not None:
+            delta += (
+                f"; on the test suite {pct(summary['ex_test_suite_before'])} -> {pct(summary['ex_test_suite_after'])}"
+            )
     run_dir = summary["run_dir"]
     shares = ", ".join(
         f"{name} {st.human_size(size)}"

@@ -170,7 +170,9 @@ class LocalTrainer(TrainStep, Checkpoints):
         if self.cfg.reward.exec_metric == "test_suite":  # chosen for the training questions, before step 1
             from rex.test_suite import ensure_suites
 
-            built, cached = ensure_suites((ex.db_path, ex.gold_sql) for ex in self.train_examples)
+            # with the held-out ones too when they are scored on the suite: one suite per database for both
+            held_out = self.eval_examples if self.cfg.trainer.eval_test_suite else []
+            built, cached = ensure_suites((ex.db_path, ex.gold_sql) for ex in [*self.train_examples, *held_out])
             self.say(f"[data] test suites for reward.exec_metric=test_suite: {built} built, {cached} cached")
 
     def _build_components(self) -> None:
@@ -251,14 +253,29 @@ class LocalTrainer(TrainStep, Checkpoints):
         )
         result = execution_accuracy(self.eval_examples, trajectories)
         linking = linked_schema_reader(self.cfg.agent.name)  # the design's hook: linking figures per question
-        scores = write_heldout(self.cfg.run_dir, tag, self.eval_examples, trajectories, linking)  # per question
+        suite = self.cfg.trainer.eval_test_suite
+        if suite:
+            self._prepare_eval_suites()
+        scores = write_heldout(self.cfg.run_dir, tag, self.eval_examples, trajectories, linking, suite)  # per question
         result.update({k: v for k, v in scores.items() if k != "ex"})  # EX per difficulty, official EX, REX, QATCH
         result["duration_s"] = time.perf_counter() - start
+        on_suite = f", {pct(result['ex_test_suite'])} on the test suite" if "ex_test_suite" in result else ""
         self.say(
-            f"[eval {tag}] EX {pct(result['ex'])} on {result['n']} held-out questions "
+            f"[eval {tag}] EX {pct(result['ex'])}{on_suite} on {result['n']} held-out questions "
             f"({pct(result['executable'], 0)} executable, {result['duration_s']:.0f}s)"
         )
         return result
+
+    def _prepare_eval_suites(self) -> None:
+        """The test suites of the held-out databases, chosen for their held-out gold queries;
+        built once (cached across runs), before the first held-out score needs them."""
+        if getattr(self, "_eval_suites_ready", False):
+            return
+        from rex.test_suite import ensure_suites
+
+        built, cached = ensure_suites((ex.db_path, ex.gold_sql) for ex in self.eval_examples)
+        self.say(f"[eval] test suites of the held-out databases: {built} built, {cached} cached (ex_test_suite)")
+        self._eval_suites_ready = True
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, Any]:
@@ -383,6 +400,7 @@ class LocalTrainer(TrainStep, Checkpoints):
 
     def _eval_inputs(self, tag: str) -> str:
         settings = [tag, self.eval_sampling, self.limits, self.cfg.agent, self.cfg.evaluation]
+        settings.append(("eval_test_suite", self.cfg.trainer.eval_test_suite))  # a record without it: evaluate again
         if tag == "warm_start":
             settings.append(self.cfg.stage.warm_start)
         return rd.eval_inputs(self.model_source, [ex.id for ex in self.eval_examples], settings)

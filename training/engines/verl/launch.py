@@ -16,7 +16,7 @@ import io
 import logging
 import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -218,6 +218,8 @@ def prepare(cfg: TrainConfig, say: Say = print, check_devices: bool = True) -> t
     train_file, val_file = data_files(cfg.run_dir)
     write_prompt_file(train_examples, train_file)
     write_prompt_file(val_examples, val_file)
+    if cfg.reward.exec_metric == "test_suite":
+        prebuild_test_suites([*train_examples, *val_examples], say)
     say(
         f"[verl] {len(train_examples)} train / {len(val_examples)} validation prompts in {train_file.parent}; "
         f"{verl_cfg.trainer.total_training_steps} steps over {verl_cfg.trainer.total_epochs} epoch(s)"
@@ -234,6 +236,19 @@ def prepare(cfg: TrainConfig, say: Say = print, check_devices: bool = True) -> t
         "val_examples": len(val_examples),
     }
     return verl_cfg, summary
+
+
+def prebuild_test_suites(examples: Sequence[Any], say: Say = print) -> tuple[int, int]:
+    """The test suite of every database of ``examples`` (training and validation), chosen for
+    the gold queries on it, built here before Ray starts: the reward workers (the reward,
+    dynamic sampling and validation all score with ``reward.exec_metric=test_suite``) then
+    only load them from the shared cache and never build one concurrently."""
+    from rex.test_suite import ensure_suites
+    from tools.cache import cache_root
+
+    built, cached = ensure_suites((ex.db_path, ex.gold_sql) for ex in examples)
+    say(f"[verl] test suites for reward.exec_metric=test_suite: {built} built, {cached} cached in {cache_root()}")
+    return built, cached
 
 
 def launch(cfg: DictConfig, stop: StopSignals | None = None) -> None:

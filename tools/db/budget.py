@@ -11,9 +11,14 @@ column so a column of numbers costs one type check per chunk.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import time
+from typing import TYPE_CHECKING, Any, Protocol
 
-from tools.db.results import ToolError
+from tools.db.results import QueryResult, ToolError
+from tools.db.statements import cut_cell
+
+if TYPE_CHECKING:
+    from tools.db.guards import Run
 
 FETCH_CHUNK = 1024
 """Rows per ``fetchmany`` when a budget applies: how far past the budget a fetch can go."""
@@ -90,3 +95,49 @@ def too_large(what: str, knob: str) -> ToolError:
 
 def _mb(n: int) -> str:
     return f"{n / (1 << 20):,.1f} MiB" if n >= 1 << 20 else f"{n:,} bytes"
+
+
+def collect_result(
+    rows_in: RowSource,
+    columns: tuple[str, ...],
+    run: Run,
+    started: float,
+    driver_error: type[Exception],
+    rest: RowSource | None = None,
+) -> QueryResult | ToolError:
+    """A query's result under ``run.limits``, the same on every backend: the first
+    ``max_rows`` rows (within the result budget, each cell cut to ``max_cell_chars``) and
+    the full row count. The rows past the cap are counted from ``rest`` (default
+    ``rows_in``); if that trips the deadline (``driver_error`` with ``run.tripped`` set), the
+    count is a lower bound instead of failing a query whose first rows are in hand."""
+    limits = run.limits
+    uncapped = limits.full_schema_queries and run.schema_query
+    cap = None if uncapped else limits.max_rows
+    fetched = fetch_within_budget(
+        rows_in, None if cap is None else cap + 1, limits.max_result_rows, limits.max_result_bytes
+    )
+    if isinstance(fetched, ToolError):
+        return fetched
+    rows = fetched
+    count, lower_bound = len(rows), False
+    if cap is not None and count > cap:  # more rows than the cap: count the rest, keep the first ``cap``
+        source = rest or rows_in
+        try:
+            while chunk := source.fetchmany(4096):
+                count += len(chunk)
+        except driver_error:
+            if run.tripped is None:
+                raise
+            lower_bound = True
+        rows = rows[:cap]
+    cell_cap = None if uncapped else limits.max_cell_chars
+    if cell_cap is not None:
+        rows = [tuple(cut_cell(v, cell_cap) for v in row) for row in rows]
+    return QueryResult(
+        columns=columns,
+        rows=tuple(rows),
+        row_count=count,
+        truncated=count > len(rows),
+        elapsed_s=time.monotonic() - started,
+        row_count_is_lower_bound=lower_bound,
+    )

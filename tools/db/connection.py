@@ -33,14 +33,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tools.db.backend import Backend, dialect_of
-from tools.db.budget import fetch_within_budget
+from tools.db.budget import collect_result
 from tools.db.duckdb_backend import DuckDBDatabase
 from tools.db.guards import WATCHDOG, Run, Slot, lenient_text, open_readonly
 from tools.db.limits import INTERNAL_LIMITS, QueryLimits
 from tools.db.results import QueryResult, ToolError
 from tools.db.sql_errors import classify
 from tools.db.statements import check_statement_kind as _check_statement_kind
-from tools.db.statements import cut_cell as _cut_cell
 from tools.db.statements import first_keyword as _first_keyword
 from tools.db.statements import sha256_file as _sha256_file
 from tools.db.statements import strip_sql as _strip_sql
@@ -265,7 +264,8 @@ def _run_guarded(
             slot.schema_sql[text] = True
         elif slot.schema_sql.get(text):
             run.schema_query = True  # a cached statement: the authorizer did not run again
-        return _collect(cursor, run, started)
+        columns = tuple(d[0] for d in cursor.description or ())
+        return collect_result(cursor, columns, run, started, sqlite3.OperationalError)
     except sqlite3.OperationalError as exc:
         if "decode" in str(exc).lower() and conn.text_factory is str:
             raise
@@ -277,48 +277,3 @@ def _run_guarded(
             cursor.close()
         WATCHDOG.disarm(token)
         slot.run = None
-
-
-def _collect(cursor: sqlite3.Cursor, run: Run, started: float) -> QueryResult | ToolError:
-    limits = run.limits
-    columns = tuple(d[0] for d in cursor.description or ())
-    uncapped = limits.full_schema_queries and run.schema_query
-    cap = None if uncapped else limits.max_rows
-    # The rows held (all, or the first cap + 1) stay within the result budget.
-    fetched = fetch_within_budget(
-        cursor, None if cap is None else cap + 1, limits.max_result_rows, limits.max_result_bytes
-    )
-    if isinstance(fetched, ToolError):
-        return fetched
-    rows = fetched
-    count, lower_bound = len(rows), False
-    if cap is not None and count > cap:  # more rows than the cap: count the rest, keep the first ``cap``
-        count, lower_bound = _count_rest(cursor, count, run)
-        rows = rows[:cap]
-    cell_cap = None if uncapped else limits.max_cell_chars
-    if cell_cap is not None:
-        rows = [tuple(_cut_cell(v, cell_cap) for v in row) for row in rows]
-    return QueryResult(
-        columns=columns,
-        rows=tuple(rows),
-        row_count=count,
-        truncated=count > len(rows),
-        elapsed_s=time.monotonic() - started,
-        row_count_is_lower_bound=lower_bound,
-    )
-
-
-def _count_rest(cursor: sqlite3.Cursor, fetched: int, run: Run) -> tuple[int, bool]:
-    """Count the rows past the cap; if that runs out of time or steps, report a lower
-    bound instead of failing a query whose first rows are already in hand."""
-    count = fetched
-    try:
-        while True:
-            chunk = cursor.fetchmany(4096)
-            if not chunk:
-                return count, False
-            count += len(chunk)
-    except sqlite3.OperationalError:
-        if run.tripped is None:
-            raise
-        return count, True

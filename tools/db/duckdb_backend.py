@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tools.db.backend import Backend
-from tools.db.budget import fetch_within_budget
+from tools.db.budget import collect_result
 from tools.db.guards import WATCHDOG, Run
 from tools.db.limits import INTERNAL_LIMITS, QueryLimits
 from tools.db.results import QueryResult, ToolError
-from tools.db.statements import check_statement_kind, cut_cell, first_keyword, sha256_file, strip_sql
+from tools.db.statements import check_statement_kind, first_keyword, sha256_file, strip_sql
 from tools.errors import DataError
 from tools.spelling import close_matches, list_hint
 
@@ -180,7 +180,8 @@ class DuckDBDatabase(Backend):
         token = WATCHDOG.arm(cursor, run)
         try:
             cursor.execute(text)
-            return _collect(cursor, run, started)
+            rows_in = _Converted(cursor)  # counting the rest past the cap needs no conversion
+            return collect_result(rows_in, rows_in.columns, run, started, duckdb.Error, rest=cursor)
         except duckdb.Error as exc:
             return self._classify(exc, run)
         except (ValueError, OverflowError, MemoryError) as exc:
@@ -319,42 +320,6 @@ class _Converted:
 
     def fetchall(self) -> list[Any]:
         return self._fix(self._cursor.fetchall())
-
-
-def _collect(cursor: duckdb.DuckDBPyConnection, run: Run, started: float) -> QueryResult | ToolError:
-    import duckdb
-
-    limits = run.limits
-    rows_in = _Converted(cursor)
-    uncapped = limits.full_schema_queries and run.schema_query
-    cap = None if uncapped else limits.max_rows
-    fetched = fetch_within_budget(
-        rows_in, None if cap is None else cap + 1, limits.max_result_rows, limits.max_result_bytes
-    )
-    if isinstance(fetched, ToolError):
-        return fetched
-    rows = fetched
-    count, lower_bound = len(rows), False
-    if cap is not None and count > cap:  # count the rest; a deadline here gives a lower bound
-        try:
-            while chunk := cursor.fetchmany(4096):
-                count += len(chunk)
-        except duckdb.Error:
-            if run.tripped is None:
-                raise
-            lower_bound = True
-        rows = rows[:cap]
-    cell_cap = None if uncapped else limits.max_cell_chars
-    if cell_cap is not None:
-        rows = [tuple(cut_cell(v, cell_cap) for v in row) for row in rows]
-    return QueryResult(
-        columns=rows_in.columns,
-        rows=tuple(rows),
-        row_count=count,
-        truncated=count > len(rows),
-        elapsed_s=time.monotonic() - started,
-        row_count_is_lower_bound=lower_bound,
-    )
 
 
 # --------------------------------------------------------------------------- errors

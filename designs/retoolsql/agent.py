@@ -5,6 +5,10 @@ Each turn: one ``<scratch_pad>`` and then exactly one of {one tool call, one
 ``<relevant_columns>`` before the answer. A malformed turn is answered with a format
 error and the episode goes on (the format reward reads the per-turn verdicts); the
 episode ends at the final answer or after ``max_turns`` turns.
+
+With no tools (``tools=[]``: §6.2's "no tools" condition, Table 4) the system prompt is its
+own (``system_no_tools.txt``: no tool descriptions, no turn protocol for tool results) and
+the episode has one turn: the final answer.
 """
 
 from __future__ import annotations
@@ -114,6 +118,8 @@ class ReToolSQLEpisode(BaseEpisode):
         return self._tool_turn(text) if n_calls else self._final_turn(text)
 
     def _tool_turn(self, text: str) -> TurnOutcome:
+        if not self.tool_names:
+            return self._error("no tools are offered here: write the final answer")
         parsed, reason = single_call(self.parser, text)
         if parsed is None:
             return self._error(reason)
@@ -158,7 +164,8 @@ class ReToolSQLEpisode(BaseEpisode):
 @register_agent("retoolsql")
 class ReToolSQLAgent:
     """ReToolSQL. ``few_shot_pool``: train examples for BM25 demonstrations (never the
-    target's db_id); ``tools``: the tool names offered; ``preset``: the executor preset."""
+    target's db_id); ``tools``: the tool names offered (none: the no-tools prompt and one
+    answer turn); ``preset``: the executor preset."""
 
     name = "retoolsql"
     reasoning_tag = "scratch_pad"  # an endpoint's reasoning_content becomes this block
@@ -195,8 +202,16 @@ class ReToolSQLAgent:
         )
         return PROMPTS.render("few_shot", examples=items) + "\n"
 
+    @property
+    def episode_turns(self) -> int:
+        """The turn budget of an episode: one answer turn when no tool is offered."""
+        return self.max_turns if self.tools else 1
+
     def messages(self, example: Example, db: Backend, schemas: list) -> list[dict]:
-        system = PROMPTS.render("system", tools=tools_block(schemas), max_turns=self.max_turns)
+        if self.tools:
+            system = PROMPTS.render("system", tools=tools_block(schemas), max_turns=self.max_turns)
+        else:
+            system = PROMPTS.render("system_no_tools")
         user = PROMPTS.render(
             "user",
             db_id=example.db_id,
@@ -212,7 +227,9 @@ class ReToolSQLAgent:
             return None
         toolbox = make_toolbox(db, self.tools, self.preset)
         messages = self.messages(example, db, toolbox.schemas())
-        return ReToolSQLEpisode(messages, toolbox, self.tools, self.parser, self.max_turns, self.max_scratch_pad_chars)
+        return ReToolSQLEpisode(
+            messages, toolbox, self.tools, self.parser, self.episode_turns, self.max_scratch_pad_chars
+        )
 
     def training_spec(self) -> TrainingSpec:
         """One role, one group per question, no extra masks or tracks."""

@@ -15,10 +15,15 @@ action before it in the protocol - propose needs an explore, generate a propose,
 generate; explore may come at any time. An out-of-order turn is invalid (its query does
 not run) and its reply says what must come first.
 
-``propose_phase=False`` is the three-phase protocol of the SFT-only ablation (App. B.3):
-explore, generate, confirm, with its own prompt (``system_without_propose.txt``,
-``formats_without_propose.txt``); ``propose_schema`` is then an unknown action, and the
-supervised replay drops the propose turns of four-phase traces (``omitted_phases``).
+``protocol`` picks the interaction protocol, each with its own prompt (never the four-phase
+prompt with lines removed): ``epgc`` (the paper's four phases), and the variants of §3.1's
+pilot study and App. E.3 - ``egc`` (explore, generate, confirm: ``system_without_propose.txt``,
+``formats_without_propose.txt``; also App. B.3's SFT-only ablation, for which
+``propose_phase=False`` is the older spelling), ``ec`` (explore, confirm: ``system_ec.txt``,
+``formats_ec.txt``) and ``react`` (ReAct-style: no phases, each turn a ``<think>`` block and
+one tool call or the ``<answer>``: ``system_react.txt``). An action a protocol lacks is an
+unknown action, and the supervised replay drops turns of the phases it lacks
+(``omitted_phases``).
 
 ``schema_prefill=True`` is the paper's Schema-Prefill variant (Table 2): the full schema is
 given as one synthetic explore turn - an assistant turn calling the tool on
@@ -44,7 +49,7 @@ from agents.base import (
     tool_message,
     tools_block,
 )
-from agents.parsing import ToolCallParser, get_parser, parse_schema_json, single_block
+from agents.parsing import ToolCallParser, get_parser, parse_schema_json, single_block, tag_counts
 from agents.prompts import Prompts
 from agents.registry import register_agent
 from agents.types import SCHEMA_TRACK, EpisodeResult, Example, ToolCall, TrainingSpec, TurnRecord, span_flag
@@ -58,12 +63,22 @@ PROMPTS = Prompts(__package__)
 
 ACTIONS = ("explore_schema", "propose_schema", "generate_sql", "confirm_answer")
 ACTIONS_WITHOUT_PROPOSE = ("explore_schema", "generate_sql", "confirm_answer")
+PROTOCOLS: dict[str, tuple[str, ...]] = {
+    "epgc": ACTIONS,
+    "egc": ACTIONS_WITHOUT_PROPOSE,
+    "ec": ("explore_schema", "confirm_answer"),
+    "react": (),  # no phases: a tool call or the answer, any turn
+}
+"""Each protocol's actions in order; its prompt files carry ``PROMPT_SUFFIX``."""
+PROMPT_SUFFIX = {"epgc": "", "egc": "_without_propose", "ec": "_ec", "react": "_react"}
+COUNT_WORDS = {2: "two", 3: "three", 4: "four"}
 ORDER_HINTS = {
     "propose_schema": "explore the schema before you propose it",
     "generate_sql": "propose the verified schema before you generate SQL",
     "confirm_answer": "run the query with generate_sql before you confirm it",
 }
 ORDER_HINTS_WITHOUT_PROPOSE = {**ORDER_HINTS, "generate_sql": "explore the schema before you generate SQL"}
+ORDER_HINTS_EC = {"confirm_answer": "explore the schema before you confirm an answer"}
 PREFILL_SQL = "SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name"
 
 
@@ -109,7 +124,7 @@ class TrustSQLEpisode(BaseEpisode):
         self.prefilled = any(m.get("role") == "assistant" for m in messages)
 
     def _error(self, reason: str, **kwargs: Any) -> TurnOutcome:
-        count = {3: "three", 4: "four"}[len(self.actions)]
+        count = COUNT_WORDS[len(self.actions)]
         message = PROMPTS.render("invalid", reason=reason, formats=self.formats, count=count)
         return invalid(reason, tool_message("format_error", message), **kwargs)
 
@@ -124,7 +139,10 @@ class TrustSQLEpisode(BaseEpisode):
         if required in done or (required == "explore_schema" and self.prefilled):
             return None
         detail = f"{action} needs an earlier valid {required} turn"
-        hints = ORDER_HINTS if "propose_schema" in self.actions else ORDER_HINTS_WITHOUT_PROPOSE
+        if "propose_schema" in self.actions:
+            hints = ORDER_HINTS
+        else:
+            hints = ORDER_HINTS_WITHOUT_PROPOSE if "generate_sql" in self.actions else ORDER_HINTS_EC
         message = PROMPTS.render("order", detail=detail, hint=hints[action], sequence=" → ".join(self.actions))
         return invalid(f"out of order: {detail}", tool_message("order_error", message))
 
@@ -189,11 +207,32 @@ class TrustSQLEpisode(BaseEpisode):
             flags["schema_prefill"] = True
         if "propose_schema" not in self.actions:
             flags["without_propose"] = True
+        if self.actions != ACTIONS:
+            flags["protocol"] = next(name for name, actions in PROTOCOLS.items() if actions == self.actions)
         if how == "explore_fallback":
             flags["propose_fallback_explore"] = True
         elif how == "none":
             flags["no_schema_span"] = True
         return flags
+
+
+class ReActEpisode(TrustSQLEpisode):
+    """ReAct-style turns (App. E.3's ReAct-US baseline): one ``<think>`` block, then one tool
+    call (phase ``tool_call``) or the final ``<answer>`` (phase ``confirm_answer``); no
+    action names, no order."""
+
+    def _error(self, reason: str, **kwargs: Any) -> TurnOutcome:
+        message = PROMPTS.render("invalid_react", reason=reason, formats=self.formats)
+        return invalid(reason, tool_message("format_error", message), **kwargs)
+
+    def _turn(self, text: str) -> TurnOutcome:
+        think, reason = single_block(text, "think")
+        if think is None:
+            return self._error(reason)
+        n_calls, has_answer = self.parser.count(text), any(tag_counts(text, "answer"))
+        if bool(n_calls) == has_answer:
+            return self._error("a turn holds exactly one of a tool call and an <answer>")
+        return self._execute(text, "tool_call") if n_calls else self._confirm(text)
 
 
 @register_agent("trustsql")
@@ -202,7 +241,8 @@ class TrustSQLAgent:
     ``inference`` is true (evaluation); ``schema_prefill`` gives the full schema as a
     synthetic first explore turn (the paper's Schema-Prefill setting);
     ``enforce_phase_order`` refuses a turn whose preceding phase has not come yet (§3.1);
-    ``propose_phase=False`` is the three-phase protocol of App. B.3's ablation.
+    ``protocol``: ``epgc`` (the paper's), ``egc``, ``ec`` or ``react`` (the module docstring);
+    ``propose_phase=False`` is ``egc``, the three-phase protocol of App. B.3's ablation.
     ``omitted_phases`` names the protocol's missing actions, which the supervised replay
     drops from four-phase traces."""
 
@@ -218,6 +258,7 @@ class TrustSQLAgent:
         schema_prefill: bool = False,
         enforce_phase_order: bool = True,
         propose_phase: bool = True,
+        protocol: str = "epgc",
     ) -> None:
         for key, value in (("max_turns", max_turns), ("max_turns_inference", max_turns_inference)):
             if value < 1:
@@ -227,9 +268,14 @@ class TrustSQLAgent:
         self.parser = get_parser(parser)
         self.schema_prefill = bool(schema_prefill)
         self.enforce_phase_order = bool(enforce_phase_order)
-        self.actions = ACTIONS if propose_phase else ACTIONS_WITHOUT_PROPOSE
-        self.omitted_phases = tuple(a for a in ACTIONS if a not in self.actions)
-        self._prompt_suffix = "" if propose_phase else "_without_propose"
+        if protocol not in PROTOCOLS:
+            raise ConfigError(f"trustsql protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+        if not propose_phase and protocol == "epgc":
+            protocol = "egc"  # propose_phase=false: the three-phase protocol
+        self.protocol = protocol
+        self.actions = PROTOCOLS[protocol]
+        self.omitted_phases = tuple(a for a in ACTIONS if a not in self.actions) if self.actions else ()
+        self._prompt_suffix = PROMPT_SUFFIX[protocol]
 
     def messages(self, example: Example, schemas: list) -> tuple[list[dict], str]:
         formats = PROMPTS.render("formats" + self._prompt_suffix, db_id=example.db_id)
@@ -248,7 +294,8 @@ class TrustSQLAgent:
         messages, formats = self.messages(example, toolbox.schemas())
         if self.schema_prefill:
             messages += prefill_messages(toolbox, example.db_id)
-        return TrustSQLEpisode(
+        episode_class = ReActEpisode if self.protocol == "react" else TrustSQLEpisode
+        return episode_class(
             messages, toolbox, self.parser, self.max_turns, formats, self.actions, self.enforce_phase_order
         )
 

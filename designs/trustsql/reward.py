@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agents.types import EpisodeResult, Example, RewardBreakdown, Trajectory
+from designs.trustsql.agent import PROTOCOLS
 from tools.errors import ConfigError
 from training.algorithm.rewards import (
     METRIC_MAX_RESULT_BYTES,
@@ -57,9 +58,7 @@ from training.algorithm.rewards import (
 if TYPE_CHECKING:
     from tools import Backend
 
-ACTIONS: frozenset[str] = frozenset({"explore_schema", "propose_schema", "generate_sql", "confirm_answer"})
 SCHEMA_MODES: tuple[str, ...] = ("sparse_coupled", "uncoupled", "dense_coupled", "f1", "precision", "recall")
-WITHOUT_PROPOSE: frozenset[str] = ACTIONS - {"propose_schema"}
 BAD_FEEDBACK: frozenset[str] = frozenset({"syntax", "bad_arguments", "unknown_tool"})
 """Tool outcomes that count as "feedback reported an invalid format or SQL syntax error"."""
 
@@ -84,7 +83,7 @@ def format_reward(result: EpisodeResult, all_actions: bool = False, clean_feedba
         phases = {turn.phase for turn in result.turns} | (
             {"explore_schema"} if result.flags.get("schema_prefill") else set()
         )
-        if not (WITHOUT_PROPOSE if result.flags.get("without_propose") else ACTIONS) <= phases:
+        if not set(PROTOCOLS[result.flags.get("protocol", "epgc")]) <= phases:
             return 0.0
     if clean_feedback and any(turn.tool_outcome in BAD_FEEDBACK for turn in result.turns):
         return 0.0

@@ -15,6 +15,12 @@ Rollout guardrails, exactly as README.md — a turn fails unless:
 A failed turn ends the episode at once (``format_cutoff``) when ``guardrails`` is on;
 with it off (an ablation) the model is told what failed and the episode goes on. A
 passing code-block turn is the role's answer; the turn is cut after the closing fence.
+
+``mode`` picks the paper's baselines (§5.2.1 Table 3, §5.2.3): ``dual`` (linker, then
+generator: the paper's system), ``generator_only`` (no linker: the multi-turn generator on
+the full schema, with its own prompt), ``oracle_linker`` (no linker episode: the generator's
+linked schema is the gold SQL's tables and columns, ``rex.linking.gold_sets``) and
+``single_turn`` (no linker, no tools: one answer turn on the full schema, with its own prompt).
 """
 
 from __future__ import annotations
@@ -42,8 +48,9 @@ from agents.parsing import (
 )
 from agents.prompts import Prompts
 from agents.registry import register_agent
-from agents.types import ERROR_TURN_MASK, EpisodeResult, Example, ToolCall, TrainingSpec
+from agents.types import ERROR_TURN_MASK, EpisodeResult, Example, SchemaSelection, ToolCall, TrainingSpec
 from designs.dualsql.tools import PRESET, TOOLS
+from rex.linking import gold_sets
 from tools.errors import ConfigError
 from tools.schema import select
 
@@ -53,6 +60,13 @@ if TYPE_CHECKING:
 PROMPTS = Prompts(__package__)
 
 ARGUMENT_ERRORS = ("bad_arguments", "unknown_tool")
+MODES = ("dual", "generator_only", "oracle_linker", "single_turn")
+GENERATOR_PROMPTS = {  # mode -> the generator's (system, user) prompt files
+    "dual": ("generator_system", "generator_user"),
+    "oracle_linker": ("generator_system", "generator_user"),
+    "generator_only": ("generator_only_system", "generator_only_user"),
+    "single_turn": ("single_turn_system", "generator_only_user"),
+}
 
 
 class DualSQLEpisode(BaseEpisode):
@@ -140,7 +154,9 @@ class DualSQLAgent:
     """DualSQL: linker (``linker_max_turns``) then generator (``generator_max_turns``).
     ``guardrails``: cut the rollout at the first failed turn (README.md). ``schema_format``:
     how the (linked) schema is rendered — M-Schema as in the paper, or ``compact`` / ``ddl``
-    for short prompts (the CPU laptop profile uses ``compact``)."""
+    for short prompts (the CPU laptop profile uses ``compact``). ``mode``: ``dual`` (the
+    paper's) or a baseline, ``generator_only`` | ``oracle_linker`` | ``single_turn`` (the
+    module docstring)."""
 
     name = "dualsql"
 
@@ -153,20 +169,28 @@ class DualSQLAgent:
         preset: str = PRESET,
         parser: str = "hermes",
         schema_format: str = "m_schema",
+        mode: str = "dual",
     ) -> None:
+        if mode not in MODES:
+            raise ConfigError(f"dualsql mode must be one of {', '.join(MODES)}, got {mode!r}")
         for key, value in (("linker_max_turns", linker_max_turns), ("generator_max_turns", generator_max_turns)):
             if value < 1:
                 raise ConfigError(f"dualsql {key} must be >= 1, got {value}")
+        self.mode = mode
         self.max_turns = {"linker": linker_max_turns, "generator": generator_max_turns}
+        self.roles = ("linker", "generator") if mode == "dual" else ("generator",)
+        if mode == "single_turn":
+            self.max_turns["generator"], tools = 1, ()
         self.guardrails = guardrails
         self.tools, self.preset = tuple(tools), preset
         self.parser = get_parser(parser)
         self.render_schema = schema_renderer(schema_format)
 
     def _prompt(self, role: str, example: Example, schema_text: str, schemas: list) -> list[dict]:
-        system = PROMPTS.render(f"{role}_system", max_turns=self.max_turns[role], tools=tools_block(schemas))
+        system_file, user_file = ("linker_system", "linker_user") if role == "linker" else GENERATOR_PROMPTS[self.mode]
+        system = PROMPTS.render(system_file, max_turns=self.max_turns[role], tools=tools_block(schemas))
         user = PROMPTS.render(
-            f"{role}_user",
+            user_file,
             db_id=example.db_id,
             schema=schema_text,
             question=example.question,
@@ -175,26 +199,27 @@ class DualSQLAgent:
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
     def start(self, example: Example, db: Backend, previous: Sequence[EpisodeResult] = ()) -> DualSQLEpisode | None:
-        if len(previous) > 1:
+        if len(previous) >= len(self.roles):
             return None
-        role = "generator" if previous else "linker"
+        role = self.roles[len(previous)]
         toolbox = make_toolbox(db, self.tools, self.preset)
         profile = db.profile()
-        schema_text, linked = self.render_schema(profile), None
-        if role == "generator":
+        schema_text, linked, flags = self.render_schema(profile), None, {}
+        if self.mode == "oracle_linker":  # the gold schema stands in for the linker's answer
+            linked, flags["oracle_linker"] = oracle_schema(example, db), True
+        elif role == "generator" and self.mode == "dual":
             linked = previous[0].schema
-            if linked is not None and select(profile, linked.tables, linked.columns):
-                schema_text = self.render_schema(profile, linked.tables, linked.columns)
-            else:
-                linked = None
+            if linked is None or not select(profile, linked.tables, linked.columns):
+                linked, flags["full_schema_fallback"] = None, True  # nothing usable linked: the full schema
+        if linked is not None:
+            schema_text = self.render_schema(profile, linked.tables, linked.columns)
         messages = self._prompt(role, example, schema_text, toolbox.schemas())
         episode = DualSQLEpisode(
             role, messages, toolbox, self.tools, self.parser, self.max_turns[role], self.guardrails
         )
-        if role == "generator":
-            episode.schema = previous[0].schema
-            if linked is None:  # nothing usable linked: the full schema, flagged
-                episode.flags["full_schema_fallback"] = True
+        if role == "generator" and self.mode in ("dual", "oracle_linker"):
+            episode.schema = previous[0].schema if self.mode == "dual" else linked
+        episode.flags.update(flags)
         return episode
 
     def training_spec(self) -> TrainingSpec:
@@ -202,4 +227,16 @@ class DualSQLAgent:
         default) an episode ends at its first bad turn, and the loss of such an episode
         falls on that turn only (the error-turn mask)."""
         masks = (ERROR_TURN_MASK,) if self.guardrails else ()
-        return TrainingSpec(roles=("linker", "generator"), group_key="role", masks=masks)
+        return TrainingSpec(roles=self.roles, group_key="role", masks=masks)
+
+
+def oracle_schema(example: Example, db: Backend) -> SchemaSelection:
+    """The gold schema as a linker's answer: the tables and ``table.column``s the gold SQL
+    reads (the example's own when its loader gives them), as ``rex.linking`` reads them."""
+    tables, columns = gold_sets(example.gold_tables, example.gold_columns, example.gold_sql, db.schema())
+    if not tables:
+        raise ConfigError(
+            f"example {example.id!r}: the oracle linker found no gold tables in its gold SQL; "
+            "give the example gold_sql (or gold_tables) or run without agent.mode=oracle_linker"
+        )
+    return SchemaSelection(tables=tuple(sorted(tables)), columns=tuple(sorted(columns)))

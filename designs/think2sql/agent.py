@@ -4,6 +4,12 @@ The schema in the prompt is restricted to the gold SQL's tables (``schema_scope=
 "gold_tables"``, the paper's setting for training and evaluation) or is the full schema
 (``"full"``). The format verdict is the paper's DOTALL fullmatch (``FORMAT_RE``), decided
 by ``follows_format`` in linear time; the tag-count reward reads the turn text from the record.
+
+``reasoning=False`` is the paper's SFT-without-reasoning arm (SFT NT, §4.3, Table 2): its own
+prompt (``system_no_reasoning.txt``) asks for the ``<answer>`` block alone, a turn is valid
+iff it is one answer block with no ``<think>``, and the supervised replay and the warm start
+remove the ``<think>`` blocks of their traces (``omitted_blocks``), so the model is fine-tuned
+on answer-only demonstrations of the same questions.
 """
 
 from __future__ import annotations
@@ -53,13 +59,26 @@ def follows_format(text: str) -> bool:
     return False
 
 
+def answer_only(text: str) -> bool:
+    """The answer-only turn (``reasoning=False``): one ``<answer>…</answer>``, whitespace
+    around, and no ``<think>`` anywhere.
+
+    >>> answer_only("<answer>SELECT 1</answer>\\n"), answer_only("<think>a</think><answer>SELECT 1</answer>")
+    (True, False)
+    """
+    body = text.strip()
+    return body.startswith("<answer>") and body.endswith("</answer>") and len(body) >= 17 and "<think>" not in body
+
+
 class Think2SQLEpisode(BaseEpisode):
-    def __init__(self, messages: list) -> None:
+    def __init__(self, messages: list, reasoning: bool = True) -> None:
         super().__init__("agent", messages, [], (), 1)
+        self.reasoning = reasoning
 
     def _turn(self, text: str) -> TurnOutcome:
-        ok = follows_format(text)
-        reason = "" if ok else "the turn is not <think>…</think> followed by <answer>…</answer>"
+        ok = follows_format(text) if self.reasoning else answer_only(text)
+        expected = "<think>…</think> followed by <answer>…</answer>" if self.reasoning else "one <answer>…</answer> alone"
+        reason = "" if ok else f"the turn is not {expected}"
         answers = find_blocks(text, "answer")
         self.final_sql = sql_from_text(answers[0].content) if answers else None
         return TurnOutcome("answer", ok, reason, done=True, end_reason="answer" if answers else "turn_budget")
@@ -68,15 +87,17 @@ class Think2SQLEpisode(BaseEpisode):
 @register_agent("think2sql")
 class Think2SQLAgent:
     """Think2SQL. ``schema_scope``: "gold_tables" | "full"; ``schema_format``: the
-    serialiser (ddl | m_schema | compact)."""
+    serialiser (ddl | m_schema | compact); ``reasoning=False``: the answer-only arm (SFT NT)."""
 
     name = "think2sql"
 
-    def __init__(self, schema_scope: str = "gold_tables", schema_format: str = "ddl") -> None:
+    def __init__(self, schema_scope: str = "gold_tables", schema_format: str = "ddl", reasoning: bool = True) -> None:
         if schema_scope not in SCOPES:
             raise ConfigError(f"think2sql schema_scope must be one of {', '.join(SCOPES)}, got {schema_scope!r}")
         self.schema_scope = schema_scope
         self.render_schema = schema_renderer(schema_format)
+        self.reasoning = bool(reasoning)
+        self.omitted_blocks: tuple[str, ...] = () if self.reasoning else ("think",)
 
     def messages(self, example: Example, db: Backend) -> tuple[list[dict], bool]:
         """The prompt, and whether it fell back to the full schema (no gold tables known)."""
@@ -91,7 +112,7 @@ class Think2SQLAgent:
             evidence=example.evidence or "(none)",
         )
         return [
-            {"role": "system", "content": PROMPTS.render("system")},
+            {"role": "system", "content": PROMPTS.render("system" if self.reasoning else "system_no_reasoning")},
             {"role": "user", "content": user},
         ], fallback
 
@@ -99,7 +120,7 @@ class Think2SQLAgent:
         if previous:
             return None
         messages, fallback = self.messages(example, db)
-        episode = Think2SQLEpisode(messages)
+        episode = Think2SQLEpisode(messages, self.reasoning)
         if fallback:
             episode.flags["full_schema_fallback"] = True
         return episode

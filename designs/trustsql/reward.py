@@ -83,7 +83,8 @@ def format_reward(result: EpisodeResult, all_actions: bool = False, clean_feedba
         phases = {turn.phase for turn in result.turns} | (
             {"explore_schema"} if result.flags.get("schema_prefill") else set()
         )
-        if not set(PROTOCOLS[result.flags.get("protocol", "epgc")]) <= phases:
+        protocol = result.flags.get("protocol") or ("egc" if result.flags.get("without_propose") else "epgc")
+        if not set(PROTOCOLS[protocol]) <= phases:
             return 0.0
     if clean_feedback and any(turn.tool_outcome in BAD_FEEDBACK for turn in result.turns):
         return 0.0

@@ -23,6 +23,7 @@ scripts are written from.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -113,7 +114,8 @@ def record_demonstrations(
 
     Each script sees the episode's own turn budget. Turns of the phases the agent's
     protocol lacks (its ``omitted_phases``, e.g. TRUST-SQL without propose) are left out
-    of the script before it plays. An example is kept when all its
+    of the script before it plays, and so are the blocks its turns lack (its
+    ``omitted_blocks``, e.g. Think2SQL's ``<think>`` in the answer-only arm). An example is kept when all its
     episodes (DualSQL: linker and generator) ended with an answer and every turn passed
     the format check; the reason for each drop is counted.
     """
@@ -124,6 +126,7 @@ def record_demonstrations(
     segments = ChatSegments(tokenizer)
     eos = turn_end_token(segments, tokenizer)
     omitted = tuple(getattr(agent, "omitted_phases", ()))
+    blocks = tuple(getattr(agent, "omitted_blocks", ()))
     requests = [(ex, get_database(ex.db_path), 0) for ex in examples]
     scheduler = EpisodeScheduler(agent, requests, segments, SamplingParams(temperature=0.0), limits)
     while waiting := scheduler.waiting():
@@ -131,7 +134,7 @@ def record_demonstrations(
             runner = scheduler.runner(i)
             episode = runner.episode
             turns = script(examples[i], episode.role, int(getattr(episode, "max_turns", 1) or 1))
-            turns = [t for t in turns if not phase_dropped(t, omitted)]
+            turns = [strip_blocks(t, blocks) for t in turns if not phase_dropped(t, omitted)]
             text = turns[runner.turns] if runner.turns < len(turns) else ""
             scheduler.feed(i, GenerationOutput(token_ids=segments.encode(text) + eos))
     kept: list[Trajectory] = []
@@ -143,6 +146,17 @@ def record_demonstrations(
         else:
             kept.extend(slot.trajectories)
     return Demonstrations(kept, len(examples) - sum(dropped.values()), dropped)
+
+
+def strip_blocks(text: str, tags: Sequence[str]) -> str:
+    """``text`` without its ``<tag>…</tag>`` blocks (and the whitespace after each).
+
+    >>> strip_blocks("<think>\\nwhy\\n</think>\\n<answer>SELECT 1</answer>", ["think"])
+    '<answer>SELECT 1</answer>'
+    """
+    for tag in tags:
+        text = re.sub(rf"<{re.escape(tag)}>.*?</{re.escape(tag)}>\s*", "", text, flags=re.DOTALL)
+    return text.strip() if tags else text
 
 
 def phase_dropped(text: str, phases: Sequence[str]) -> bool:

@@ -6,7 +6,7 @@ Each turn: one ``<scratch_pad>`` and then exactly one of {one tool call, one
 error and the episode goes on (the format reward reads the per-turn verdicts); the
 episode ends at the final answer or after ``max_turns`` turns.
 
-With no tools (``tools=[]``: §6.2's "no tools" condition, Table 4) the system prompt is its
+With no tools (``tools=[]``: §6.1's "no tools" condition, Table 4) the system prompt is its
 own (``system_no_tools.txt``: no tool descriptions, no turn protocol for tool results) and
 the episode has one turn: the final answer.
 """

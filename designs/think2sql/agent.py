@@ -77,7 +77,9 @@ class Think2SQLEpisode(BaseEpisode):
 
     def _turn(self, text: str) -> TurnOutcome:
         ok = follows_format(text) if self.reasoning else answer_only(text)
-        expected = "<think>…</think> followed by <answer>…</answer>" if self.reasoning else "one <answer>…</answer> alone"
+        expected = (
+            "<think>…</think> followed by <answer>…</answer>" if self.reasoning else "one <answer>…</answer> alone"
+        )
         reason = "" if ok else f"the turn is not {expected}"
         answers = find_blocks(text, "answer")
         self.final_sql = sql_from_text(answers[0].content) if answers else None

@@ -96,4 +96,3 @@ def test_the_reward_scores_a_generator_only_episode(join_example, db) -> None:
 def test_an_unknown_mode_is_refused() -> None:
     with pytest.raises(ConfigError, match="dualsql mode must be one of dual, generator_only"):
         ablation_agent("dualsql", ["agent.mode=linker_only"])
-

@@ -12,7 +12,7 @@ NO_TOOLS = ["+agent.tools=[]"]
 
 
 def test_without_tools_the_prompt_is_its_own_and_the_answer_comes_in_one_turn(example, db) -> None:
-    """§6.2, Table 4 "no tools": a prompt written without tools (not the tool prompt with the
+    """§6.1, Table 4 "no tools": a prompt written without tools (not the tool prompt with the
     tool list emptied), and one answer turn."""
     agent = ablation_agent("retoolsql", NO_TOOLS)
     with_tools = ablation_agent("retoolsql").start(example, db)

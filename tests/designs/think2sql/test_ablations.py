@@ -62,11 +62,11 @@ def test_sft_nt_replays_reasoning_traces_as_answer_only_demonstrations(examples:
     """The same SFT rows (reasoning traces) become answer-only demonstrations: the <think>
     blocks leave the trained tokens and the prompt is the answer-only one."""
     tok, script = tiny_tokenizer(), get_script("think2sql")
+    traces = {ex.id: script(ex, "agent", 1) for ex in examples}
+    assert all("<think>" in turns[0] for turns in traces.values())
     rows = [
-        {"question_id": ex.id, "messages": [{"role": "assistant", "content": t} for t in script(ex, "agent", 1)]}
-        for ex in examples
+        {"question_id": i, "messages": [{"role": "assistant", "content": t} for t in ts]} for i, ts in traces.items()
     ]
-    assert all("<think>" in row["messages"][0]["content"] for row in rows)
     by_id = {ex.id: ex for ex in examples}
     answer_only, dropped = replay(ablation_agent("think2sql", SFT_NT), rows, by_id, tok, LIMITS)
     with_reasoning, _ = replay(ablation_agent("think2sql"), rows, by_id, tok, LIMITS)

@@ -13,7 +13,10 @@ from designs.dualsql.reward import DualSQLReward
 from tests.helpers.ablations import ablation_agent
 from tests.helpers.agent_db import JOIN_SQL
 from tests.helpers.agent_scripts import DUALSQL, play
+from tests.helpers.tiny_model import tiny_tokenizer
 from tools.errors import ConfigError
+from training.rollout import RolloutLimits
+from training.supervised.demonstrations import get_script, record_demonstrations
 
 ANSWER = DUALSQL["generator"][1]
 
@@ -96,3 +99,16 @@ def test_the_reward_scores_a_generator_only_episode(join_example, db) -> None:
 def test_an_unknown_mode_is_refused() -> None:
     with pytest.raises(ConfigError, match="dualsql mode must be one of dual, generator_only"):
         ablation_agent("dualsql", ["agent.mode=linker_only"])
+
+
+@pytest.mark.parametrize("mode", ["generator_only", "oracle_linker", "single_turn"])
+def test_the_rollout_driver_plays_one_generator_episode_per_question(mode: str, join_example) -> None:
+    """Through the rollout driver (the warm start's path): one generator trajectory per
+    question, a valid answer, no linker row."""
+    limits = RolloutLimits(
+        max_response_tokens=4000, max_tokens_per_turn=400, max_prompt_tokens=8000, max_context_tokens=12000
+    )
+    agent = ablation_agent("dualsql", [f"agent.mode={mode}"])
+    demos = record_demonstrations(agent, [join_example], tiny_tokenizer(), limits, get_script("dualsql"))
+    assert demos.dropped == {} and [t.role for t in demos.trajectories] == ["generator"]
+    assert demos.trajectories[0].result.final_sql == JOIN_SQL and demos.trajectories[0].result.all_turns_valid

@@ -7,6 +7,9 @@ from designs.retoolsql.agent import ReToolSQLAgent
 from tests.helpers.ablations import ablation_agent
 from tests.helpers.agent_db import COUNT_SQL
 from tests.helpers.agent_scripts import RETOOLSQL, play
+from tests.helpers.tiny_model import tiny_tokenizer
+from training.rollout import RolloutLimits
+from training.supervised.demonstrations import get_script, record_demonstrations
 
 NO_TOOLS = ["+agent.tools=[]"]
 
@@ -41,3 +44,16 @@ def test_without_tools_a_tool_call_is_a_format_error_and_ends_the_episode(exampl
 def test_the_no_tools_turn_budget_leaves_the_tool_setting_alone() -> None:
     assert ReToolSQLAgent(max_turns=8).episode_turns == 8
     assert ReToolSQLAgent(max_turns=8, tools=()).episode_turns == 1
+
+
+def test_the_warm_start_demonstrations_answer_in_the_one_turn(example) -> None:
+    """Through the rollout driver: the demonstration script sees the one-turn budget and
+    writes the final answer only; no tool schema reaches the chat template."""
+    limits = RolloutLimits(
+        max_response_tokens=4000, max_tokens_per_turn=400, max_prompt_tokens=8000, max_context_tokens=12000
+    )
+    agent = ablation_agent("retoolsql", NO_TOOLS)
+    demos = record_demonstrations(agent, [example], tiny_tokenizer(), limits, get_script("retoolsql"))
+    assert demos.dropped == {} and len(demos.trajectories) == 1
+    result = demos.trajectories[0].result
+    assert [t.phase for t in result.turns] == ["final_answer"] and result.all_turns_valid

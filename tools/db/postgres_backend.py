@@ -442,7 +442,7 @@ def _check_read_only_role(conn: psycopg.Connection[Any], schema: str) -> None:
         what = "is a superuser" if superuser else "may CREATE in the schema" if create else f"may write {writable}"
         raise DataError(
             f"PostgreSQL role {user!r} {what}; connect as a role that can only SELECT "
-            "(python -m eval.data minibird --format postgres creates one: see docs/tools.md)"
+            "(python -m eval.data minibird --format postgres creates one: see docs/evaluation.md)"
         )
 
 

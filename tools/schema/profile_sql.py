@@ -21,8 +21,8 @@ TABLE_INFO_SQL = 'SELECT name, type, "notnull", pk FROM pragma_table_info(?)'
 """Columns of a table: name, declared type, NOT NULL, primary-key position (SQLite, DuckDB)."""
 POSTGRES_TABLE_INFO_SQL = (
     "SELECT a.attname, format_type(a.atttypid, a.atttypmod), CASE WHEN a.attnotnull THEN 1 ELSE 0 END, "
-    "coalesce((SELECT array_position(x.indkey::int2[], a.attnum) FROM pg_index x "
-    "WHERE x.indrelid = a.attrelid AND x.indisprimary), 0) "
+    "coalesce((SELECT k.n FROM pg_index x, unnest(x.indkey) WITH ORDINALITY AS k(att, n) "
+    "WHERE x.indrelid = a.attrelid AND x.indisprimary AND k.att = a.attnum), 0) "
     "FROM pg_attribute a WHERE a.attrelid = to_regclass(quote_ident(?)) AND a.attnum > 0 "
     "AND NOT a.attisdropped ORDER BY a.attnum"
 )

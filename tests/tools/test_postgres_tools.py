@@ -16,7 +16,7 @@ from tools.db.postgres_backend import postgres_locator
 from tools.schema import compact_schema, ddl_schema, m_schema
 
 # Reading the schema through SQLite's pragma functions is SQLite's (and DuckDB's) own.
-PG_SAME_ANSWER = [(tool, arguments) for tool, arguments in SAME_ANSWER if "pragma_" not in arguments.get("sql", "")]
+PG_SAME_ANSWER = [(tool, arguments) for tool, arguments in SAME_ANSWER if "pragma_" not in str(arguments)]
 
 
 @pytest.fixture(scope="module")

@@ -234,8 +234,10 @@ class PostgresDatabase(Backend):
         """This thread's connection: read-only transactions, ``search_path`` the schema,
         the role checked to be read-only (``DataError`` otherwise)."""
         conn = getattr(self._local, "conn", None)
-        if conn is not None and not conn.closed:
+        if conn is not None and not conn.closed and not conn.broken:
             return conn
+        if conn is not None:
+            self._drop(conn)
         import psycopg
 
         try:
@@ -293,30 +295,45 @@ class PostgresDatabase(Backend):
         refused = _refuse(text, keyword)
         if refused is not None:
             return refused
-        try:
-            conn = self.connection()
-        except DataError as exc:
-            return ToolError("other", f"cannot open database {self.db_id!r}: {exc}")
         started = time.monotonic()
-        run = Run(limits, started + limits.timeout_s)
+        for attempt in (1, 2):  # a second time only on a fresh connection when the first had died
+            try:
+                conn = self.connection()
+            except DataError as exc:
+                return ToolError("other", f"cannot open database {self.db_id!r}: {exc}")
+            run = Run(limits, started + limits.timeout_s)
+            outcome = self._run_on(conn, text, run, started)
+            if not isinstance(outcome, psycopg.Error):
+                return outcome
+            dead = isinstance(outcome, psycopg.OperationalError) and conn.closed  # closed by _rollback
+            if attempt == 1 and dead and run.tripped is None and time.monotonic() < run.deadline:
+                continue  # the server closed the session (a restart, an idle timeout): nothing ran
+            break
+        # Classified after the rollback: "did you mean" reads the schema on a usable connection.
+        return classify_postgres(outcome, run, self._safe_schema)
+
+    def _run_on(
+        self, conn: psycopg.Connection[Any], text: str, run: Run, started: float
+    ) -> QueryResult | ToolError | psycopg.Error:
+        """One try of ``run`` on ``conn``; a driver error is returned, not raised, for ``run`` to classify."""
+        import psycopg
+
         name = f"q{next(_CURSOR_IDS)}"
         token = WATCHDOG.arm(_Canceller(conn), run)
-        failure: psycopg.Error | None = None
         try:
-            conn.execute("SELECT set_config('statement_timeout', %s, true)", (f"{int(limits.timeout_s * 1000)}ms",))
+            timeout_ms = max(1, int((run.deadline - time.monotonic()) * 1000))
+            conn.execute("SELECT set_config('statement_timeout', %s, true)", (f"{timeout_ms}ms",))
             cursor = conn.cursor(name=name)
             cursor.execute(text.replace("%", "%%"), ())  # parameters: the extended protocol, one statement
             rows_in = _Converted(cursor)
             return collect_result(rows_in, rows_in.columns, run, started, psycopg.Error, rest=_MovedRows(conn, name))
         except psycopg.Error as exc:
-            failure = exc
+            return exc
         except (ValueError, OverflowError, MemoryError) as exc:
             return ToolError("other", str(exc) or type(exc).__name__)
         finally:
             WATCHDOG.disarm(token)
             _rollback(self, conn)
-        # Classified after the rollback: "did you mean" reads the schema on the same connection.
-        return classify_postgres(failure, run, self._safe_schema)
 
     def _safe_schema(self) -> dict[str, list[str]]:
         try:

@@ -186,6 +186,18 @@ def test_runaway_stops_at_the_deadline_and_the_connection_is_reused(pg: PgData) 
     assert isinstance(after, QueryResult) and after.rows == ((6,),)
 
 
+def test_a_session_the_server_ended_is_replaced(pg: PgData) -> None:
+    db = open_db(pg, "school")
+    assert isinstance(execute(db, "SELECT 1", QueryLimits()), QueryResult)
+    with contextlib.closing(psycopg.connect(pg.admin, autocommit=True)) as admin:
+        ended = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = %s", (ROLE,)
+        ).fetchone()
+    assert ended and ended[0] >= 1
+    out = execute(db, "SELECT count(*) FROM schools", QueryLimits())
+    assert isinstance(out, QueryResult) and out.rows == ((6,),), out
+
+
 def test_generate_series_explosion_meets_the_row_cap_and_the_result_budget(pg: PgData) -> None:
     db = open_db(pg, "big")
     capped = execute(db, "SELECT * FROM generate_series(1, 200000) AS g", QueryLimits(max_rows=3))

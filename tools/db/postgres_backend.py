@@ -306,11 +306,11 @@ class PostgresDatabase(Backend):
             if not isinstance(outcome, psycopg.Error):
                 return outcome
             dead = isinstance(outcome, psycopg.OperationalError) and conn.closed  # closed by _rollback
-            if attempt == 1 and dead and run.tripped is None and time.monotonic() < run.deadline:
-                continue  # the server closed the session (a restart, an idle timeout): nothing ran
-            break
-        # Classified after the rollback: "did you mean" reads the schema on a usable connection.
-        return classify_postgres(outcome, run, self._safe_schema)
+            if attempt == 2 or not dead or run.tripped is not None or time.monotonic() >= run.deadline:
+                # Classified after the rollback: "did you mean" reads the schema on a usable connection.
+                return classify_postgres(outcome, run, self._safe_schema)
+            # else the server closed the session (a restart, an idle timeout): run it on a fresh one
+        raise AssertionError("unreachable: the second try always returns")
 
     def _run_on(
         self, conn: psycopg.Connection[Any], text: str, run: Run, started: float

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -186,9 +187,17 @@ def test_runaway_stops_at_the_deadline_and_the_connection_is_reused(pg: PgData) 
     assert isinstance(after, QueryResult) and after.rows == ((6,),)
 
 
-def test_a_session_the_server_ended_is_replaced(pg: PgData) -> None:
+def test_a_session_the_server_ended_is_replaced(pg: PgData, monkeypatch: pytest.MonkeyPatch) -> None:
     db = open_db(pg, "school")
     assert isinstance(execute(db, "SELECT 1", QueryLimits()), QueryResult)
+    tries: list[object] = []
+    run_on = PostgresDatabase._run_on
+
+    def recorded(*args: Any) -> object:
+        tries.append(run_on(*args))
+        return tries[-1]
+
+    monkeypatch.setattr(PostgresDatabase, "_run_on", recorded)
     with contextlib.closing(psycopg.connect(pg.admin, autocommit=True)) as admin:
         ended = admin.execute(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = %s", (ROLE,)
@@ -196,6 +205,8 @@ def test_a_session_the_server_ended_is_replaced(pg: PgData) -> None:
     assert ended and ended[0] >= 1
     out = execute(db, "SELECT count(*) FROM schools", QueryLimits())
     assert isinstance(out, QueryResult) and out.rows == ((6,),), out
+    # The dead session's error (AdminShutdown), then the same query on a fresh session.
+    assert len(tries) == 2 and isinstance(tries[0], psycopg.OperationalError) and tries[1] == out
 
 
 def test_generate_series_explosion_meets_the_row_cap_and_the_result_budget(pg: PgData) -> None:

@@ -65,7 +65,9 @@ def stats_text(data: dict[str, Any]) -> str:
     if data.get("eval_split") and data["eval_split"] != data["split"]:
         plan.append((data["eval_split"], data.get("eval_limit")))
     for split, limit in plan:
-        loaded = load_split(data["kind"], data["root"], split, bool(data.get("drop_failing_gold")), limit)
+        loaded = load_split(
+            data["kind"], data["root"], split, bool(data.get("drop_failing_gold")), limit, data.get("dsn")
+        )
         examples = loaded.examples
         difficulties = difficulty_order([e.difficulty for e in examples])
         lines.append(f"\nsplit {split}: {len(examples)} examples, {len({e.db_id for e in examples})} databases")

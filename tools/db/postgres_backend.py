@@ -18,16 +18,24 @@ Layers of defence (``tools.db.connection`` has SQLite's, ``tools.db.duckdb_backe
 * one statement per call: the text is sent through the extended protocol, which refuses a
   second statement, and a text opening with a statement's keyword (``COPY``, ``SET``, ``DO``,
   ``CALL``, ``TRUNCATE`` …) is refused before it is sent;
-* functions that reach outside the query are refused by name before anything runs:
-  ``set_config``, ``pg_terminate_backend``/``pg_cancel_backend``, advisory locks, large
-  objects (``lo_*``), server files (``pg_read_file``, ``pg_ls_dir`` & co.), ``dblink``, and
-  those that run SQL text (``query_to_xml``, ``ts_stat``, ``ts_rewrite``);
+* functions that reach outside the query are refused by name (wherever the name appears,
+  quoted or not) before anything runs: ``set_config``, ``pg_terminate_backend`` /
+  ``pg_cancel_backend``, advisory locks, large objects (``lo_*``), server files
+  (``pg_read_file``, ``pg_ls_dir`` & co.), ``dblink``, and those that run SQL text
+  (``query_to_xml``, ``ts_stat``, ``ts_rewrite``); so are ``U&"…"`` identifiers, which
+  could spell them. Most fail on the role's privileges or the read-only transaction anyway;
+  ``set_config`` and ``pg_terminate_backend`` would not (another reader's session);
 * the deadline: ``statement_timeout`` on the server, and the shared watchdog thread
   (``tools.db.guards.WATCHDOG``) sends a cancel request when a run overruns across fetches.
   There is no step counter (``QueryLimits.max_vm_steps`` does not apply);
 * the row cap, cell cap and result budget are applied while fetching
   (``tools.db.budget.collect_result``); the rows past the cap are counted with ``MOVE
   FORWARD ALL`` on the server, without being sent.
+
+Not bounded here: the size of one value (SQLite caps it at 32 MiB): a cell such as
+``repeat('x', 500000000)`` is built on the server and sent whole before the result budget
+counts it; only the deadline limits it. A session the server ended (a restart, an idle
+timeout) is replaced and the query run once more on a fresh one.
 
 Cells come back as SQLite would return them: ``numeric`` → ``int`` when it has no
 fractional digits (``SUM`` of ``bigint``) else ``float``; ``boolean`` → 0/1; dates, times,
@@ -36,8 +44,10 @@ JSON text (``[1, 2]``, as DuckDB's lists); other types → their text.
 
 ``content_hash`` fingerprints the schema's columns and types plus each table's storage file
 (``pg_relation_filenode``, new after ``TRUNCATE``) and its cumulative insert / update /
-delete counters (``pg_stat_user_tables``): cheap, and it changes when the content does once
-the writing session's statistics reach the server (at its commit or close).
+delete counters (``pg_stat_user_tables``): one catalogue query, no scan. It changes when
+the content does once the writing session's statistics reach the server (PostgreSQL sends
+them after a commit, within a minute at most; at once after ``pg_stat_force_next_flush()``,
+which ``eval.data.postgres_copy`` calls).
 """
 
 from __future__ import annotations

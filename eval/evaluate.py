@@ -43,7 +43,9 @@ def load_eval_split(data: Any, limit: int | None, seed: int, say: Say) -> tuple[
     ``QuestionSlot``s a BIRD predict file pairs with by position, whatever the subset)."""
     from eval.data.loaders import load_split
 
-    loaded = load_split(data.kind, data.root, data.eval_split, bool(data.drop_failing_gold), None)
+    loaded = load_split(
+        data.kind, data.root, data.eval_split, bool(data.drop_failing_gold), None, getattr(data, "dsn", None)
+    )
     chosen = select_examples(loaded.examples, limit, seed)
     say(f"[data] {data.kind}/{data.eval_split}: evaluating {len(chosen)} of {len(loaded.examples)} questions")
     return chosen, loaded.order

@@ -93,7 +93,9 @@ def _few_shot_pool(data: Any, say: Say) -> list[Example]:
     from eval.data import load_examples
 
     try:
-        pool = load_examples(data.kind, data.root, data.split, bool(data.drop_failing_gold), data.limit)
+        pool = load_examples(
+            data.kind, data.root, data.split, bool(data.drop_failing_gold), data.limit, getattr(data, "dsn", None)
+        )
     except ToolkitError as err:
         say(
             f"[data] no few-shot pool: the training split {data.split!r} could not be loaded ({err}); "

@@ -2,7 +2,8 @@
 
 Every tool, reward and evaluation runs SQL through ``tools.db.connection``: one read-only
 connection helper with an authorizer, a VM-step limit and a wall-clock deadline. A database
-is a ``Backend`` (``tools.db.backend``): SQLite (``Database``) or DuckDB (a ``.duckdb`` file).
+is a ``Backend`` (``tools.db.backend``): SQLite (``Database``), DuckDB (a ``.duckdb`` file)
+or one schema of a PostgreSQL database (a ``postgresql://…#schema`` locator).
 """
 
 from __future__ import annotations

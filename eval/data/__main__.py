@@ -2,6 +2,8 @@
 
     python -m eval.data minibird --out DIR          # write the bundled benchmark into DIR
     python -m eval.data minibird --out DIR --format duckdb   # the same with <db>.duckdb files
+    python -m eval.data minibird --format postgres --dsn postgresql://admin@host/bench
+        # one schema per db_id in that database, plus a SELECT-only role; prints its data.dsn
     python -m eval.data minibird                    # build (or find) the cached copy
     python -m eval.data stats data=minibird         # counts per split, database, difficulty
     python -m eval.data stats data=bird data.root=PATH data.split=dev
@@ -63,7 +65,9 @@ def stats_text(data: dict[str, Any]) -> str:
     if data.get("eval_split") and data["eval_split"] != data["split"]:
         plan.append((data["eval_split"], data.get("eval_limit")))
     for split, limit in plan:
-        loaded = load_split(data["kind"], data["root"], split, bool(data.get("drop_failing_gold")), limit)
+        loaded = load_split(
+            data["kind"], data["root"], split, bool(data.get("drop_failing_gold")), limit, data.get("dsn")
+        )
         examples = loaded.examples
         difficulties = difficulty_order([e.difficulty for e in examples])
         lines.append(f"\nsplit {split}: {len(examples)} examples, {len({e.db_id for e in examples})} databases")
@@ -102,8 +106,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     mb = sub.add_parser("minibird", help="build the bundled benchmark")
     mb.add_argument("--out", type=Path, default=None, help="empty or new folder to write into (default: the cache)")
     mb.add_argument(
-        "--format", choices=("sqlite", "duckdb"), default="sqlite", help="database files to write (duckdb needs --out)"
+        "--format",
+        choices=("sqlite", "duckdb", "postgres"),
+        default="sqlite",
+        help="database files to write (duckdb needs --out), or postgres: into the database --dsn names",
     )
+    mb.add_argument("--dsn", default=None, help="postgres: a role that may create schemas and roles (postgresql://…)")
+    mb.add_argument("--role", default=None, help="postgres: the SELECT-only role to create (default sqlagent_reader)")
     st = sub.add_parser("stats", help="counts per split, database and difficulty")
     st.add_argument("overrides", nargs="*", help="data=<kind> data.root=PATH data.split=dev ...")
     args = parser.parse_args(argv)
@@ -113,12 +122,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             if args.format == "duckdb" and not args.out:
                 raise ConfigError("--format duckdb writes a new folder: pass --out DIR (the cache holds SQLite files)")
+            if (args.format == "postgres") != bool(args.dsn):
+                raise ConfigError("--format postgres and --dsn postgresql://… go together: pass both or neither")
             root = minibird.build(args.out) if args.out else minibird.ensure()
             if args.format == "duckdb":
                 from eval.data.duckdb_copy import replace_sqlite_files
 
                 replace_sqlite_files(root)
             print(f"minibird {minibird.version()} at {root}")
+            if args.format == "postgres":
+                from eval.data.postgres_copy import READER_ROLE, write_postgres
+
+                reader = write_postgres(root, args.dsn, args.role or READER_ROLE)
+                print(
+                    f"written into PostgreSQL, one schema per db_id; point a recipe at it with\n"
+                    f"  data.root={root} data.dsn={reader}"
+                )
             print(
                 stats_text(
                     {

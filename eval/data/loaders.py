@@ -129,6 +129,7 @@ def load_examples(
     split: str = "dev",
     drop_failing_gold: bool = False,
     limit: int | None = None,
+    dsn: str | None = None,
 ) -> list[Example]:
     """The examples of one split, validated up front.
 
@@ -138,7 +139,9 @@ def load_examples(
     ``limit`` keeps the first N records of the file (before validation, so a quick run
     does not parse a whole training set). ``drop_failing_gold`` executes each gold SQL and
     drops the examples whose SQL errors or times out, logging how many; otherwise they
-    are kept without executing anything.
+    are kept without executing anything. ``dsn`` (a ``postgresql://`` URI): the databases
+    are the schemas of that PostgreSQL database, one per ``db_id`` (``tools.db.postgres_backend``),
+    instead of the files beside the questions.
 
     A BIRD-layout file that repeats a question id (MINIDEV's ``mini_dev_sqlite.json``
     repeats 137 and 138) loads: the first question keeps the id, later ones become
@@ -149,7 +152,7 @@ def load_examples(
     paths and example ids; ``UnknownNameError`` for an unknown kind; ``ConfigError`` for
     bad arguments.
     """
-    return load_split(kind, root, split, drop_failing_gold, limit).examples
+    return load_split(kind, root, split, drop_failing_gold, limit, dsn).examples
 
 
 def load_split(
@@ -158,6 +161,7 @@ def load_split(
     split: str = "dev",
     drop_failing_gold: bool = False,
     limit: int | None = None,
+    dsn: str | None = None,
 ) -> LoadedSplit:
     """``load_examples`` with the question order and the renamed ids (same arguments, same
     errors)."""
@@ -173,7 +177,7 @@ def load_split(
         problems.raise_if_any()
     layout = spec.resolve(base, split, problems)
     records, renamed = _unique_ids(_read_all(layout, spec, problems, limit), spec.rename_repeated_ids, problems)
-    caches = {db_id: GoldCache(db) for db_id, db in _databases(records, layout, problems).items()}
+    caches = {db_id: GoldCache(db) for db_id, db in _databases(records, layout, problems, dsn).items()}
     try:
         examples = _build_examples(records, caches, split, problems, spec)
         problems.raise_if_any()
@@ -316,16 +320,18 @@ def _unique_ids(records: list[Record], rename: bool, problems: Problems) -> tupl
 # --------------------------------------------------------------------------- databases
 
 
-def _databases(records: list[Record], layout: Layout, problems: Problems) -> dict[str, Any]:
-    """``{db_id: tools.Database}`` for every db_id that has a readable SQLite file."""
+def _databases(records: list[Record], layout: Layout, problems: Problems, dsn: str | None = None) -> dict[str, Any]:
+    """``{db_id: tools.Backend}`` for every db_id that has a readable database: a file of
+    the layout, or with ``dsn`` the schema ``db_id`` of that PostgreSQL database."""
     from tools import get_database
+    from tools.db.postgres_backend import postgres_locator
 
     by_db: dict[str, list[str]] = {}
     for rec in records:
         by_db.setdefault(rec.db_id, []).append(rec.id)
     out: dict[str, Any] = {}
     for db_id, ids in by_db.items():
-        path = layout.database(db_id)
+        path: Any = postgres_locator(dsn, db_id) if dsn else layout.database(db_id)
         if path is None:
             problems.add(f"db_id {db_id!r} has no database at {layout.expected_database(db_id)} ({show_ids(ids)})")
             continue
@@ -367,7 +373,7 @@ def _build_examples(
             Example(
                 id=rec.id,
                 db_id=rec.db_id,
-                db_path=str(cache.db.path),
+                db_path=cache.db.locator,
                 question=rec.question,
                 evidence=rec.evidence,
                 gold_sql=rec.sql,
@@ -416,11 +422,12 @@ def load_from_config(data: Any, which: str = "train") -> list[Example]:
         raise ConfigError(f"which={which!r}: use 'train' or 'eval'")
     split, limit = (get("split"), get("limit")) if which == "train" else (get("eval_split"), get("eval_limit"))
     ids_file = _optional(data, "train_ids") if which == "train" else None
+    dsn = _optional(data, "dsn")
     if not ids_file:
-        return load_examples(get("kind"), get("root"), split, bool(get("drop_failing_gold")), limit)
+        return load_examples(get("kind"), get("root"), split, bool(get("drop_failing_gold")), limit, dsn)
     from eval.data.question_ids import keep_ids
 
-    kept = keep_ids(load_examples(get("kind"), get("root"), split, bool(get("drop_failing_gold")), None), ids_file)
+    kept = keep_ids(load_examples(get("kind"), get("root"), split, bool(get("drop_failing_gold")), None, dsn), ids_file)
     return kept[:limit] if limit else kept
 
 

@@ -17,11 +17,13 @@ gives what the layers above use, and only that:
 * ``content_hash``: a fingerprint of the content, the key of every cache (gold results,
   profiles, search indexes);
 * ``profile()``: the column profile (``tools.schema.profile``);
-* ``dialect``: the SQL dialect the engine runs (``"sqlite"``, ``"duckdb"``).
+* ``dialect``: the SQL dialect the engine runs (``"sqlite"``, ``"duckdb"``, ``"postgres"``);
+* ``locator``: what ``tools.get_database`` opens it from again (a path, or a server URI).
 
-A server backend (PostgreSQL, not built yet) fits the same shape: ``content_hash`` from the
-catalogue and the tables' statistics instead of file bytes, ``path`` the folder of the
-dataset's description files.
+The server backend (``tools.db.postgres_backend.PostgresDatabase``, one schema of a
+PostgreSQL database, opened from a ``postgresql://…#schema`` locator) fits the same shape:
+``content_hash`` from the catalogue and the tables' statistics instead of file bytes,
+``path`` beside the folder of the dataset's description files.
 """
 
 from __future__ import annotations
@@ -52,6 +54,12 @@ class Backend(ABC):
     dialect: ClassVar[str]
     path: Path
     db_id: str
+
+    @property
+    def locator(self) -> str:
+        """What ``tools.get_database`` opens this database from again: the file's path, or a
+        server's ``postgresql://…#schema`` locator (``tools.db.postgres_backend``)."""
+        return str(self.path)
 
     @property
     @abstractmethod

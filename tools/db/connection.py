@@ -37,6 +37,7 @@ from tools.db.budget import collect_result
 from tools.db.duckdb_backend import DuckDBDatabase
 from tools.db.guards import WATCHDOG, Run, Slot, lenient_text, open_readonly
 from tools.db.limits import INTERNAL_LIMITS, QueryLimits
+from tools.db.postgres_backend import PostgresDatabase, is_postgres_locator
 from tools.db.results import QueryResult, ToolError
 from tools.db.sql_errors import classify
 from tools.db.statements import check_statement_kind as _check_statement_kind
@@ -180,7 +181,15 @@ _DATABASES_LOCK = threading.Lock()
 
 def get_database(path: str | os.PathLike[str], db_id: str | None = None) -> Backend:
     """The process-wide backend for ``path`` (one object per path and db_id): a
-    ``DuckDBDatabase`` for a ``.duckdb`` file, a SQLite ``Database`` for any other."""
+    ``PostgresDatabase`` for a ``postgresql://…#schema`` locator, a ``DuckDBDatabase`` for a
+    ``.duckdb`` file, a SQLite ``Database`` for any other."""
+    if is_postgres_locator(path):
+        locator = str(path)
+        with _DATABASES_LOCK:
+            found = _DATABASES.get((locator, db_id or ""))
+            if found is None:
+                found = _DATABASES[(locator, db_id or "")] = PostgresDatabase(locator, db_id)
+            return found
     resolved = Path(path).expanduser().resolve()
     key = (str(resolved), db_id or resolved.stem)
     with _DATABASES_LOCK:

@@ -16,6 +16,7 @@ from tools.db.connection import execute
 from tools.db.limits import QueryLimits
 from tools.db.names import resolve_columns, resolve_table
 from tools.db.results import QueryResult, ToolError, json_cell
+from tools.schema.profile_sql import dialect_of, table_info_sql
 from tools.spelling import quote_identifier
 
 PEEK_SCAN_ROWS = 5000
@@ -130,7 +131,7 @@ def sqlite_peek(
     )
     if isinstance(scanned, ToolError):
         return scanned
-    types = {row[0]: row[1] for row in db.query_internal("SELECT name, type FROM pragma_table_info(?)", (real_table,))}
+    types = {row[0]: row[1] for row in db.query_internal(table_info_sql(dialect_of(db)), (real_table,))}
     return {
         "table": real_table,
         "where": where or None,

@@ -23,11 +23,11 @@ from tools.db.results import json_cell
 from tools.schema.descriptions import descriptions_hash, read_descriptions
 from tools.schema.profile_sql import (
     STATS_PER_COLUMN,
-    TABLE_INFO_SQL,
     declared_foreign_keys,
     dialect_of,
     examples_sql,
     stats_sql,
+    table_info_sql,
 )
 from tools.spelling import quote_identifier
 
@@ -209,7 +209,7 @@ def build_profile(db: Database) -> DatabaseProfile:
 
 
 def _profile_table(db: Database, table: str, described: Mapping[str, Mapping[str, str]]) -> TableProfile:
-    info = db.query_internal(TABLE_INFO_SQL, (table,))
+    info = db.query_internal(table_info_sql(dialect_of(db)), (table,))
     columns_typed = [(row[0], row[1] or "") for row in info]
     stats = db.query_internal(stats_sql(table, columns_typed, dialect_of(db)))[0] if info else (0,)
     row_count = int(stats[0] or 0)

@@ -4,8 +4,9 @@ SQLite keeps loose types, so its statistics read each cell's storage class (``ty
 find numbers stored as text with ``GLOB`` patterns. A DuckDB column has one type, read once
 from ``pragma_table_info``: a numeric column holds numbers, a ``VARCHAR`` column text (some of
 it numbers written as text, found with a regular expression), a ``BLOB`` column blobs; dates
-and other types count as text, as SQLite stores them. Both give the same eleven statistics
-per column, so the profile built from them has one shape whatever the engine.
+and other types count as text, as SQLite stores them. PostgreSQL is read the same way as
+DuckDB, with its catalogue (``pg_attribute``, ``pg_constraint``) for columns and keys. All
+give the same eleven statistics per column, so the profile has one shape whatever the engine.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from typing import Any, Protocol
 from tools.spelling import quote_identifier
 
 TABLE_INFO_SQL = 'SELECT name, type, "notnull", pk FROM pragma_table_info(?)'
-"""Columns of a table: name, declared type, NOT NULL, primary-key position (both engines)."""
+"""Columns of a table: name, declared type, NOT NULL, primary-key position (SQLite, DuckDB)."""
+POSTGRES_TABLE_INFO_SQL = (
+    "SELECT a.attname, format_type(a.atttypid, a.atttypmod), CASE WHEN a.attnotnull THEN 1 ELSE 0 END, "
+    "coalesce((SELECT k.n FROM pg_index x, unnest(x.indkey) WITH ORDINALITY AS k(att, n) "
+    "WHERE x.indrelid = a.attrelid AND x.indisprimary AND k.att = a.attnum), 0) "
+    "FROM pg_attribute a WHERE a.attrelid = to_regclass(quote_ident(?)) AND a.attnum > 0 "
+    "AND NOT a.attisdropped ORDER BY a.attnum"
+)
+"""The same on PostgreSQL (the table in the connection's ``search_path``)."""
 
 _NUMERIC_TEXT = (
     "(typeof({c}) = 'text' AND trim({c}) GLOB '[0-9+.-]*' AND trim({c}) GLOB '*[0-9]*'"
@@ -31,6 +40,11 @@ _IS_NUMBER = "typeof({c}) IN ('integer', 'real')"
 _DUCKDB_NUMERIC_TEXT = "regexp_full_match(trim({c}), '[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?')"
 """The same test on a DuckDB text column, as a regular expression."""
 _DUCKDB_NUMBER_TYPES = ("INT", "DOUBLE", "FLOAT", "REAL", "DECIMAL", "NUMERIC")
+_POSTGRES_NUMERIC_TEXT = "(trim({c}) ~ '^[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?$')"
+_POSTGRES_NUMBER_TYPES = ("int", "double", "real", "numeric", "decimal")
+_POSTGRES_TEXT_TYPES = ("text", "character", "char", "name")
+_POSTGRES_UNORDERED = ("boolean", "json", "jsonb", "xml", "point", "box", "polygon", "circle", "line", "lseg", "path")
+"""PostgreSQL types without MIN/MAX or equality: their statistics read them as text."""
 
 STATS_PER_COLUMN = 11
 
@@ -44,6 +58,11 @@ def dialect_of(db: object) -> str:
     return str(getattr(db, "dialect", "sqlite"))
 
 
+def table_info_sql(dialect: str) -> str:
+    """The query listing a table's columns (its one parameter: the table name)."""
+    return POSTGRES_TABLE_INFO_SQL if dialect == "postgres" else TABLE_INFO_SQL
+
+
 def stats_sql(table: str, columns: list[tuple[str, str]], dialect: str) -> str:
     """One scan of ``table``: ``COUNT(*)``, then per ``(column, declared type)``: non-null,
     distinct, min, max, numbers, numbers stored as text, texts, blobs, and the average,
@@ -51,8 +70,12 @@ def stats_sql(table: str, columns: list[tuple[str, str]], dialect: str) -> str:
     parts = ["COUNT(*)"]
     for name, declared in columns:
         c = quote_identifier(name)
+        if dialect == "postgres" and declared.lower().split("(")[0].strip() in _POSTGRES_UNORDERED:
+            c = f"{c}::text"
         if dialect == "duckdb":
             is_num, num_text, text, blob, as_number = _duckdb_kinds(c, declared)
+        elif dialect == "postgres":
+            is_num, num_text, text, blob, as_number = _postgres_kinds(c, declared)
         else:
             num_text = _NUMERIC_TEXT.format(c=c)
             is_num = _IS_NUMBER.format(c=c)
@@ -60,7 +83,7 @@ def stats_sql(table: str, columns: list[tuple[str, str]], dialect: str) -> str:
             as_number = f"CAST({c} AS REAL)"
         sums = (
             [f"SUM({is_num})", f"SUM({num_text})", f"SUM({text})", f"SUM({blob})"]
-            if dialect != "duckdb"
+            if dialect == "sqlite"
             else [f"SUM(CASE WHEN {cond} THEN 1 ELSE 0 END)" for cond in (is_num, num_text, text, blob)]
         )
         parts += [
@@ -90,19 +113,45 @@ def _duckdb_kinds(c: str, declared: str) -> tuple[str, str, str, str, str]:
     return "FALSE", "FALSE", present, "FALSE", "NULL"  # dates, booleans, lists: text as SQLite keeps them
 
 
+def _postgres_kinds(c: str, declared: str) -> tuple[str, str, str, str, str]:
+    """``_duckdb_kinds`` for a PostgreSQL column of type ``declared`` (``format_type``'s name)."""
+    kind = declared.lower()
+    present = f"{c} IS NOT NULL"
+    if any(word in kind for word in _POSTGRES_NUMBER_TYPES) and "interval" not in kind:
+        return present, "FALSE", "FALSE", "FALSE", f"CAST({c} AS double precision)"
+    if kind == "bytea":
+        return "FALSE", "FALSE", "FALSE", present, "NULL"
+    if kind.startswith(_POSTGRES_TEXT_TYPES):
+        number = _POSTGRES_NUMERIC_TEXT.format(c=c)
+        return "FALSE", number, present, "FALSE", f"CAST(trim({c}) AS double precision)"
+    return "FALSE", "FALSE", present, "FALSE", "NULL"
+
+
 def examples_sql(table: str, column: str, limit: int, dialect: str) -> str:
     """The first ``limit`` distinct non-null values of a column, in table order."""
     c, t = quote_identifier(column), quote_identifier(table)
-    if dialect == "duckdb":  # DuckDB's DISTINCT has no order: keep each value's first row
+    if dialect in ("duckdb", "postgres"):  # their DISTINCT has no order: keep each value's first row
+        row = "rowid" if dialect == "duckdb" else "ctid"
         return (
-            f"SELECT {c} FROM (SELECT {c}, MIN(rowid) AS first_row FROM {t} WHERE {c} IS NOT NULL GROUP BY {c}) "
-            f"ORDER BY first_row LIMIT {limit}"
+            f"SELECT {c} FROM (SELECT {c}, MIN({row}) AS first_row FROM {t} WHERE {c} IS NOT NULL GROUP BY {c}) "
+            f"AS firsts ORDER BY first_row LIMIT {limit}"
         )
     return f"SELECT DISTINCT {c} FROM {t} WHERE {c} IS NOT NULL LIMIT {limit}"
 
 
 def declared_foreign_keys(db: _Queryable, table: str, dialect: str) -> list[tuple[str, str, str | None]]:
     """``(referenced table, column, referenced column or None)`` declared on ``table``."""
+    if dialect == "postgres":
+        rows = db.query_internal(
+            "SELECT r.relname, a.attname, ra.attname FROM pg_constraint k "
+            "CROSS JOIN LATERAL unnest(k.conkey, k.confkey) AS u(col, ref) "
+            "JOIN pg_class r ON r.oid = k.confrelid "
+            "JOIN pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.col "
+            "JOIN pg_attribute ra ON ra.attrelid = k.confrelid AND ra.attnum = u.ref "
+            "WHERE k.contype = 'f' AND k.conrelid = to_regclass(quote_ident(?)) ORDER BY k.oid",
+            (table,),
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
     if dialect != "duckdb":
         rows = db.query_internal('SELECT "table", "from", "to" FROM pragma_foreign_key_list(?)', (table,))
         return [(r[0], r[1], r[2]) for r in rows]
@@ -120,9 +169,13 @@ def declared_foreign_keys(db: _Queryable, table: str, dialect: str) -> list[tupl
 
 def is_text_sql(column_sql: str, dialect: str) -> str:
     """A condition true for the text cells of a (quoted) column."""
+    if dialect == "postgres":
+        return f"pg_typeof({column_sql}) IN ('text'::regtype, 'character varying'::regtype, 'character'::regtype)"
     return f"typeof({column_sql}) = {'VARCHAR' if dialect == 'duckdb' else 'text'!r}"
 
 
 def is_not_blob_sql(column_sql: str, dialect: str) -> str:
     """A condition true for the cells of a (quoted) column that are not blobs."""
+    if dialect == "postgres":
+        return f"pg_typeof({column_sql}) <> 'bytea'::regtype"
     return f"typeof({column_sql}) <> {'BLOB' if dialect == 'duckdb' else 'blob'!r}"

@@ -39,6 +39,11 @@ class DataConfig:
         data_kind_names,
     )
     root: str | None = _f(None, "dataset root; null = the loader's default (minibird builds its own)")
+    dsn: str | None = _f(
+        None,
+        "a PostgreSQL database (postgresql://role@host/db) holding one schema per db_id, read instead "
+        "of the database files beside the questions (tools.db.postgres_backend); null = the files",
+    )
     split: str = _f("train", "split the policy trains on")
     eval_split: str = _f("dev", "held-out split for validation and before/after EX")
     drop_failing_gold: bool = _f(True, "skip examples whose gold SQL fails to execute")

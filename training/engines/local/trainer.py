@@ -156,7 +156,12 @@ class LocalTrainer(TrainStep, Checkpoints):
             self.eval_examples = list(self.inputs.eval_examples)
         else:
             self.eval_examples = load_examples(
-                kind=d.kind, root=d.root, split=d.eval_split, drop_failing_gold=d.drop_failing_gold, limit=None
+                kind=d.kind,
+                root=d.root,
+                split=d.eval_split,
+                drop_failing_gold=d.drop_failing_gold,
+                limit=None,
+                dsn=getattr(d, "dsn", None),
             )
         from training.rollout.setup import fixed_subset
 

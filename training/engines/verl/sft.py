@@ -127,7 +127,12 @@ def replay_rows(rows: list[dict[str, Any]], tokenizer: Any, settings: dict[str, 
 
     d = settings["data"]
     examples = load_examples(
-        kind=d["kind"], root=d["root"], split=d["split"], drop_failing_gold=d["drop_failing_gold"], limit=d["limit"]
+        kind=d["kind"],
+        root=d["root"],
+        split=d["split"],
+        drop_failing_gold=d["drop_failing_gold"],
+        limit=d["limit"],
+        dsn=d.get("dsn"),
     )
     name = settings["agent"]
     agent = make_agent(name, **runtime_options(name, settings["agent_options"], few_shot_pool=lambda: examples))
@@ -161,6 +166,7 @@ def sqlagent_block(cfg: Any) -> dict[str, Any]:
             "split": d.split,
             "drop_failing_gold": d.drop_failing_gold,
             "limit": d.limit,
+            "dsn": getattr(d, "dsn", None),
         },
         "drop_phases": list(cfg.supervised.drop_phases),
     }

@@ -65,6 +65,11 @@ def count_examples(data: Any, split: str, limit: int | None) -> int:
 
     return len(
         load_examples(
-            kind=data.kind, root=data.root, drop_failing_gold=data.drop_failing_gold, split=split, limit=limit
+            kind=data.kind,
+            root=data.root,
+            drop_failing_gold=data.drop_failing_gold,
+            split=split,
+            limit=limit,
+            dsn=getattr(data, "dsn", None),
         )
     )

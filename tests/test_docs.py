@@ -82,7 +82,9 @@ def test_nothing_refers_to_a_document_outside_the_repository() -> None:
 
 
 def leaf_keys(tree: object, prefix: str = "") -> list[str]:
-    if isinstance(tree, dict):
+    """Dotted config keys; a mapping keyed by names that are not config keys (hub names in
+    ``trainer.total_steps_by_backbone``) is one setting."""
+    if isinstance(tree, dict) and all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(key)) for key in tree):
         return [k for key, value in tree.items() for k in leaf_keys(value, f"{prefix}{key}.")]
     return [prefix.rstrip(".")]
 

@@ -92,6 +92,46 @@ def stale_rows(design: str, page: str) -> tuple[list[str], int]:
     return stale, checked
 
 
+SOURCE = re.compile(r"§\s?\d|App\. [A-Z]|Table \d|Figure \d|[Ee]q\. \d|authors' code|project choice")
+"""What a source cell must name: a section, appendix, table, figure or equation of the
+paper, the authors' code, or "project choice"."""
+
+
+def settings_rows(page: str) -> list[tuple[str, str]]:
+    """(setting, source) of every row of the page's settings tables (``| setting | value |
+    source | config key |``)."""
+    out, in_settings = [], False
+    for line in page.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.strip().startswith("|"):
+            in_settings = False
+            continue
+        if cells[:4] == ["setting", "value", "source", "config key"]:
+            in_settings = True
+            continue
+        if in_settings and len(cells) == 4 and not set(cells[0]) <= {"-"}:
+            out.append((cells[0], cells[2]))
+    return out
+
+
+@pytest.mark.parametrize("design", project_designs())
+def test_every_setting_says_where_it_comes_from(design: str) -> None:
+    """Each row of a settings table names its source: a paper section, the authors' code, or
+    "project choice" (a value the seed does not contain is the project's, and says so)."""
+    page = (REPO / "designs" / design / "README.md").read_text(encoding="utf-8")
+    rows = settings_rows(page)
+    assert len(rows) >= MIN_CHECKED, f"designs/{design}/README.md: {len(rows)} settings rows found"
+    unsourced = [f"{setting!r}: {source!r}" for setting, source in rows if not SOURCE.search(source)]
+    assert not unsourced, f"designs/{design}/README.md rows without a source:\n" + "\n".join(unsourced)
+
+
+def test_a_row_without_a_source_is_caught() -> None:
+    page = "| setting | value | source | config key |\n|---|---|---|---|\n| lr | 1e-6 | §4.4 | `optim.lr` |\n"
+    assert settings_rows(page) == [("lr", "§4.4")]
+    assert not SOURCE.search(settings_rows(page.replace("§4.4", " "))[0][1])
+    assert not SOURCE.search("not in the paper") and SOURCE.search("not in the paper; project choice")
+
+
 @pytest.mark.parametrize("design", project_designs())
 def test_the_settings_tables_state_what_the_recipe_runs(design: str) -> None:
     page = (REPO / "designs" / design / "README.md").read_text(encoding="utf-8")

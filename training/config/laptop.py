@@ -46,6 +46,9 @@ class LaptopProfile:
     warm_start_examples: int = _f(32, "caps stage.warm_start.examples (SFT time grows with prompt length)")
     supervised_questions: int = _f(16, "caps supervised.questions (traces per question cost rollouts)")
     supervised_samples: int = _f(4, "caps supervised.samples, rl_filter_samples and teacher_samples (k on CPU)")
+    supervised_lr: float = _f(
+        1e-4, "-> supervised.lr (a few SFT steps on the 135M model; the backbone-scaled 2e-5 moves it too little)"
+    )
     agent_options: dict[str, Any] = _f(
         {}, "agent options set where the agent accepts them (shorter prompts: schema_format=compact, num_few_shot=1)"
     )

@@ -66,6 +66,7 @@ def apply_laptop_profile(
         put("supervised.samples", p.supervised_samples, cap=True)
         put("supervised.rl_filter_samples", p.supervised_samples, cap=True)
         put("supervised.teacher_samples", p.supervised_samples, cap=True)
+        put("supervised.lr", p.supervised_lr)
         put(
             "supervised.rl_filter_pass",
             max(1, round(cfg.supervised.rl_filter_pass * p.supervised_samples / cfg.supervised.rl_filter_samples)),

@@ -62,7 +62,11 @@ class SupervisedConfig:
     dataset: str | None = _f(None, "bring your own SFT JSONL (skips trace collection)")
     drop_phases: list[str] = _f([], "phases removed before SFT (TRUST-SQL ablation: [propose_schema])")
     epochs: int = _f(2, "SFT passes over the dataset")
-    lr: float = _f(1.0e-4, "SFT AdamW learning rate")
+    lr: float | None = _f(
+        None,
+        "SFT AdamW learning rate; null = scaled to the backbone (model.path): 2e-5 full / 2e-4 LoRA up "
+        "to 15B parameters, 1e-5 / 1e-4 above (training/config/backbone_rules.py)",
+    )
     batch_size: int = _f(8, "SFT conversations per optimizer step")
     micro_batch_size: int = _f(2, "SFT conversations per forward/backward")
     warmup_ratio: float = _f(0.1, "SFT warmup share")
@@ -82,6 +86,13 @@ class SupervisedConfig:
         "{base_url, model, ...} of an OpenAI-compatible server "
         "(vLLM on GPU); null = the local model",
     )
+
+    @property
+    def learning_rate(self) -> float:
+        """``lr`` once ``TrainConfig`` has resolved it (a config built whole always has)."""
+        if self.lr is None:
+            raise ValueError("supervised.lr is resolved by TrainConfig; build the whole config")
+        return self.lr
 
     def __post_init__(self) -> None:
         _need(self.chain in CHAINS, f"supervised.chain={self.chain!r}; choose one of {', '.join(CHAINS)}")
@@ -110,7 +121,11 @@ class SupervisedConfig:
             self.temperature > 0 and self.teacher_temperature > 0,
             "supervised.temperature / teacher_temperature: sampling needs > 0",
         )
-        _need(self.lr > 0 and 0 <= self.warmup_ratio < 1, "supervised.lr > 0 and warmup_ratio in [0, 1)")
+        _need(
+            (self.lr is None or self.lr > 0) and 0 <= self.warmup_ratio < 1,
+            f"supervised.lr={self.lr} (> 0, or null: scaled to the backbone) and "
+            f"supervised.warmup_ratio={self.warmup_ratio} (in [0, 1))",
+        )
         _need(0 < self.leak_similarity <= 1, f"supervised.leak_similarity={self.leak_similarity}: in (0, 1]")
         _need(
             1 <= self.rl_filter_pass <= self.rl_filter_samples,

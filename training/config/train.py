@@ -82,7 +82,15 @@ class DataConfig:
 class TrainerConfig:
     """Steps, checkpoints, validation and logging."""
 
-    total_steps: int | None = _f(None, "optimizer steps; null = one epoch over the training split")
+    total_steps: int | None = _f(
+        None, "optimizer steps; null = total_steps_by_backbone's entry for the backbone, else one epoch"
+    )
+    total_steps_by_backbone: dict[str, int] = _f(
+        {},
+        "run length per backbone (hub name -> steps; a directory named as the hub name's last part "
+        "matches too) when total_steps is null; the backbone is model.path, else gpu_backbone "
+        "(training/config/backbone_rules.py)",
+    )
     save_every: int = _f(10, "checkpoint every N steps (and at the end)")
     keep_checkpoints: int = _f(2, "how many step checkpoints to keep")
     val_every: int = _f(0, "greedy validation EX every N steps; 0 = only before and after")
@@ -157,6 +165,18 @@ class TrainConfig:
 
         self.resume = resume_mode(self.resume)
         _need(not (self.resume != "never" and self.fresh), f"resume={self.resume} and fresh=true contradict; pick one")
+        self._resolve_backbone_settings()
+
+    def _resolve_backbone_settings(self) -> None:
+        """The run length and the SFT learning rate that follow the backbone
+        (``training/config/backbone_rules.py``): a value the recipe or the command line sets wins."""
+        from training.config.backbone_rules import sft_learning_rate, steps_for_backbone
+
+        if self.trainer.total_steps is None:
+            backbone = self.model.path or self.gpu_backbone
+            self.trainer.total_steps = steps_for_backbone(self.trainer.total_steps_by_backbone, backbone)
+        if self.supervised.lr is None:
+            self.supervised.lr, _ = sft_learning_rate(self.model.path, self.model.lora.enabled)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> TrainConfig:

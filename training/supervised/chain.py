@@ -116,7 +116,7 @@ class Chain(DatasetStage):
         sup = self.sup
         settings = WarmStartSettings(
             epochs=sup.epochs,
-            lr=sup.lr,
+            lr=sup.learning_rate,
             batch_size=sup.batch_size,
             micro_batch_size=sup.micro_batch_size,
             warmup_ratio=sup.warmup_ratio,

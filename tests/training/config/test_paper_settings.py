@@ -84,15 +84,81 @@ def test_max_tokens_never_exceed_the_model_context_minus_the_prompt() -> None:
 # ----------------------------------------------------------------------------- 3. ReToolSQL batch
 
 
-def test_retoolsql_batch_is_12_groups_from_12x_candidates_and_reaches_step_80() -> None:
+def test_retoolsql_batch_is_12_groups_from_12x_candidates() -> None:
     cfg = recipe("retoolsql")
     assert cfg.algorithm.batch_size == 12 and cfg.algorithm.group_size == 16
     assert cfg.algorithm.dynamic_sampling.oversample == 12 and cfg.algorithm.dynamic_sampling.enable
     assert cfg.algorithm.batch_size * cfg.algorithm.group_size == 192  # completions per optimizer step
     assert cfg.algorithm.dynamic_sampling.return_unkept == "varying"
+
+
+@pytest.mark.parametrize("model", ["gemma4_31b", "gemma4_e4b", "smollm2"])
+def test_retoolsql_runs_into_the_beta_0_phase_past_step_100(model: str) -> None:
+    """§6.4: beta 0.005 for steps 0-40, 0.001 for 40-80, 0 from 80 on; the E4B run kept
+    learning past step 100. Steps count from 0, so the last step is total_steps - 1."""
+    cfg = recipe("retoolsql", f"model={model}")
     kl = KLSchedule.from_pairs(cfg.algorithm.kl_schedule)
-    assert cfg.trainer.total_steps == 80
-    assert (kl.beta(0), kl.beta(40), kl.beta(79), kl.beta(80)) == (0.005, 0.001, 0.001, 0.0)
+    assert (kl.beta(0), kl.beta(39), kl.beta(40), kl.beta(79), kl.beta(80)) == (0.005, 0.005, 0.001, 0.001, 0.0)
+    total = cfg.trainer.total_steps
+    assert total == 120 and total - 1 > 100 and kl.beta(total - 1) == 0.0
+    small, _ = apply_laptop_profile(cfg)
+    assert small.trainer.total_steps == 2  # the laptop profile keeps the CPU demo short
+
+
+# ----------------------------------------------------------------------------- 3b. run length by backbone
+
+
+@pytest.mark.parametrize(
+    "overrides,steps",
+    [
+        (("model=qwen3_4b",), 100),  # App. B: DualSQL-4B
+        (("model=qwen3_8b",), 300),  # App. B: DualSQL-8B
+        ((), 300),  # model.path null: engine=verl trains gpu_backbone, Qwen3-8B
+        (("model=hf", "model.path=/models/Qwen3-4B"), 100),  # a local directory named as the hub model
+        (("model=qwen3_4b", "trainer.total_steps=7"), 7),  # the command line wins
+    ],
+)
+def test_dualsql_run_length_follows_the_backbone(overrides: tuple[str, ...], steps: int) -> None:
+    cfg = recipe("dualsql", *overrides)
+    assert cfg.trainer.total_steps == steps
+    assert apply_laptop_profile(cfg)[0].trainer.total_steps == 2
+
+
+def test_a_backbone_the_table_does_not_list_runs_one_epoch_and_a_bad_entry_is_named() -> None:
+    assert recipe("dualsql", "model=hf", "model.path=/models/other").trainer.total_steps is None
+    assert recipe("trustsql", "model=qwen3_4b").trainer.total_steps is None  # TRUST-SQL has no such table
+    with pytest.raises(ConfigError, match=r"total_steps_by_backbone\['Qwen/Qwen3-4B'\]=0"):
+        recipe("dualsql", "trainer.total_steps_by_backbone={Qwen/Qwen3-4B:0}")
+
+
+# ----------------------------------------------------------------------------- 3c. SFT settings
+
+
+@pytest.mark.parametrize(
+    "name,overrides,lr",
+    [
+        ("retoolsql", ("model=gemma4_31b",), 1e-5),  # full fine-tuning of 31B: Tulu 2's 70B rate
+        ("retoolsql", ("model=gemma4_31b", "model.lora.rank=32"), 1e-4),  # LoRA above 15B: QLoRA's rate
+        ("retoolsql", ("model=gemma4_e4b",), 2e-5),  # 7.4B stored
+        ("dualsql", ("model=qwen3_8b",), 2e-5),
+        ("trustsql", ("model=qwen3_4b", "model.lora.rank=16"), 2e-4),
+        ("think2sql", ("model=qwen2_5_coder_7b",), 4e-5),  # the paper's own rate is kept
+        ("retoolsql", ("model=gemma4_31b", "supervised.lr=3e-6"), 3e-6),  # the command line wins
+    ],
+)
+def test_sft_learning_rate_is_the_papers_or_scaled_to_the_backbone(
+    name: str, overrides: tuple[str, ...], lr: float
+) -> None:
+    assert recipe(name, "stage=sft", *overrides).supervised.lr == pytest.approx(lr)
+
+
+def test_the_laptop_keeps_its_own_sft_rate_for_the_135m_model() -> None:
+    cfg = recipe("retoolsql", "stage=sft")
+    assert cfg.supervised.lr == pytest.approx(2e-5)  # the embedded 135M model, scaled
+    small, changes = apply_laptop_profile(cfg)
+    assert small.supervised.lr == pytest.approx(1e-4) and changes["supervised.lr"] == (cfg.supervised.lr, 1e-4)
+    kept, _ = apply_laptop_profile(recipe("retoolsql", "stage=sft", "supervised.lr=5e-5"), ["supervised.lr"])
+    assert kept.supervised.lr == pytest.approx(5e-5)
 
 
 def test_return_unkept_refuses_an_unknown_mode() -> None:

@@ -9,11 +9,12 @@ offline machine still checks a hub name it knows, and says so when it knows noth
 
 Which backbone per design (each design's page, designs/<name>/README.md):
 - ReToolSQL: Gemma 4 31B Instruct, the paper's own model (paper §4.2). 31B dense
-  needs FSDP parameter + optimizer offload on 8x80 GB (``fsdp_offload``).
+  needs FSDP parameter + optimizer offload on 8x80 GB (``fsdp_offload``). Gemma 4 E4B
+  Instruct, the paper's scale ablation under identical settings (§4.2, §6.3, §6.4).
 - Think2SQL: Qwen2.5-Coder-7B-Instruct, the headline RL-QATCH model (paper §5).
 - TRUST-SQL: Qwen3-8B, the middle of the paper's 4B/8B/14B (paper §4.1).
 - DualSQL: Qwen3-8B, DualSQL-8B, the headline (paper §5; "Qwen3 ... supported by
-  VeRL", Limitations).
+  VeRL", Limitations); Qwen3-4B, DualSQL-4B (Table 1, App. B: 100 steps instead of 300).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ class Architecture:
     global_key_value_heads: int | None = None  # None: as num_key_value_heads
     global_head_dim: int | None = None  # None: as head_dim
     global_k_eq_v: bool = False
+    per_layer_input_size: int = 0  # Gemma 4 E-models: per-layer embeddings of this width per layer
+    per_layer_vocab_size: int = 0  # ... over this vocabulary (0: as vocab_size)
 
     @property
     def global_layers(self) -> int:
@@ -77,6 +80,8 @@ class Architecture:
             global_key_value_heads=text.get("num_global_key_value_heads"),
             global_head_dim=text.get("global_head_dim") if sliding else None,
             global_k_eq_v=bool(text.get("attention_k_eq_v", False)),
+            per_layer_input_size=int(text.get("hidden_size_per_layer_input") or 0),
+            per_layer_vocab_size=int(text.get("vocab_size_per_layer_input") or 0),
         )
 
 
@@ -137,6 +142,43 @@ BACKBONES: dict[str, Backbone] = {
                 global_k_eq_v=True,
             ),
         ),
+        # https://huggingface.co/google/gemma-4-E4B-it/blob/main/config.json (text_config), the
+        # numbers as NVIDIA Megatron-Bridge's Gemma 4 E4B recipe mirrors them: 42 layers (one
+        # global layer in six: 35 sliding-window of 512 tokens, 7 global), hidden 2,560,
+        # intermediate 10,240, 8 heads, 2 KV heads (head_dim 256; global layers 2 KV heads of
+        # 512), vocab 262,144, 131,072 positions, tied embeddings, and per-layer embeddings
+        # (262,144 x 42 x 256 = 2.8B parameters beside the 4.6B of the decoder and the
+        # embedding: 7.4B stored, "E4B" = ~4B effective; audio and vision towers left out).
+        # The last 18 layers share their KV cache; the KV estimate counts every layer (an
+        # over-estimate, the safe side).
+        Backbone(
+            "google/gemma-4-E4B-it",
+            "gemma4_e4b",
+            131_072,
+            8,
+            2,
+            262_144,
+            "gemma4",
+            1,
+            "huggingface.co/google/gemma-4-E4B-it config.json (text_config), as Megatron-Bridge's "
+            "gemma4_e4b recipe mirrors it",
+            arch=Architecture(
+                2560,
+                10240,
+                42,
+                8,
+                2,
+                256,
+                262_144,
+                True,
+                sliding_layers=35,
+                sliding_window=512,
+                global_key_value_heads=2,
+                global_head_dim=512,
+                per_layer_input_size=256,
+                per_layer_vocab_size=262_144,
+            ),
+        ),
         # https://huggingface.co/Qwen/Qwen2.5-Coder-7B-Instruct/blob/main/config.json:
         # 28 layers, 28 heads, 4 KV heads, vocab 152,064, max_position_embeddings 32,768
         # (the card's 128K needs YaRN factor 4, which the card adds by hand).
@@ -168,6 +210,21 @@ BACKBONES: dict[str, Backbone] = {
             1,
             "huggingface.co/Qwen/Qwen3-8B config.json",
             arch=Architecture(4096, 12288, 36, 32, 8, 128, 151_936, False),
+        ),
+        # https://huggingface.co/Qwen/Qwen3-4B/blob/main/config.json: 36 layers, 32 heads,
+        # 8 KV heads, head_dim 128, hidden 2,560, intermediate 9,728, vocab 151,936, tied
+        # embeddings, max_position_embeddings 40,960 (as Qwen3-8B): 4.0B (card: 4.0B).
+        Backbone(
+            "Qwen/Qwen3-4B",
+            "qwen3_4b",
+            40_960,
+            32,
+            8,
+            151_936,
+            "chatml (qwen3, <think>)",
+            1,
+            "huggingface.co/Qwen/Qwen3-4B config.json",
+            arch=Architecture(2560, 9728, 36, 32, 8, 128, 151_936, True),
         ),
     )
 }

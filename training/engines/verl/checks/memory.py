@@ -70,8 +70,9 @@ def layer_params(a: Architecture, global_layer: bool) -> int:
 
 
 def embedding_params(a: Architecture) -> int:
-    """``embed_tokens`` plus an untied ``lm_head``."""
-    return a.vocab_size * a.hidden_size * (1 if a.tie_word_embeddings else 2)
+    """``embed_tokens`` plus an untied ``lm_head``, plus Gemma 4 E-models' per-layer embeddings."""
+    per_layer = (a.per_layer_vocab_size or a.vocab_size) * a.num_hidden_layers * a.per_layer_input_size
+    return a.vocab_size * a.hidden_size * (1 if a.tie_word_embeddings else 2) + per_layer
 
 
 def parameter_count(a: Architecture) -> int:

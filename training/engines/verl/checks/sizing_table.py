@@ -20,6 +20,10 @@ sharded over all GPUs, logits are tokens x vocab):
 - On 8x H200-141G the Qwen models need no sequence parallelism (DualSQL ~84 GiB of
   140.4) and vLLM gets 0.75; Gemma fits one node with Ulysses 2, parameter and optimizer
   offload during rollout (43 GiB otherwise) and vLLM at TP 2 (4 replicas), 0.6.
+- Qwen3-4B (4.0B) runs with Qwen3-8B's rows (the same context, half the state).
+- Gemma 4 E4B (7.4B stored with its per-layer embeddings, vocab 262,144, tied): ReToolSQL's
+  23,500-token sequences give ~24 GiB of bf16 logits and their gradient at one GPU each;
+  on H100 Ulysses 2 halves that, on H200 one GPU per sequence fits; no offload, vLLM TP 1.
 - One GPU (``gpu1``) is for smoke runs with a small model (``model.path=<dir>``): a 7-8B
   backbone's 16 B/parameter alone exceed 80 GB, and the check says so.
 
@@ -42,15 +46,21 @@ _CODER_H100 = Sizing(1, 0.7, 256, 1, 16_384)
 _CODER_H200 = Sizing(1, 0.75, 256, 1, 32_768)
 _GEMMA_H100 = Sizing(4, 0.6, 256, 4, 8_192, None, True, True, True, True, "flash_attention_2")
 _GEMMA_H200 = Sizing(2, 0.6, 256, 2, 12_288, None, True, True, True, True, "flash_attention_2")
+_E4B_H100 = Sizing(1, 0.6, 256, 2, 12_288, None, True, True, False, False, "flash_attention_2")
+_E4B_H200 = Sizing(1, 0.7, 256, 1, 24_576)
 
 TABLE: dict[str, dict[str, Sizing]] = {
     "h100x8": {
         "Qwen/Qwen3-8B": _QWEN3_H100,
+        "Qwen/Qwen3-4B": _QWEN3_H100,
+        "google/gemma-4-E4B-it": _E4B_H100,
         "Qwen/Qwen2.5-Coder-7B-Instruct": _CODER_H100,
         "google/gemma-4-31B-it": _GEMMA_H100,
     },
     "h200x8": {
         "Qwen/Qwen3-8B": _QWEN3_H200,
+        "Qwen/Qwen3-4B": _QWEN3_H200,
+        "google/gemma-4-E4B-it": _E4B_H200,
         "Qwen/Qwen2.5-Coder-7B-Instruct": _CODER_H200,
         "google/gemma-4-31B-it": _GEMMA_H200,
     },

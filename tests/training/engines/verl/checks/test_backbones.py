@@ -30,6 +30,9 @@ def test_table_rows_are_consistent() -> None:
         assert 8 % row.tensor_parallel_size == 0  # rollout replicas on one 8-GPU node
         assert row.source.startswith("huggingface.co/" + hub)
     assert BACKBONES["Qwen/Qwen3-8B"].max_position_embeddings == 8192 + 32768
+    assert BACKBONES["Qwen/Qwen3-4B"].max_position_embeddings == BACKBONES["Qwen/Qwen3-8B"].max_position_embeddings
+    e4b = BACKBONES["google/gemma-4-E4B-it"]  # ReToolSQL's scale ablation (§6.3)
+    assert (e4b.group, e4b.chat_template, e4b.max_position_embeddings) == ("gemma4_e4b", "gemma4", 131_072)
     with pytest.raises(ConfigError, match="no backbone for model group 'llama'"):
         backbone_for_group("llama")
 

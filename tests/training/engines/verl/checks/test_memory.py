@@ -175,3 +175,44 @@ def test_every_recipe_and_hardware_composes_in_dry_run(recipe: str, hardware: st
     text = L.describe(cfg)
     assert f"# sizing: hardware={hardware}: episodes in flight" in text
     assert "# sizing: update, per GPU" in text and "KV" in text
+
+
+def test_gemma4_e4b_counts_its_per_layer_embeddings() -> None:
+    """Gemma 4 E4B (ReToolSQL §6.3, §6.4): 35 sliding layers (q 2560*8*256, k+v 2*2560*2*256,
+    o, MLP 3*2560*10240) and 7 global ones (head_dim 512), the tied embedding, and the
+    per-layer embeddings 262,144 x 42 x 256 that config.json's hidden_size_per_layer_input adds."""
+    from training.engines.verl.checks.backbones import Architecture
+
+    arch = BACKBONES["google/gemma-4-E4B-it"].arch
+    sliding = 5_242_880 + 2_621_440 + 5_242_880 + 78_643_200
+    global_ = 10_485_760 + 5_242_880 + 10_485_760 + 78_643_200
+    per_layer = 262_144 * 42 * 256
+    assert parameter_count(arch) == 35 * sliding + 7 * global_ + 262_144 * 2560 + per_layer == 7_434_928_128
+    text = {
+        "hidden_size": 2560,
+        "intermediate_size": 10240,
+        "num_hidden_layers": 42,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        "vocab_size": 262_144,
+        "tie_word_embeddings": True,
+        "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 7,
+        "sliding_window": 512,
+        "num_global_key_value_heads": 2,
+        "global_head_dim": 512,
+        "hidden_size_per_layer_input": 256,
+        "vocab_size_per_layer_input": 262_144,
+    }
+    assert Architecture.from_config({"text_config": text}) == arch
+    assert parameter_count(BACKBONES["Qwen/Qwen3-4B"].arch) == 4_022_272_000  # the card: 4.0B
+
+
+@pytest.mark.parametrize("hardware", ("h100x8", "h200x8"))
+@pytest.mark.parametrize("recipe,model", [("retoolsql", "gemma4_e4b"), ("dualsql", "qwen3_4b")])
+def test_the_papers_smaller_backbones_fit_one_node(recipe: str, model: str, hardware: str) -> None:
+    """ReToolSQL's E4B and DualSQL-4B are sized from the backbone table on both GPU nodes."""
+    cfg = project_config(recipe, f"model={model}", f"hardware={hardware}")
+    text = L.describe(cfg)
+    assert f"backbone table (huggingface.co/{cfg.model.path} config.json" in text
+    assert "# sizing: update, per GPU" in text and "# sizing: rollout, per GPU" in text

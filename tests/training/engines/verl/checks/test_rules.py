@@ -175,8 +175,8 @@ def test_epochs_cover_total_steps_and_the_lr_schedule_is_sized_on_them() -> None
     cfg = verl_cfg("retoolsql", "trainer.total_steps=150")
     assert (cfg.trainer.total_epochs, cfg.trainer.total_training_steps) == (3, 150)
     assert cfg.actor_rollout_ref.actor.optim.total_training_steps == 150
-    recipe = verl_cfg("retoolsql")  # the recipe's own 80 steps reach the KL change at step 80
-    assert (recipe.trainer.total_epochs, recipe.trainer.total_training_steps) == (2, 80)
+    recipe = verl_cfg("retoolsql")  # the recipe's own 120 steps run the beta = 0 phase (steps 80-119)
+    assert (recipe.trainer.total_epochs, recipe.trainer.total_training_steps) == (3, 120)
     one = verl_cfg("retoolsql", "trainer.total_steps=null")  # null = one epoch
     assert (one.trainer.total_epochs, one.trainer.total_training_steps) == (1, per_epoch)
     with pytest.raises(ConfigError, match="3 training example.* algorithm.batch_size=12"):

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import training.runs.usage  # noqa: F401  first: its clock starts with the command
 from training.config.command import explicit_keys, hydra_entry, prepare_config, resolve_device, shows_config
 
 Say = Callable[[str], None]

@@ -20,6 +20,7 @@ from tools.files import atomic_write_text, disk_full_error, disk_is_full
 from training.engines.local import state as st
 from training.engines.local.warm_start import warm_start_dir
 from training.runs.samples import RUN_DIR_FULL_HINT
+from training.runs.usage import process_usage
 
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
@@ -197,6 +198,7 @@ def write_summary(
     atomic_write_text(run_dir / SUMMARY, json.dumps(summary, indent=2), hint=RUN_DIR_FULL_HINT)
     total, parts = st.disk_usage(run_dir)
     summary["disk_bytes"] = total
+    summary.update(process_usage())  # this process's: a resumed run counts from its restart
     atomic_write_text(run_dir / SUMMARY, json.dumps(summary, indent=2), hint=RUN_DIR_FULL_HINT)
     return summary, parts
 
@@ -229,4 +231,14 @@ def summary_text(summary: dict[str, Any], parts: dict[str, int]) -> str:
         f"    metrics {summary['metrics']}\n    wandb {summary['wandb_dir']}\n"
         f"    run directory {run_dir}: {st.human_size(summary['disk_bytes'])} on disk"
         + (f" ({shares})" if shares else "")
+        + usage_text(summary)
     )
+
+
+def usage_text(summary: dict[str, Any]) -> str:
+    """``this command: 612 s wall, peak resident memory 3.1 GB`` (empty when not measured)."""
+    wall, peak = summary.get("wall_seconds"), summary.get("peak_rss_bytes")
+    if wall is None:
+        return ""
+    memory = f", peak resident memory {st.human_size(peak)}" if peak else ""
+    return f"\n    this command: {wall:.0f} s wall{memory}"

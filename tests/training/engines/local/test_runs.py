@@ -174,6 +174,8 @@ def test_checkpoints_store_weights_once(tmp_path: Path, examples: list[Example])
     summary = t.fit()
     steps = sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*"))
     assert steps == ["step_000002", "step_000003"]
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk["wall_seconds"] > 0 and on_disk["peak_rss_bytes"] > 100 * 1024**2  # torch and a model at least
     last, older = tmp_path / "checkpoints" / "step_000003", tmp_path / "checkpoints" / "step_000002"
     assert (last / "model.safetensors").is_file() and (last / "trainer_state.pt").is_file()
     assert not (older / "trainer_state.pt").exists() and (older / "model.safetensors").is_file()
@@ -210,6 +212,9 @@ def test_the_summary_line_shows_ex_in_percent_and_the_disk_used() -> None:
     text = summary_text(summary, {"checkpoints": 2 * 1024**3, "warm_start": 1024**3, "run.log": 10})
     assert "EX before 0.0% -> after warm start 12.5% -> after 37.5% on 8 held-out questions" in text
     assert "run directory runs/trustsql: 3.0 GB on disk (checkpoints 2.0 GB, warm_start 1.0 GB)" in text
+    assert "this command" not in text  # not measured: no line
+    measured = summary_text({**summary, "wall_seconds": 612.4, "peak_rss_bytes": int(3.1 * 1024**3)}, {})
+    assert measured.endswith("\n    this command: 612 s wall, peak resident memory 3.1 GB")
 
 
 def test_samples_records_match_the_update_and_the_metrics_step(tmp_path: Path, examples: list[Example]) -> None:

@@ -130,3 +130,40 @@ def test_return_unkept_reaches_the_workers() -> None:
     assert WorkerSettings.from_config(config).dynamic_sampling.return_unkept == "all"
     with pytest.raises(ValueError, match="return_unkept='sometimes'"):
         DynamicSampling(return_unkept="sometimes")
+
+
+def test_the_trainer_saves_the_pool_with_the_steps_unkept_questions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint taken after a step holds that step's surplus question (handed back at
+    save time, not only at the next draw); a resumed trainer draws it first."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from training.engines.verl.shared import WorkerSettings
+    from training.engines.verl.workers import sync_trainer as T
+
+    monkeypatch.setattr(PPOTrainer, "_save_checkpoint", lambda self: None)  # veRL's actor, critic and data.pt
+    monkeypatch.setattr(PPOTrainer, "_load_checkpoint", lambda self: setattr(self, "global_steps", 1))
+
+    def trainer() -> Any:
+        out = object.__new__(T.SqlAgentTrainer)
+        out.config = OmegaConf.create(
+            {"trainer": {"default_local_dir": str(tmp_path), "resume_mode": "auto", "max_actor_ckpt_to_keep": None}}
+        )
+        out._settings = WorkerSettings(agent="retoolsql", dynamic_sampling=DynamicSampling(enable=True, oversample=2))
+        out.replay_buffer = S.SqlAgentReplayBuffer.from_buffer(SimpleNamespace(), out._settings.dynamic_sampling)  # type: ignore[arg-type]
+        out._fetch_one_gen_batch = _loader(questions=9, chunk=2)
+        return out
+
+    first = trainer()
+    first.global_steps = 1
+    drawn = first._backup_pool().take(4)
+    uids = [str(u) for u in drawn["uid"]]
+    first.replay_buffer.last_choice = S.GroupChoice(keep=uids[:2], unkept_varying=[uids[3]], unkept_flat=[uids[2]])
+    (tmp_path / "global_step_1").mkdir()
+    first._save_checkpoint()
+    assert (tmp_path / "global_step_1" / T.BACKUP_POOL_FILE).is_file()
+    resumed = trainer()
+    resumed._load_checkpoint()
+    assert _ids(resumed._backup_pool().take(1)) == ["t3"]  # the surplus of step 1, not the next question

@@ -153,7 +153,7 @@ def test_the_trainer_saves_the_pool_with_the_steps_unkept_questions(
         )
         out._settings = WorkerSettings(agent="retoolsql", dynamic_sampling=DynamicSampling(enable=True, oversample=2))
         out.replay_buffer = S.SqlAgentReplayBuffer.from_buffer(SimpleNamespace(), out._settings.dynamic_sampling)  # type: ignore[arg-type]
-        out._fetch_one_gen_batch = _loader(questions=9, chunk=2)
+        out._fetch_one_gen_batch = _loader(questions=9, chunk=2)  # type: ignore[method-assign]  # the dataloader
         return out
 
     first = trainer()

@@ -32,7 +32,7 @@ class DynamicSamplingConfig:
         "varying",
         "candidates drawn but not kept, back to the pool (drawn again next): "
         "varying (varied but beyond the B kept) | all (zero-variance too) | none; "
-        "local engine (veRL's DAPO filter draws new batches until B are kept)",
+        "both engines with the one draw (refill=false; veRL's filter_groups draws new batches instead)",
     )
     flagged_positive_as_unknown: bool = _f(
         False,

@@ -123,6 +123,10 @@ class AdvantageSettings:
         return cls(**_known(cls, data))
 
 
+RETURN_UNKEPT = ("none", "varying", "all")
+"""``algorithm.dynamic_sampling.return_unkept``: which drawn-but-not-kept questions go back to the pool."""
+
+
 @dataclass(frozen=True)
 class DynamicSampling:
     """The ``sqlagent.dynamic_sampling`` block.
@@ -134,6 +138,10 @@ class DynamicSampling:
     ``filter_groups``: keep dispatching prompts until ``B`` informative groups are
     finished, at most ``oversample`` batches in flight. ``flagged_positive_as_unknown``:
     a row whose positive execution reward carries a reward-trust flag does not count.
+    ``return_unkept`` (one draw only): the questions of groups drawn but not kept go back
+    to the backup pool and are drawn first at the next step, as on the local engine -
+    ``varying`` those that varied beyond the B kept, ``all`` the zero-variance ones too,
+    ``none`` no question.
     """
 
     enable: bool = False
@@ -142,12 +150,17 @@ class DynamicSampling:
     refill: bool = False
     oversample: int = 1
     flagged_positive_as_unknown: bool = False
+    return_unkept: str = "varying"
 
     def __post_init__(self) -> None:
         if self.min_std < 0:
             raise ValueError(f"dynamic_sampling.min_std={self.min_std}: must be >= 0 (1e-6 keeps any spread)")
         if int(self.oversample) < 1:
             raise ValueError(f"dynamic_sampling.oversample={self.oversample}: must be a positive integer (K)")
+        if self.return_unkept not in RETURN_UNKEPT:
+            raise ValueError(
+                f"dynamic_sampling.return_unkept={self.return_unkept!r}: choose one of {', '.join(RETURN_UNKEPT)}"
+            )
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> DynamicSampling:

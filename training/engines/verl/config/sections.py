@@ -130,6 +130,7 @@ def _algorithm_fields(cfg: TrainConfig) -> dict[str, Any]:
         "filter_metric": ds.metric,
         "filter_min_std": ds.min_std,
         "flagged_positive_as_unknown": ds.flagged_positive_as_unknown,
+        "return_unkept": ds.return_unkept,
         "oversample": ds.oversample,
         "advantage": adv.estimator,
         "schema_weight": adv.schema_weight,

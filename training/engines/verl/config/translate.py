@@ -202,6 +202,7 @@ def worker_settings(s: VerlSettings) -> WorkerSettings:
             refill=s.refill,
             flagged_positive_as_unknown=s.flagged_positive_as_unknown,
             oversample=s.oversample,
+            return_unkept=s.return_unkept,
         ),
         run_dir=str(run_dir),
         final_dir=str(run_dir / "final"),  # every run ends with final/ (training/export.py without hf_model)

@@ -69,6 +69,7 @@ class VerlSettings:
     filter_metric: str = "exec"
     filter_min_std: float = 1e-6
     flagged_positive_as_unknown: bool = False  # flagged positive exec rewards take no part in the filter
+    return_unkept: str = "varying"  # one draw: questions drawn but not kept back to the pool (none|varying|all)
     oversample: int = 4  # K
     advantage: str = "grpo"  # "grpo" | "two_track" (the training.algorithm.advantages estimator name)
     schema_weight: float = 0.25  # lambda of the schema track

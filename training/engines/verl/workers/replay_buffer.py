@@ -10,10 +10,13 @@ is at least ``min_std``, keep up to ``B`` groups and zero-mask the unfilled slot
 ``false``, the papers' rule):
 
 - ``refill=false``: the trainer submits ``B x K`` prompts per step; :meth:`sample` waits
-  until all of them are finished, keeps the informative groups (oldest first, at most
-  ``B``), fills the remaining slots with uninformative groups whose rows are tagged
-  ``zero_mask`` (the trainer zeroes their loss mask, so they train nothing and the batch
-  keeps its shape), and clears the rest from TransferQueue;
+  until all of them are finished, keeps the informative groups (in the order the trainer
+  drew them, at most ``B``), fills the remaining slots with uninformative groups whose
+  rows are tagged ``zero_mask`` (the trainer zeroes their loss mask, so they train nothing
+  and the batch keeps its shape), and clears the rest from TransferQueue. The groups not
+  kept are remembered (:class:`GroupChoice`) so that the trainer can hand their questions
+  back to the backup pool (``return_unkept``, :mod:`training.engines.verl.workers.backup_pool`),
+  as the local engine does;
 - ``refill=true``: veRL's own loop, with this class's classification (``min_std``,
   dropped rows ignored).
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -60,10 +64,57 @@ def informative(values: Sequence[float], min_std: float) -> bool:
     return spread is not None and spread >= min_std and spread > 0.0
 
 
+@dataclass
+class GroupChoice:
+    """One draw's groups (prompt uids) sorted by the papers' rule: ``keep`` trains, ``fill``
+    holds the unfilled slots zero-masked, ``unkept_varying`` varied but fell beyond the B
+    kept, ``unkept_flat`` had no spread (the ``fill`` groups among them: they train nothing)."""
+
+    keep: list[str] = field(default_factory=list)
+    fill: list[str] = field(default_factory=list)
+    unkept_varying: list[str] = field(default_factory=list)
+    unkept_flat: list[str] = field(default_factory=list)
+
+    def to_return(self, mode: str) -> list[str]:
+        """The uids whose questions go back to the pool under ``return_unkept=mode`` (the
+        local engine's ``unkept_to_return``)."""
+        if mode == "none":
+            return []
+        return list(self.unkept_varying) + (list(self.unkept_flat) if mode == "all" else [])
+
+
+def choose_groups(
+    ordered: Sequence[str],
+    values: Mapping[str, Sequence[float]],
+    finished: set[str],
+    min_std: float,
+    batch_size: int,
+) -> GroupChoice:
+    """The papers' one draw over groups in draw order: the first ``batch_size`` informative
+    finished groups are kept, the first of the others fill the remaining slots.
+
+    >>> c = choose_groups(["a", "b", "c", "d"], {"a": [1, 0], "b": [0, 0], "c": [1, 0], "d": [0, 1]},
+    ...                   {"a", "b", "c", "d"}, 1e-6, 2)
+    >>> c.keep, c.fill, c.unkept_varying, c.unkept_flat, c.to_return("varying")
+    (['a', 'c'], [], ['d'], ['b'], ['d'])
+    """
+    varying = [uid for uid in ordered if uid in finished and informative(values.get(uid, []), min_std)]
+    keep = varying[:batch_size]
+    fill = [uid for uid in ordered if uid not in keep][: batch_size - len(keep)]
+    return GroupChoice(
+        keep=keep,
+        fill=fill,
+        unkept_varying=varying[batch_size:],
+        unkept_flat=[uid for uid in ordered if uid not in varying],
+    )
+
+
 class SqlAgentReplayBuffer(ReplayBuffer):
     """veRL's sync replay buffer with the project's dynamic sampling (see the module doc)."""
 
     dynamic: DynamicSampling
+    draw_order: dict[str, int]  # prompt uid -> its place in the trainer's draw (the papers' "oldest first")
+    last_choice: GroupChoice  # the last one draw's groups, until the trainer takes the unkept ones
 
     @classmethod
     def from_buffer(cls, buffer: ReplayBuffer, dynamic: DynamicSampling) -> SqlAgentReplayBuffer:
@@ -71,6 +122,8 @@ class SqlAgentReplayBuffer(ReplayBuffer):
         out = cls.__new__(cls)
         out.__dict__.update(buffer.__dict__)
         out.dynamic = dynamic
+        out.draw_order = {}
+        out.last_choice = GroupChoice()
         if dynamic.enable:
             out.filter_groups_metric = metric_key(dynamic.metric)
         return out
@@ -140,17 +193,14 @@ class SqlAgentReplayBuffer(ReplayBuffer):
                 break
             last_debug = self._wait_for_next_poll(partition_id, last_debug)
         with_rows = {key.split("_")[0] for key in self.partitions[partition_id]}
-        steps = self.prompt_global_steps[partition_id]
-        ordered = sorted(terminal & with_rows, key=lambda uid: (steps.get(uid, 0), uid))
+        steps, drawn = self.prompt_global_steps[partition_id], self.draw_order
+        ordered = sorted(terminal & with_rows, key=lambda uid: (steps.get(uid, 0), drawn.get(uid, len(drawn)), uid))
         values = self._group_values(partition_id, set(ordered))
-        keep = [
-            uid
-            for uid in ordered
-            if uid in self.finished_keys[partition_id] and informative(values[uid], self.dynamic.min_std)
-        ][:batch_size]
-        fill = [uid for uid in ordered if uid not in keep][: batch_size - len(keep)]
+        choice = choose_groups(ordered, values, self.finished_keys[partition_id], self.dynamic.min_std, batch_size)
+        keep, fill = choice.keep, choice.fill
         if not keep and not fill:
             raise RuntimeError("dynamic sampling: no group of this step produced rows (every rollout failed)")
+        self.last_choice = choice
         surplus = terminal - set(keep) - set(fill)
         snapshot = dict(self.partitions[partition_id])
         self._clear_groups(partition_id, surplus)
@@ -160,13 +210,22 @@ class SqlAgentReplayBuffer(ReplayBuffer):
             dict(tag, **{ZERO_MASK_TAG: key.split("_")[0] in filled})
             for key, tag in zip(batch.keys, batch.tags, strict=True)
         ]
+        # Stored too: the trainer's later steps take the tags TransferQueue returns with each write.
+        tq.kv_batch_put(keys=batch.keys, partition_id=partition_id, tags=batch.tags)
         metrics = {
             "training/dynamic_sampling/drawn_groups": len(terminal),
             "training/dynamic_sampling/kept_groups": len(keep),
             "training/dynamic_sampling/zero_masked_groups": len(fill),
             "training/dynamic_sampling/fill_rate": len(keep) / batch_size,
+            "training/dynamic_sampling/unkept_varying_groups": len(choice.unkept_varying),
         }
         log.info(
             "dynamic sampling: %d of %d groups informative, %d slot(s) zero-masked", len(keep), len(terminal), len(fill)
         )
         return batch, metrics
+
+    def take_unkept(self) -> list[str]:
+        """The uids of the last draw whose questions go back to the pool
+        (``return_unkept``); each draw's are handed out once."""
+        out, self.last_choice = self.last_choice.to_return(self.dynamic.return_unkept), GroupChoice()
+        return out

@@ -2,7 +2,9 @@
 the project's advantages, KL schedule and dynamic sampling.
 
 - Advantages: :mod:`training.engines.verl.workers.row_advantages` (per-role groups, two tracks).
-- Dynamic sampling: :mod:`training.engines.verl.workers.replay_buffer` (the papers' one draw or veRL's refill).
+- Dynamic sampling: :mod:`training.engines.verl.workers.replay_buffer` (the papers' one draw or veRL's refill);
+  the one draw takes its prompts from :mod:`training.engines.verl.workers.backup_pool`, which serves the
+  questions of the groups not kept (``return_unkept``) first at the next step and is saved with each checkpoint.
 - One optimizer step per mini-batch of questions, whatever the rows per question (DualSQL).
 - The project's records: ``metrics.jsonl`` rows per step and evaluation, and the first
   ``trainer.samples_per_step`` rollouts of each step in ``samples.jsonl``
@@ -23,6 +25,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +41,7 @@ from verl.utils.skip import SkipManager
 
 from tools.errors import ConfigError
 from training.engines.verl.shared import EPISODE_KEY, TRAINER_MODE, VALIDATION_MARK, AdvantageSettings, WorkerSettings
+from training.engines.verl.workers.backup_pool import BackupPool
 from training.engines.verl.workers.kl_schedule import KLScheduleMixin
 from training.engines.verl.workers.replay_buffer import ZERO_MASK_TAG, SqlAgentReplayBuffer
 from training.engines.verl.workers.row_advantages import eval_record, nested_like, phase_aware_advantages, step_record
@@ -44,6 +49,9 @@ from training.engines.verl.workers.run_records import RunRecordsMixin
 from training.engines.verl.workers.stop_on_signal import StopOnSignalMixin
 
 log = logging.getLogger(__name__)
+
+BACKUP_POOL_FILE = "backup_pool.pt"
+"""The backup pool's rows in a ``global_step_N`` checkpoint folder (next to veRL's ``data.pt``)."""
 
 __all__ = [
     "EPISODE_KEY",
@@ -126,12 +134,33 @@ class SqlAgentTrainer(StopOnSignalMixin, RunRecordsMixin, KLScheduleMixin):
 
     @SkipManager.annotate_tq(role="rollout_tq", phase="submit")
     def _add_batch_to_generate(self) -> None:
-        """the papers' dynamic sampling draws ``B x K`` prompts once per step (K = oversample)."""
+        """the papers' dynamic sampling draws ``B x K`` prompts once per step (K = oversample)
+        from the backup pool: the questions the last draw did not keep first (``return_unkept``)."""
+        import verl.utils.tensordict_utils as tu
+
         dynamic = self.settings.dynamic_sampling
-        if dynamic.enable and not dynamic.refill:
-            self._add_prompts_to_generate(int(self.config.data.train_batch_size) * int(dynamic.oversample))
-        else:
+        if not (dynamic.enable and not dynamic.refill):
             self._submit_batch_to_rollout(self._next_train_batch())
+            return
+        pool = self._backup_pool()
+        batch = pool.take(int(self.config.data.train_batch_size) * int(dynamic.oversample))
+        tu.assign_non_tensor_data(batch, "global_steps", self.global_steps)
+        if isinstance(self.replay_buffer, SqlAgentReplayBuffer):  # it keeps groups in this order
+            self.replay_buffer.draw_order = {str(uid): i for i, uid in enumerate(pool.drawn)}
+        self._submit_batch_to_rollout(batch)
+
+    def _backup_pool(self) -> BackupPool:
+        """The one draw's pool, with the last draw's unkept questions handed back to it."""
+        pool = getattr(self, "_pool", None)
+        if pool is None:
+            pool = self._pool = BackupPool(self._fetch_one_gen_batch)
+        replay = getattr(self, "replay_buffer", None)
+        if isinstance(replay, SqlAgentReplayBuffer):
+            pool.give_back(replay.take_unkept())
+        return pool
+
+    def _pool_file(self, step_dir: str) -> Path:
+        return Path(step_dir) / BACKUP_POOL_FILE
 
     # ------------------------------------------------------------------ one update per mini-batch
 
@@ -296,8 +325,6 @@ class SqlAgentTrainer(StopOnSignalMixin, RunRecordsMixin, KLScheduleMixin):
         when ``save_freq`` did not): veRL's ``hf_model`` copy when the checkpoint holds one,
         else veRL's model merger on the FSDP shards (training/export.py). Written under a
         temporary name and renamed, so a kill never leaves a ``final/`` that looks done."""
-        from pathlib import Path
-
         from training.export import copy_hf_dir, merge_fsdp_actor
 
         final = self.settings.final_dir
@@ -318,6 +345,21 @@ class SqlAgentTrainer(StopOnSignalMixin, RunRecordsMixin, KLScheduleMixin):
             )
         log.info("final weights of step %d exported to %s", last, final)
 
+    def _load_checkpoint(self) -> None:
+        """veRL's resume, then the backup pool saved with the checkpoint (absent: empty)."""
+        super()._load_checkpoint()
+        if not self.global_steps:
+            return
+        trainer = self.config.trainer
+        if trainer.resume_mode == "resume_path":
+            step_dir = str(trainer.resume_from_path)
+        else:
+            step_dir = os.path.join(trainer.default_local_dir, f"global_step_{self.global_steps}")
+        path = self._pool_file(step_dir)
+        if path.exists():
+            self._backup_pool().load_state_dict(torch.load(path, weights_only=False))
+            log.info("backup pool restored from %s", path)
+
     def _save_checkpoint(self) -> None:
         """veRL's save, then its rotation over the checkpoints of earlier processes of this
         run too (veRL's own list only holds those this process saved, so every resume would
@@ -325,6 +367,10 @@ class SqlAgentTrainer(StopOnSignalMixin, RunRecordsMixin, KLScheduleMixin):
         from training.runs.resume_policy import prune_verl_checkpoints
 
         super()._save_checkpoint()
+        dynamic = self.settings.dynamic_sampling
+        if dynamic.enable and not dynamic.refill:  # the backup pool, with this step's unkept questions
+            step_dir = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+            torch.save(self._backup_pool().state_dict(), self._pool_file(step_dir))
         keep = self.config.trainer.get("max_actor_ckpt_to_keep", None)
         for path in prune_verl_checkpoints(self.config.trainer.default_local_dir, keep):
             log.info("removed %s (trainer.keep_checkpoints=%s)", path, keep)

@@ -3,11 +3,14 @@
 The recipe's schedule (beta 0.005 -> 0.001 at step 40 -> 0 at step 80) compressed to steps
 1 and 2 of a three-step run: the trainer must send the actor two new loss functions and
 drop the reference pass for the last step. Dynamic sampling is the recipe's (on) with
-the papers' rule: B x K = 2 x 2 questions drawn once per step, one of the four has spread
-(its gold SQL is the scripted answer; the others' is not, so both sessions score 0), so
-one slot is kept and one is zero-masked every step. ReToolSQL's BM25 demonstrations come
-from the training file: questions live on two databases, so each prompt shows a question
-of the other one.
+the papers' rule and the backup pool (``return_unkept: varying``): B x K = 2 x 2 questions
+drawn once per step from eight, in file order (``data.shuffle=false``, so the draws are
+known). t0, t1 and t2 have spread (their gold SQL is the scripted answer; the others' is
+not, so both sessions score 0). Step 1 draws t0-t3, keeps t0 and t1 and hands t2, which
+varied beyond the B kept, back to the pool; step 2 draws t2 first, then t4-t6, keeps t2
+and zero-masks t4 (without the pool it would draw t4-t7 and keep nothing); step 3 draws
+t7, t0, t1, t2 and keeps t0 and t1. ReToolSQL's BM25 demonstrations come from the training
+file: questions live on two databases, so each prompt shows a question of the other one.
 
 The trainer runs veRL's own loop with only the GPU pieces replaced; the seam (a
 ``_setup`` override) and the doubles are described in ``harness.py``,
@@ -54,11 +57,11 @@ OVERRIDES = [
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("fit_retoolsql")
-    train, val = H.examples(root, RECIPE, n_train=4, n_val=1)
+    train, val = H.examples(root, RECIPE, n_train=8, n_val=1)
     unreachable = "SELECT COUNT(*) FROM schools"  # the script answers with the Fresno filter: exec 0
-    train = [train[0]] + [dataclasses.replace(ex, gold_sql=unreachable) for ex in train[1:]]
+    train = train[:3] + [dataclasses.replace(ex, gold_sql=unreachable) for ex in train[3:]]
     base = H.verl_config(RECIPE, root / "run", H.tiny_model_dir(root), train, val, OVERRIDES)
-    base = H.with_changes(base, {"trainer.rollout_data_dir": str(root / "rollouts")})
+    base = H.with_changes(base, {"trainer.rollout_data_dir": str(root / "rollouts"), "data.shuffle": False})
     session = H.start_session(RECIPE, root, base, writers={"0": "script", "1": "sample"})
     try:
         seen: dict[str, Any] = {}
@@ -83,13 +86,35 @@ def test_kl_schedule_changes_reach_the_actor(run: dict[str, Any]) -> None:
 
 def test_one_draw_keeps_informative_groups_and_zero_masks_the_rest(run: dict[str, Any]) -> None:
     steps = H.step_metrics(Path(run["config"].sqlagent.run_dir))
+    assert sorted(steps) == [1, 2, 3]
     for data in steps.values():
         assert data["training/dynamic_sampling/drawn_groups"] == 4  # B x K, drawn once
-        assert data["training/dynamic_sampling/kept_groups"] == 1
-        assert data["training/dynamic_sampling/zero_masked_groups"] == 1
         assert data["actor/rows_per_update"] == 4  # B groups x G rows: the batch keeps its shape
         assert abs(data["training/rollout_probs_diff_max"]) < 1e-5
+    assert [steps[s]["training/dynamic_sampling/kept_groups"] for s in (1, 2, 3)] == [2, 1, 2]
+    assert [steps[s]["training/dynamic_sampling/zero_masked_groups"] for s in (1, 2, 3)] == [0, 1, 0]
     assert all(u["optimizer_steps"] == 1 for u in run["trainer"].actor_rollout_wg.updates)
+
+
+def step_rows(run: dict[str, Any]) -> dict[int, dict[str, set[str]]]:
+    """step -> the example ids of the batch's rows that trained (an advantage) and of those
+    zero-masked (none), from samples.jsonl (every row of these small steps)."""
+    out: dict[int, dict[str, set[str]]] = {}
+    for line in (Path(run["config"].sqlagent.run_dir) / "samples.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        part = "trained" if row["advantage"] is not None else "zero_masked"
+        out.setdefault(row["step"], {"trained": set(), "zero_masked": set()})[part].add(row["example_id"])
+    return out
+
+
+def test_surplus_groups_go_back_to_the_pool_and_train_at_the_next_step(run: dict[str, Any]) -> None:
+    """ReToolSQL §3.5's backup pool, as the local engine keeps it (see the module doc)."""
+    rows = step_rows(run)
+    assert rows[1] == {"trained": {"t0", "t1"}, "zero_masked": set()}  # t2 varied too: the surplus
+    assert rows[2] == {"trained": {"t2"}, "zero_masked": {"t4"}}  # t2 drawn first, then t4-t6 (none varies)
+    assert rows[3] == {"trained": {"t0", "t1"}, "zero_masked": set()}  # t7, then the next epoch's t0-t2
+    steps = H.step_metrics(Path(run["config"].sqlagent.run_dir))
+    assert [steps[s]["training/dynamic_sampling/unkept_varying_groups"] for s in (1, 2, 3)] == [1, 0, 1]
 
 
 def test_few_shot_pool_comes_from_the_training_file(run: dict[str, Any]) -> None:

@@ -46,6 +46,12 @@ class LaptopProfile:
     warm_start_examples: int = _f(32, "caps stage.warm_start.examples (SFT time grows with prompt length)")
     supervised_questions: int = _f(16, "caps supervised.questions (traces per question cost rollouts)")
     supervised_samples: int = _f(4, "caps supervised.samples, rl_filter_samples and teacher_samples (k on CPU)")
+    split_stages_at: int = _f(
+        330,
+        "a design with its own SFT dataset (supervised.data: TRUST-SQL) on minibird: SFT questions from train "
+        "records [0, N), RL's from [N, end) (data.offset), so the two stages share no question; with the RL "
+        "filter, supervised_questions also caps supervised.rl_questions",
+    )
     agent_options: dict[str, Any] = _f(
         {}, "agent options set where the agent accepts them (shorter prompts: schema_format=compact, num_few_shot=1)"
     )

@@ -107,10 +107,10 @@ def measure(recipe: str, args: argparse.Namespace, say: Any) -> dict[str, Any]:
     )
     chain_start = time.perf_counter()
     summary = run_stage(cfg, None, say)
-    from eval.data import load_examples
+    from eval.data import load_from_config
 
     d = cfg.data
-    train = load_examples(kind=d.kind, root=d.root, split=d.split, drop_failing_gold=d.drop_failing_gold, limit=d.limit)
+    train = load_from_config(cfg.supervised.data or d, "train")  # the SFT questions' dataset (TRUST-SQL: its own)
     chain_ids = {ex.id for ex in fixed_subset(train, cfg.supervised.questions, cfg.seed)}
     return {
         "design": recipe,

@@ -12,6 +12,15 @@ Command line: ``python -m eval.data minibird --out DIR`` and
 from __future__ import annotations
 
 from eval.data import minibird
-from eval.data.loaders import KINDS, load_examples, load_from_config
+from eval.data.loaders import KINDS, load_examples
+from eval.data.selection import DataSource, keep_difficulties, load_from_config, load_sources
 
-__all__ = ["KINDS", "load_examples", "load_from_config", "minibird"]
+__all__ = [
+    "KINDS",
+    "DataSource",
+    "keep_difficulties",
+    "load_examples",
+    "load_from_config",
+    "load_sources",
+    "minibird",
+]

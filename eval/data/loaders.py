@@ -26,6 +26,7 @@ from eval.data.gold_refs import GoldCache
 from eval.data.layout import Layout, Problems, resolve_bird, resolve_jsonl, resolve_spider, show_ids
 from eval.data.question_order import QuestionSlot, RenamedId, describe_renames, renamed_id
 from eval.data.spider_variants import resolve_spider_dk, resolve_spider_realistic, resolve_spider_syn
+from eval.data.synsql import resolve_synsql
 from tools.errors import ConfigError, DataError
 from tools.plugins import DESIGN_GROUP, Registry
 
@@ -48,6 +49,10 @@ BIRD_FIELDS = Fields(ids=("question_id", "id"), sql=("SQL", "sql", "query"), sql
 SPIDER_FIELDS = Fields(ids=(), sql=("query",), sql_required=True, evidence=(), difficulty=())
 SPIDER_SYN_FIELDS = replace(SPIDER_FIELDS, question=("SpiderSynQuestion", "question"))
 JSONL_FIELDS = Fields(ids=("id", "question_id"), sql=("sql", "SQL", "query"), sql_required=False)
+# SynSQL-2.5M's data.json (eval/data/synsql.py): no ids (positions), external_knowledge, sql_complexity
+SYNSQL_FIELDS = Fields(
+    ids=(), sql=("sql",), sql_required=True, evidence=("external_knowledge",), difficulty=("sql_complexity",)
+)
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,7 @@ KINDS: Registry[Kind] = Registry("dataset kind", plugins=DESIGN_GROUP)
 KINDS.register("bird")(Kind(resolve_bird, BIRD_FIELDS, "json", rename_repeated_ids=True))
 KINDS.register("spider")(Kind(resolve_spider, SPIDER_FIELDS, "json", difficulty_of=_spider_hardness))
 KINDS.register("jsonl")(Kind(resolve_jsonl, JSONL_FIELDS, "jsonl"))
+KINDS.register("synsql")(Kind(resolve_synsql, SYNSQL_FIELDS, "json"))
 for _name, _resolve, _fields in (
     ("spider_syn", resolve_spider_syn, SPIDER_SYN_FIELDS),
     ("spider_dk", resolve_spider_dk, SPIDER_FIELDS),
@@ -130,6 +136,7 @@ def load_examples(
     drop_failing_gold: bool = False,
     limit: int | None = None,
     dsn: str | None = None,
+    offset: int = 0,
 ) -> list[Example]:
     """The examples of one split, validated up front.
 
@@ -137,11 +144,13 @@ def load_examples(
     folder with ``tables.json``; JSONL: the ``.jsonl`` file or a folder with
     ``<split>.jsonl``); for ``minibird`` None means the cached build (built on first use).
     ``limit`` keeps the first N records of the file (before validation, so a quick run
-    does not parse a whole training set). ``drop_failing_gold`` executes each gold SQL and
-    drops the examples whose SQL errors or times out, logging how many; otherwise they
-    are kept without executing anything. ``dsn`` (a ``postgresql://`` URI): the databases
-    are the schemas of that PostgreSQL database, one per ``db_id`` (``tools.db.postgres_backend``),
-    instead of the files beside the questions.
+    does not parse a whole training set); ``offset`` skips the first N records before that
+    (ids stay those of the whole file), so two calls can take disjoint parts of a split.
+    ``drop_failing_gold`` executes each gold SQL and drops the examples whose SQL errors
+    or times out, logging how many; otherwise they are kept without executing anything.
+    ``dsn`` (a ``postgresql://`` URI): the databases are the schemas of that PostgreSQL
+    database, one per ``db_id`` (``tools.db.postgres_backend``), instead of the files beside
+    the questions.
 
     A BIRD-layout file that repeats a question id (MINIDEV's ``mini_dev_sqlite.json``
     repeats 137 and 138) loads: the first question keeps the id, later ones become
@@ -152,7 +161,7 @@ def load_examples(
     paths and example ids; ``UnknownNameError`` for an unknown kind; ``ConfigError`` for
     bad arguments.
     """
-    return load_split(kind, root, split, drop_failing_gold, limit, dsn).examples
+    return load_split(kind, root, split, drop_failing_gold, limit, dsn, offset).examples
 
 
 def load_split(
@@ -162,12 +171,15 @@ def load_split(
     drop_failing_gold: bool = False,
     limit: int | None = None,
     dsn: str | None = None,
+    offset: int = 0,
 ) -> LoadedSplit:
     """``load_examples`` with the question order and the renamed ids (same arguments, same
     errors)."""
     spec = KINDS.get(kind)
     if limit is not None and (not isinstance(limit, int) or limit < 1):
         raise ConfigError(f"limit={limit!r}: pass a positive integer or None")
+    if not isinstance(offset, int) or offset < 0:
+        raise ConfigError(f"offset={offset!r}: pass 0 or a positive integer (records skipped first)")
     if not split or not isinstance(split, str):
         raise ConfigError(f"split={split!r}: pass a split name such as 'train' or 'dev'")
     base = _root(kind, spec, root)
@@ -176,7 +188,7 @@ def load_split(
         problems.add(f"dataset root {base} does not exist; set data.root to the folder holding the dataset")
         problems.raise_if_any()
     layout = spec.resolve(base, split, problems)
-    records, renamed = _unique_ids(_read_all(layout, spec, problems, limit), spec.rename_repeated_ids, problems)
+    records, renamed = _unique_ids(_read_all(layout, spec, problems, limit, offset), spec.rename_repeated_ids, problems)
     caches = {db_id: GoldCache(db) for db_id, db in _databases(records, layout, problems, dsn).items()}
     try:
         examples = _build_examples(records, caches, split, problems, spec)
@@ -212,7 +224,7 @@ def _root(kind: str, spec: Kind, root: str | os.PathLike[str] | None) -> Path:
 # ----------------------------------------------------------------------------- records
 
 
-def _read_all(layout: Layout, spec: Kind, problems: Problems, limit: int | None) -> list[Record]:
+def _read_all(layout: Layout, spec: Kind, problems: Problems, limit: int | None, skip: int = 0) -> list[Record]:
     """Records of every question file in order. An example without an id gets its position
     in the file (JSON: list index; JSONL: line number - 1), offset by the sizes of earlier
     files, so Spider's two train files give unique ids and fixing a broken line keeps ids."""
@@ -221,6 +233,8 @@ def _read_all(layout: Layout, spec: Kind, problems: Problems, limit: int | None)
     for path in layout.question_files:
         raw, size = _read_jsonl(path, problems) if spec.reader == "jsonl" else _read_json(path, problems)
         for where, index, item in raw:
+            if offset + index < skip:
+                continue
             if limit is not None and len(records) >= limit:
                 return records
             rec = _record(item, offset + index, where, spec.fields, problems)
@@ -408,28 +422,3 @@ def _drop_failing(examples: list[Example], caches: Mapping[str, GoldCache], labe
             "; ".join(dropped[:5]) + (" ..." if len(dropped) > 5 else ""),
         )
     return kept
-
-
-def load_from_config(data: Any, which: str = "train") -> list[Example]:
-    """The examples a ``data`` config names (a mapping or the typed dataclass).
-
-    ``which="train"`` uses ``split``, ``train_ids`` (a file of ids narrowing the split,
-    ``eval/data/question_ids.py``) and ``limit``; ``which="eval"`` uses ``eval_split``
-    and ``eval_limit``.
-    """
-    get = (lambda k: data[k]) if isinstance(data, Mapping) else (lambda k: getattr(data, k))
-    if which not in ("train", "eval"):
-        raise ConfigError(f"which={which!r}: use 'train' or 'eval'")
-    split, limit = (get("split"), get("limit")) if which == "train" else (get("eval_split"), get("eval_limit"))
-    ids_file = _optional(data, "train_ids") if which == "train" else None
-    dsn = _optional(data, "dsn")
-    if not ids_file:
-        return load_examples(get("kind"), get("root"), split, bool(get("drop_failing_gold")), limit, dsn)
-    from eval.data.question_ids import keep_ids
-
-    kept = keep_ids(load_examples(get("kind"), get("root"), split, bool(get("drop_failing_gold")), None, dsn), ids_file)
-    return kept[:limit] if limit else kept
-
-
-def _optional(data: Any, key: str) -> Any:
-    return data.get(key) if isinstance(data, Mapping) else getattr(data, key, None)

@@ -297,6 +297,9 @@ def test_load_from_config_and_compose(bird_root: Path) -> None:
         "eval_split": "dev",
         "drop_failing_gold": True,
         "limit": 3,
+        "offset": 0,
+        "difficulties": None,
+        "mixture": [],
         "train_ids": None,
         "eval_limit": None,
         "ex_metric": "ex",
@@ -309,7 +312,8 @@ def test_load_from_config_and_compose(bird_root: Path) -> None:
 
 
 def test_every_data_config_has_the_same_keys() -> None:
-    keys = {"kind", "root", "split", "eval_split", "drop_failing_gold", "limit", "train_ids", "eval_limit", "ex_metric"}
+    keys = {"kind", "root", "split", "eval_split", "drop_failing_gold", "limit", "offset", "difficulties", "mixture"}
+    keys |= {"train_ids", "eval_limit", "ex_metric"}
     for kind in ("minibird", "bird", "spider", "jsonl"):
         data = compose_data([f"data={kind}"])
         assert set(data) == keys and data["kind"] == kind and data["root"] is None

@@ -10,7 +10,8 @@ import psycopg
 import pytest
 
 from eval.data import minibird
-from eval.data.loaders import load_from_config, load_split
+from eval.data import load_from_config
+from eval.data.loaders import load_split
 from eval.data.minibird.domains import all_domains
 from eval.data.postgres_copy import copy_sqlite_to_postgres, role_dsn
 from rex.scorer import ExecScorer

@@ -49,6 +49,12 @@ class LaptopProfile:
     supervised_lr: float = _f(
         1e-4, "-> supervised.lr (a few SFT steps on the 135M model; the backbone-scaled 2e-5 moves it too little)"
     )
+    split_stages_at: int = _f(
+        330,
+        "a design with its own SFT dataset (supervised.data: TRUST-SQL) on minibird: SFT questions from train "
+        "records [0, N), RL's from [N, end) (data.offset), so the two stages share no question; with the RL "
+        "filter, supervised_questions also caps supervised.rl_questions",
+    )
     agent_options: dict[str, Any] = _f(
         {}, "agent options set where the agent accepts them (shorter prompts: schema_format=compact, num_few_shot=1)"
     )

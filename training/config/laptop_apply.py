@@ -72,6 +72,7 @@ def apply_laptop_profile(
             max(1, round(cfg.supervised.rl_filter_pass * p.supervised_samples / cfg.supervised.rl_filter_samples)),
             cap=True,
         )
+    _split_stages(cfg, data, explicit, changes, put)
     accepted = _agent_option_names(cfg.agent.name)
     options = data["agent"]["options"]
     for key, value in p.agent_options.items():
@@ -80,6 +81,28 @@ def apply_laptop_profile(
             options[key] = value
             changes[f"agent.{key}"] = (old, value)
     return _rebuild(type(cfg), data), changes
+
+
+def _split_stages(
+    cfg: TrainConfig, data: dict[str, Any], explicit: Sequence[str], changes: dict[str, tuple[Any, Any]], put: Any
+) -> None:
+    """Two disjoint parts of minibird's training split for a design whose SFT questions come
+    from their own dataset (``supervised.data``; TRUST-SQL's SynSQL-2.5M, which a laptop does
+    not hold): SFT draws from the first ``split_stages_at`` records, RL from the rest."""
+    sup = cfg.supervised
+    if cfg.stage.name == "rl" or sup.data is None or cfg.data.kind != "minibird" or cfg.data.mixture:
+        return
+    if any(k == "supervised.data" or k.startswith("supervised.data.") for k in explicit):
+        return
+    n = cfg.laptop.split_stages_at
+    subset: dict[str, Any] = {"kind": "minibird", "root": cfg.data.root, "split": cfg.data.split, "limit": n}
+    if sup.data.get("difficulties"):
+        subset["difficulties"] = list(sup.data["difficulties"])
+    data["supervised"]["data"] = subset
+    changes["supervised.data"] = (sup.data, subset)
+    put("data.offset", max(cfg.data.offset, n))
+    if sup.rl_filter:
+        put("supervised.rl_questions", cfg.laptop.supervised_questions, cap=True)
 
 
 def _agent_option_names(name: str) -> set[str]:

@@ -43,6 +43,11 @@ class SupervisedConfig:
     the policy and teachers, filters, an SFT dataset, SFT, then (sft_rl) RL."""
 
     chain: str = _f("auto", "auto (the design's own: agents.designs.Design.supervised_chain) | mine | annotate", CHAINS)
+    data: dict[str, Any] | None = _f(
+        None,
+        "the dataset of the SFT questions (traces, SFT): {kind, root, split, limit, offset, difficulties, "
+        "drop_failing_gold, mixture}, as the data group's training side; null = data (RL and SFT share it)",
+    )
     questions: int | None = _f(None, "training questions to draw traces for (a seeded fixed subset); null = all")
     samples: int = _f(16, "mine: k samples per question with the current policy (pass@k, bands)")
     temperature: float = _f(1.0, "mine: sampling temperature of the policy")
@@ -77,6 +82,12 @@ class SupervisedConfig:
     )
     rl_filter_samples: int = _f(8, "samples per question for the RL filter")
     rl_filter_pass: int = _f(6, "keep a question for RL when its correct samples < this")
+    rl_filter_temperature: float | None = _f(
+        None, "the RL filter's sampling temperature; null = rollout.temperature (RL's own)"
+    )
+    rl_questions: int | None = _f(
+        None, "RL questions of stage=sft_rl (before the RL filter): a seeded fixed subset of data's; null = all"
+    )
     passk_after: bool = _f(
         False, "pass@k under the SFT policy too (and before SFT on annotate chains): hard questions gained"
     )
@@ -140,6 +151,21 @@ class SupervisedConfig:
             ),
             f"supervised.policy_endpoint={self.policy_endpoint!r}: give base_url and model (the served "
             "policy, e.g. {base_url: 'http://HOST:8000/v1', model: NAME}) or null",
+        )
+        if self.data is not None:
+            from eval.data.selection import SOURCE_KEYS, training_sources
+
+            allowed = [k for k in SOURCE_KEYS if k != "name"] + ["mixture"]
+            unknown = sorted(set(self.data) - set(allowed))
+            _need(not unknown, f"supervised.data: unknown key(s) {unknown}; it takes {', '.join(allowed)}")
+            training_sources(self.data, "supervised.data")  # its values, refused by name
+        _need(
+            self.rl_filter_temperature is None or self.rl_filter_temperature > 0,
+            f"supervised.rl_filter_temperature={self.rl_filter_temperature}: sampling needs > 0 (or null)",
+        )
+        _need(
+            self.rl_questions is None or self.rl_questions >= 1,
+            f"supervised.rl_questions={self.rl_questions}: a positive integer or null",
         )
         for i, teacher in enumerate(self.teachers):
             _need(

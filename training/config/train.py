@@ -47,7 +47,19 @@ class DataConfig:
     split: str = _f("train", "split the policy trains on")
     eval_split: str = _f("dev", "held-out split for validation and before/after EX")
     drop_failing_gold: bool = _f(True, "skip examples whose gold SQL fails to execute")
-    limit: int | None = _f(None, "use at most this many training examples")
+    limit: int | None = _f(None, "use at most this many training examples (the first records of the split)")
+    offset: int = _f(0, "skip the split's first N records (offset + limit: a part of the split)")
+    difficulties: list[str] | None = _f(
+        None,
+        "keep training examples of these difficulty labels: a dataset's own (simple, moderate, challenging; "
+        "easy, medium, hard, extra; complex, highly_complex) or BIRD's scale covering the rest "
+        "(eval/data/selection.py LEVELS); null = all",
+    )
+    mixture: list[dict[str, Any]] = _f(
+        [],
+        "more training sources appended to this split: [{kind, root, split, limit, offset, difficulties, "
+        "drop_failing_gold, name}] (split, drop_failing_gold and difficulties inherited); ids become <name>/<id>",
+    )
     train_ids: str | None = _f(
         None,
         "a JSON file of training question ids narrowing the split (the RL filter of stage=sft_rl "
@@ -67,6 +79,9 @@ class DataConfig:
         for key in ("limit", "eval_limit"):
             value = getattr(self, key)
             _need(value is None or value >= 1, f"data.{key}={value}: a positive integer or null")
+        from eval.data.selection import training_sources
+
+        training_sources(self)  # offset, difficulties and the mixture's entries, refused by name
 
     def check_held_out(self) -> None:
         """A run with a training split (training; a model's evaluation, whose few-shot pool

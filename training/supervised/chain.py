@@ -14,9 +14,11 @@
     -> GRPO from the SFT weights (also the KL reference)
 
 Every stage lives in its own directory under ``<run_dir>/supervised``; it is resumed
-after a kill and reused while its inputs (fingerprint) are unchanged. The RL filter keeps
-questions of the supervised subset (``supervised.questions``), and RL draws from
-those; without the filter RL uses the whole training split, as ``stage=rl`` does.
+after a kill and reused while its inputs (fingerprint) are unchanged. Two datasets: the SFT
+questions come from ``supervised.data`` (null: ``data``), RL's from ``data``. The RL filter
+samples RL's questions (``supervised.rl_questions`` of them, null = all) with the SFT policy
+at RL's temperature and keeps the ones it solves less than ``rl_filter_pass`` times; without
+the filter RL uses them all, as ``stage=rl`` does.
 
 The chain is built up by what each part does: ``context.py`` (what the stages share),
 ``traces.py`` (mine, annotate), ``dataset_stage.py`` (filters -> dataset) and here SFT,
@@ -32,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from training.rollout.setup import fixed_subset
 from training.supervised import dataset as ds
 from training.supervised.chain_report import counts, describe_summary, hard_gained, pass_summary
 from training.supervised.dataset_stage import DatasetStage
@@ -204,19 +207,31 @@ class Chain(DatasetStage):
         summary["questions"] = len(pool)
         return summary
 
+    def rl_candidates(self) -> list[Any]:
+        """RL's questions before the filter: the RL data's (``data``; not the SFT questions of
+        ``supervised.data``), a seeded subset of ``supervised.rl_questions`` when set."""
+        return fixed_subset(self.t.train_examples, self.sup.rl_questions, self.cfg.seed)
+
+    def rl_temperature(self) -> float:
+        """The RL filter samples as RL does: ``rollout.temperature`` unless
+        ``supervised.rl_filter_temperature`` says otherwise."""
+        chosen = self.sup.rl_filter_temperature
+        return self.cfg.rollout.temperature if chosen is None else chosen
+
     def rl_pool(self, sft: dict[str, Any]) -> list[Any]:
-        """The questions RL trains on: with ``supervised.rl_filter``, those of the supervised
-        subset the current (SFT) policy solves fewer than ``rl_filter_pass`` of
-        ``rl_filter_samples`` times (``sft`` names the weights, for the stage's fingerprint);
-        without it, the whole training split."""
+        """The questions RL trains on: with ``supervised.rl_filter``, those of the RL data the
+        current (SFT) policy solves fewer than ``rl_filter_pass`` of ``rl_filter_samples``
+        times at RL's temperature (``sft`` names the weights, for the stage's fingerprint);
+        without it, every RL candidate."""
+        candidates = self.rl_candidates()
         if not self.sup.rl_filter:
-            return list(self.t.train_examples)
-        k, need = self.sup.rl_filter_samples, self.sup.rl_filter_pass
-        records = self.mine("rl_filter", k, self.questions, sft)
-        pool = [ex for ex in self.questions if records[ex.id]["correct"] < need]
+            return candidates
+        k, need, temperature = self.sup.rl_filter_samples, self.sup.rl_filter_pass, self.rl_temperature()
+        records = self.mine("rl_filter", k, candidates, sft, temperature=temperature)
+        pool = [ex for ex in candidates if records[ex.id]["correct"] < need]
         self.say(
-            f"[rl filter] {len(pool)} of {len(self.questions)} questions solved < {need}/{k} times by the "
-            "SFT policy go to RL"
+            f"[rl filter] {len(pool)} of {len(candidates)} questions solved < {need}/{k} times by the "
+            f"SFT policy (temperature {temperature}) go to RL"
         )
         return pool
 
@@ -238,7 +253,7 @@ def rl_filter_file(cfg: Any, inputs: Any = None, say: Any = print) -> Path | Non
         say("[rl filter] no question left for RL: the SFT policy solves them all; RL skipped")
         return None
     out = chain.root / "rl_filter" / "questions.json"
-    write_json_atomic(out, {"ids": [ex.id for ex in pool], "questions": len(chain.questions)})
+    write_json_atomic(out, {"ids": [ex.id for ex in pool], "questions": len(chain.rl_candidates())})
     return out
 
 

@@ -37,19 +37,27 @@ class TraceStages(ChainContext):
         return run
 
     def mine(
-        self, name: str, k: int, questions: Sequence[Example], extra: dict[str, Any], initial: bool = False
+        self,
+        name: str,
+        k: int,
+        questions: Sequence[Example],
+        extra: dict[str, Any],
+        initial: bool = False,
+        temperature: float | None = None,
     ) -> dict[str, dict]:
         """pass@k of the current policy: per question id, its record (samples, correct, band).
 
         ``initial``: the policy before SFT, which ``supervised.policy_endpoint`` may serve;
-        after SFT the local (SFT) weights always answer.
+        after SFT the local (SFT) weights always answer. ``temperature``: the sampling
+        temperature (None: ``supervised.temperature``; the RL filter passes RL's).
         """
         served = initial and self.sup.policy_endpoint is not None
+        temperature = self.sup.temperature if temperature is None else temperature
         fp = {
             **self.base_fingerprint(),
             **extra,
             "k": k,
-            "temperature": self.sup.temperature,
+            "temperature": temperature,
             "ids": digest([ex.id for ex in questions]),
         }
         if served:
@@ -69,7 +77,7 @@ class TraceStages(ChainContext):
                 store = col.collect(
                     stage,
                     questions,
-                    self.policy_run(self.sup.temperature, client),
+                    self.policy_run(temperature, client),
                     k,
                     "policy",
                     self.correct,
@@ -87,7 +95,8 @@ class TraceStages(ChainContext):
         store = col.open_collection(stage)
         records = store.pass_at("policy")
         self.say(
-            f"[{name}] pass@{k} {pass_summary(records, k)['pass_at_k']:.3f} on {len(records)} questions; "
+            f"[{name}] pass@{k} {pass_summary(records, k)['pass_at_k']:.3f} on {len(records)} questions "
+            f"(temperature {temperature}); "
             f"bands {pass_summary(records, k)['bands']}"
         )
         return records

@@ -274,3 +274,38 @@ def test_trustsql_sft_keeps_every_verified_trace_and_names_its_trustsql_options(
     assert cfg.agent.options["enforce_phase_order"] is True and cfg.agent.options["propose_phase"] is True
     without = recipe("trustsql", "stage=sft", "agent.propose_phase=false")
     assert without.agent.options["propose_phase"] is False
+
+
+def test_trustsql_draws_sft_and_rl_questions_from_two_datasets_and_the_laptop_splits_minibird() -> None:
+    """App. A.2 / A.3: SFT questions from SynSQL-2.5M (Moderate or harder), RL's from ``data``;
+    on the laptop the two stages get disjoint parts of minibird's training split."""
+    from eval.data import load_from_config
+
+    cfg = recipe("trustsql", "stage=sft_rl")
+    assert cfg.supervised.data == {
+        "kind": "synsql",
+        "root": None,
+        "split": "train",
+        "difficulties": ["moderate", "challenging"],
+    }
+    assert recipe("retoolsql").supervised.data is None  # the other designs: one dataset for both stages
+    small, changes = apply_laptop_profile(cfg)
+    assert small.supervised.data == {
+        "kind": "minibird",
+        "root": None,
+        "split": "train",
+        "limit": 330,
+        "difficulties": ["moderate", "challenging"],
+    }
+    assert small.data.offset == 330 and changes["data.offset"] == (0, 330)
+    assert small.supervised.rl_questions == 16  # the filter samples 16 RL questions, k = 4, keeps < 3
+    sft = load_from_config(small.supervised.data, "train")
+    rl = load_from_config(small.data, "train")
+    assert sft and rl and not {ex.id for ex in sft} & {ex.id for ex in rl}
+    assert {ex.difficulty for ex in sft} == {"moderate", "challenging"}
+    rl_only, _ = apply_laptop_profile(recipe("trustsql"))  # stage=rl: one dataset, nothing split
+    assert rl_only.data.offset == 0 and rl_only.supervised.data == cfg.supervised.data
+    mine, changes = apply_laptop_profile(
+        recipe("trustsql", "stage=sft_rl", "supervised.data.root=/data/SynSQL-2.5M"), ["supervised.data.root"]
+    )
+    assert mine.supervised.data["root"] == "/data/SynSQL-2.5M" and "supervised.data" not in changes

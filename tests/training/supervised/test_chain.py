@@ -22,8 +22,9 @@ from tests.helpers.fake_openai import FakeOpenAI, Reply
 from tests.helpers.local_trainer import config, tiny_inputs
 from tests.helpers.schools import ScriptedPolicy
 from tests.training.generation.test_sources import teacher_reply
+from training.engines.local.trainer import LocalTrainer
 from training.supervised import filters as flt
-from training.supervised.chain import run_stage
+from training.supervised.chain import Chain, run_stage
 from training.supervised.store import KeyedJsonl
 
 REPO = Path(__file__).resolve().parents[3]
@@ -145,12 +146,14 @@ def leaky(reply: Any, examples: list[Example]) -> Any:
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", project_designs())
 def test_each_design_chain_on_the_tiny_model(recipe: str, tmp_path: Path, examples: list[Example]) -> None:
-    """Mine (or annotate) -> filters -> dataset -> SFT -> (RL filter) -> RL, 2 questions."""
-    two = examples[:2]
+    """Mine (or annotate) -> filters -> dataset -> SFT -> (RL filter) -> RL: two SFT questions
+    (``supervised_examples``, as ``supervised.data`` gives them) and two other RL questions."""
+    two, rl = examples[:2], examples[2:]
 
     def run(*extra: str) -> tuple[dict, list[str]]:
         cfg = chain_config(recipe, tmp_path, server.base_url, *extra)
-        inputs = tiny_inputs(two, two, wrong_policy(recipe, two))
+        inputs = tiny_inputs(rl, two, wrong_policy(recipe, examples))
+        inputs.supervised_examples = two
         log: list[str] = []
         return run_stage(cfg, inputs, log.append), log
 
@@ -177,10 +180,12 @@ def test_each_design_chain_on_the_tiny_model(recipe: str, tmp_path: Path, exampl
         assert row["messages"][0]["role"] == "system" and any(m["role"] == "assistant" for m in row["messages"])
         assert row["source"].startswith("teacher0-")
     assert summary["sft"]["steps"] >= 1 and (root / "sft" / "model.safetensors").exists()
-    assert summary["rl"]["steps"] == 1 and summary["rl"]["questions"] >= 1
+    assert summary["rl"]["steps"] == 1 and summary["rl"]["questions"] == 2  # RL's own questions
     assert summary["ex_before"] is not None and summary["ex_after_rl"] is not None
-    if recipe == "trustsql":
-        assert any("[rl filter]" in line for line in log)
+    if recipe == "trustsql":  # the filter sampled the RL questions, not the SFT ones
+        assert any("[rl filter] 2 of 2 questions" in line for line in log), log
+        sampled = (root / "rl_filter" / "questions.jsonl").read_text().splitlines()
+        assert sorted(json.loads(line)["question_id"] for line in sampled) == ["q2", "q3"]
 
 
 def test_zero_surviving_traces_are_reported_as_zero(tmp_path: Path, examples: list[Example]) -> None:
@@ -204,6 +209,40 @@ def test_zero_surviving_traces_are_reported_as_zero(tmp_path: Path, examples: li
     assert summary["hard_gained"] == {"hard_before": 2, "solved_after": 0}
 
 
+def test_the_rl_filter_samples_the_rl_data_at_the_rl_temperature(tmp_path: Path, examples: list[Example]) -> None:
+    """TRUST-SQL (App. A.3): the SFT policy samples each RL question 8 times at RL's temperature
+    (0.8) and RL keeps the questions it solves fewer than 6 times; the SFT questions are not sampled."""
+    sft_questions, rl_questions = examples[:2], examples[2:]
+    solved = {"q2": 6, "q3": 5}  # correct samples of 8
+    policy = ScriptedPolicy("trustsql", examples, always_good=lambda ex, k: k < solved.get(ex.id, 0))
+    temperatures: list[float] = []
+
+    def generate(prompts: Any, params: Any) -> Any:
+        temperatures.append(params.temperature)
+        return policy(prompts, params)
+
+    cfg = config("trustsql", tmp_path, "stage=sft_rl")
+    assert (cfg.supervised.rl_filter_samples, cfg.supervised.rl_filter_pass, cfg.rollout.temperature) == (8, 6, 0.8)
+    assert cfg.supervised.data is not None and cfg.supervised.data["kind"] == "synsql"  # its own SFT dataset
+    inputs = tiny_inputs(rl_questions, rl_questions[:1], generate)
+    inputs.supervised_examples = sft_questions
+    log: list[str] = []
+    chain = Chain(LocalTrainer(cfg, inputs, log.append), tmp_path / "supervised", log.append)
+    assert [ex.id for ex in chain.questions] == ["q0", "q1"]
+    pool = chain.rl_pool({"sft": "the SFT weights"})
+    assert [ex.id for ex in pool] == ["q3"]  # 5 of 8 < 6: kept; 6 of 8: too easy
+    assert temperatures and set(temperatures) == {0.8}
+    records = [
+        json.loads(x) for x in (tmp_path / "supervised" / "rl_filter" / "questions.jsonl").read_text().splitlines()
+    ]
+    assert {r["question_id"]: r["correct"] for r in records} == {"q2": 6, "q3": 5}
+    assert any("[rl filter] 1 of 2 questions solved < 6/8 times by the SFT policy (temperature 0.8)" in x for x in log)
+    again = config("trustsql", tmp_path / "again", "stage=sft_rl", "supervised.rl_filter_temperature=0.5")
+    temperatures.clear()
+    Chain(LocalTrainer(again, inputs, log.append), tmp_path / "again", log.append).rl_pool({"sft": "w"})
+    assert set(temperatures) == {0.5}
+
+
 # ----------------------------------------------------------------------------- resume after a kill
 
 CHILD = """
@@ -214,7 +253,8 @@ from tests.helpers.local_trainer import tiny_inputs
 from tests.helpers.schools import ScriptedPolicy, school_examples
 from tests.training.supervised.test_chain import mining_config
 from tests.helpers.designs import project_designs
-from training.supervised.chain import run_stage
+from training.engines.local.trainer import LocalTrainer
+from training.supervised.chain import Chain, run_stage
 
 examples = school_examples(Path({db!r}))
 policy = ScriptedPolicy("think2sql", examples, always_good=True)

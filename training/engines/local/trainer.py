@@ -91,6 +91,7 @@ class TrainerInputs:
     model_source: str = ""
     train_examples: Sequence[Any] | None = None
     eval_examples: Sequence[Any] | None = None
+    supervised_examples: Sequence[Any] | None = None  # the SFT stages' questions (else supervised.data's)
     generate: Callable[..., Any] | None = None  # a GenerateFn replacing the model's generate
 
 

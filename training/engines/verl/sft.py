@@ -13,8 +13,9 @@ Everything it needs to rebuild the agent travels in the ``data.sqlagent`` block.
 config; ``dry_run=true`` prints that config. With ``stage=sft_rl`` the SFT run saves a HF
 copy (``checkpoint.save_contents`` includes ``hf_model``) and GRPO then starts from it on
 the veRL engine (``stage.init_from``), so the SFT weights are also the KL reference. With
-``supervised.rl_filter`` (TRUST-SQL) the local chain first samples each supervised question
-with the SFT checkpoint on this node's GPU, and GRPO reads the kept ids as ``data.train_ids``.
+``supervised.rl_filter`` (TRUST-SQL) the local chain first samples each RL question (``data``;
+the SFT questions come from ``supervised.data``) with the SFT checkpoint on this node's GPU at
+RL's temperature, and GRPO reads the kept ids as ``data.train_ids``.
 
 Mining on GPU (``engine=verl stage=data``): the policy's k samples per question come from
 a served copy of it — ``vllm serve MODEL`` and ``supervised.policy_endpoint={base_url,
@@ -121,19 +122,11 @@ def _jsonl_of(path: str) -> str:
 def replay_rows(rows: list[dict[str, Any]], tokenizer: Any, settings: dict[str, Any]) -> tuple[list[Any], dict]:
     """Replay dataset rows through the agent named in ``settings`` (the data.sqlagent block)."""
     from agents import make_agent, runtime_options
-    from eval.data import load_examples
+    from eval.data import load_from_config
     from training.rollout import RolloutLimits
     from training.supervised.dataset import replay
 
-    d = settings["data"]
-    examples = load_examples(
-        kind=d["kind"],
-        root=d["root"],
-        split=d["split"],
-        drop_failing_gold=d["drop_failing_gold"],
-        limit=d["limit"],
-        dsn=d.get("dsn"),
-    )
+    examples = load_from_config(settings["data"], "train")  # the SFT questions' dataset (supervised.data)
     name = settings["agent"]
     agent = make_agent(name, **runtime_options(name, settings["agent_options"], few_shot_pool=lambda: examples))
     limits = RolloutLimits(**settings["limits"])
@@ -156,18 +149,13 @@ def sqlagent_block(cfg: Any) -> dict[str, Any]:
         max_prompt_tokens=r.max_prompt_tokens,
     )
     d = cfg.data
+    own = ("kind", "root", "split", "drop_failing_gold", "limit", "offset", "difficulties", "mixture", "dsn")
     return {
         "agent": cfg.agent.name,
         "agent_options": dict(cfg.agent.options),
         "limits": dataclasses.asdict(limits),
-        "data": {
-            "kind": d.kind,
-            "root": d.root,
-            "split": d.split,
-            "drop_failing_gold": d.drop_failing_gold,
-            "limit": d.limit,
-            "dsn": getattr(d, "dsn", None),
-        },
+        # the SFT questions' dataset: supervised.data, else the training side of data
+        "data": dict(cfg.supervised.data) if cfg.supervised.data is not None else {k: getattr(d, k) for k in own},
         "drop_phases": list(cfg.supervised.drop_phases),
     }
 
@@ -344,9 +332,9 @@ def gpu_count() -> int:
 
 def reinforce(cfg: Any, sft_checkpoint: Path, say: Any = print, inputs: Any = None) -> dict[str, Any]:
     """GRPO on veRL from the SFT checkpoint (also the KL reference). With
-    ``supervised.rl_filter`` the SFT policy first samples each supervised question
-    ``rl_filter_samples`` times, through the local chain on this node (as ``stage=data``),
-    and RL reads the kept ids as ``data.train_ids``."""
+    ``supervised.rl_filter`` the SFT policy first samples each RL question (``data``)
+    ``rl_filter_samples`` times at RL's temperature, through the local chain on this node (as
+    ``stage=data``), and RL reads the kept ids as ``data.train_ids``."""
     from training.engines.verl import launch as verl_launch
     from training.supervised.chain import rl_filter_file
 

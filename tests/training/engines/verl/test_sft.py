@@ -54,6 +54,8 @@ def data_config(recipe: str, run_dir: Path, root: Path, *extra: str) -> Any:
         "stage=data",
         "supervised.chain=mine",
         "supervised.samples=1",
+        # the SFT questions' own dataset (TRUST-SQL's recipe names SynSQL-2.5M): the replay reads it
+        f"supervised.data={{kind:jsonl,root:'{root}',difficulties:null}}",
         "trainer.eval_before_after=false",
         *extra,
     )
@@ -290,9 +292,10 @@ def test_verl_sft_rl_runs_rl_only_on_the_questions_the_filter_keeps(
 ) -> None:
     """``engine=verl stage=sft_rl`` for TRUST-SQL: after veRL's SFT trainer (a double that writes
     its HF checkpoint, as ``verl.trainer.sft_trainer`` does on GPUs) the SFT policy samples
-    each supervised question through the local chain, and the RL launch writes prompt files
-    with only the questions it solved fewer than ``rl_filter_pass`` of ``rl_filter_samples``
-    times."""
+    each RL question (``data``, difficulty-filtered; not the SFT questions of
+    ``supervised.data``) through the local chain at RL's temperature, and the RL launch writes
+    prompt files with only the questions it solved fewer than ``rl_filter_pass`` of
+    ``rl_filter_samples`` times."""
     import pandas as pd
 
     from training.config import TrainConfig
@@ -303,6 +306,13 @@ def test_verl_sft_rl_runs_rl_only_on_the_questions_the_filter_keeps(
     tiny_tokenizer().save_pretrained(base)
     tiny_model(seed=1).save_pretrained(base)
     run_dir = tmp_path / "run"
+    rl_root = tmp_path / "rl"  # RL's own questions: ids r0..r3, two levels of difficulty
+    rl_root.mkdir()
+    make_db(rl_root / "schools.sqlite")
+    levels = ["moderate", "moderate", "simple", "challenging"]
+    rl_rows = [{**r, "id": f"r{i}", "difficulty": levels[i]} for i, r in enumerate(school_rows())]
+    (rl_root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rl_rows))
+    (rl_root / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rl_rows[:2]))
     overrides = [
         "recipe=trustsql",
         "engine=verl",
@@ -310,7 +320,9 @@ def test_verl_sft_rl_runs_rl_only_on_the_questions_the_filter_keeps(
         f"run_dir={run_dir}",
         f"model.path={base}",
         "data=jsonl",
-        f"data.root={data_root}",
+        f"data.root={rl_root}",
+        "data.difficulties=[moderate,challenging]",
+        f"supervised.data={{kind:jsonl,root:'{data_root}',difficulties:null}}",
         "data.eval_limit=2",
         "logger=[]",
         "trainer.eval_before_after=false",
@@ -328,8 +340,8 @@ def test_verl_sft_rl_runs_rl_only_on_the_questions_the_filter_keeps(
     ]
     with initialize_config_module("recipes", version_base=None):
         cfg = TrainConfig.from_mapping(OmegaConf.to_container(compose("config", overrides=overrides), resolve=True))
-    examples = load_examples("jsonl", data_root, "train")
-    policy = ScriptedPolicy("trustsql", examples, always_good=lambda ex, k: ex.id in {"q0", "q2"})
+    examples = load_examples("jsonl", rl_root, "train")
+    policy = ScriptedPolicy("trustsql", examples, always_good=lambda ex, k: ex.id == "r0")
 
     def verl_sft_trainer(command: list[str], check: bool) -> None:
         assert "verl.trainer.sft_trainer" in command and check
@@ -350,17 +362,20 @@ def test_verl_sft_rl_runs_rl_only_on_the_questions_the_filter_keeps(
     summary = verl_sft.train(cfg, log.append, TrainerInputs(generate=policy))
     hf = run_dir / "supervised" / "sft_verl" / "global_step_1" / "huggingface"
     assert summary == {"sft_checkpoint": str(hf), "rl": {"engine": "verl"}}
-    assert any("[rl filter] 2 of 4 questions solved < 2/2 times" in line for line in log), "\n".join(log)
+    filtered = "[rl filter] 2 of 3 questions solved < 2/2 times by the SFT policy (temperature 0.8)"
+    assert any(filtered in line for line in log), "\n".join(log)
+    taught = (run_dir / "supervised" / "teachers" / "questions.jsonl").read_text().splitlines()
+    assert {json.loads(x)["question_id"] for x in taught} == {"q0", "q1", "q2", "q3"}  # supervised.data's
     rl_cfg = launched["cfg"]
     assert rl_cfg.stage.name == "rl" and rl_cfg.stage.init_from == str(hf)
     kept = json.loads(Path(rl_cfg.data.train_ids).read_text())
-    assert kept == {"ids": ["q1", "q3"], "questions": 4}
+    assert kept == {"ids": ["r1", "r3"], "questions": 3}  # r2 (simple) never reached the filter
     # the RL launch's own preparation reads data.train_ids: only those questions become prompts
     _, prepared = verl_launch.prepare(rl_cfg, say=lambda _: None, check_devices=False)
     train_file, _ = verl_common_data_files(run_dir)
     rows = pd.read_parquet(train_file)
     ids = [verl_common.example_from_json(e["example"]).id for e in rows["extra_info"]]
-    assert prepared["train_examples"] == 2 and ids == ["q1", "q3"]
+    assert prepared["train_examples"] == 2 and ids == ["r1", "r3"]
 
 
 def verl_common_data_files(run_dir: Path) -> tuple[Path, Path]:

@@ -60,9 +60,15 @@ def epochs_for(total_steps: int | None, num_examples: int, batch_size: int) -> t
 
 
 def count_examples(data: Any, split: str, limit: int | None) -> int:
-    """How many examples ``load_examples`` gives for a split (no files written)."""
-    from eval.data import load_examples
+    """How many training examples a split gives (no files written): its training sources
+    (``data.offset``, ``difficulties``, ``mixture``; ``eval/data/selection.py``) when it is
+    ``data.split``, else the split alone."""
+    import dataclasses
 
+    from eval.data import load_examples, load_from_config
+
+    if split == data.split and dataclasses.is_dataclass(data) and not isinstance(data, type):
+        return len(load_from_config(dataclasses.replace(data, limit=limit, train_ids=None), "train"))
     return len(
         load_examples(
             kind=data.kind,

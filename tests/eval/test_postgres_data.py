@@ -9,8 +9,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from eval.data import minibird
-from eval.data import load_from_config
+from eval.data import load_from_config, minibird
 from eval.data.loaders import load_split
 from eval.data.minibird.domains import all_domains
 from eval.data.postgres_copy import copy_sqlite_to_postgres, role_dsn

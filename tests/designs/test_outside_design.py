@@ -10,10 +10,12 @@ format: every fenced code block of ``docs/writing_a_design.md`` whose info strin
 
 (a block whose file itself holds a fence is opened with four backticks and closed with the
 same four). Exactly the files in ``PACKAGE_FILES`` must be there. They are written into a
-temporary directory and installed into this environment with ``pip install --no-deps
---no-build-isolation -e`` once per module (the fixture uninstalls the package afterwards,
-so no other test sees it), then driven only through the real entry points, each in a fresh
-interpreter (this process started before the install, so it cannot import the package):
+temporary directory and installed with ``pip install --no-deps --no-build-isolation
+--target SITE`` once per module into a site directory of its own: the fresh interpreters
+the tests start get SITE on ``PYTHONPATH`` (and this process on ``sys.path`` while the
+module runs), so the package is found exactly as an installed one, while parallel test
+workers sharing this environment never see it. It is driven only through the real entry
+points, each in a fresh interpreter:
 
 - ``python -m agents list`` lists agent ``fence``; ``python -m tools fence_query`` runs the
   design's executor tool under its preset;
@@ -35,6 +37,7 @@ interpreter (this process started before the install, so it cannot import the pa
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import re
@@ -43,7 +46,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -65,6 +67,7 @@ FILE_BLOCK = re.compile(
     r"^(?P<fence>`{3,})[^\n`]*\btitle=(?P<path>\S+)[^\n]*\n(?P<body>.*?)^(?P=fence)[ \t]*$", re.M | re.S
 )
 FIT_TEST = "test_one_verl_fit_step"
+SITES: list[str] = []  # the site directories installed into, for the fresh interpreters' PYTHONPATH
 COUNT_SQL = "SELECT COUNT(*) FROM schools WHERE city = 'Fresno'"  # tests/helpers/agent_db.py's, 2 rows
 
 LOCAL_STEP = [
@@ -116,32 +119,28 @@ def pip(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def installed(distribution: str) -> bool:
-    try:
-        metadata.distribution(distribution)
-    except metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-def install(package: Path, distribution: str) -> None:
-    if installed(distribution):  # left over by an interrupted run
-        uninstall(distribution)
-    proc = pip("install", "--no-deps", "--no-build-isolation", "--no-input", "-e", str(package))
+def install(package: Path, site: Path) -> None:
+    """``pip install`` the package into ``site`` and put ``site`` on this process's path."""
+    proc = pip("install", "--no-deps", "--no-build-isolation", "--no-input", "--target", str(site), str(package))
     if proc.returncode != 0:
-        pytest.fail(f"pip install -e {package} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        pytest.fail(f"pip install {package} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    if str(site) not in sys.path:
+        sys.path.insert(0, str(site))
     forget_plugins(DESIGN_GROUP)  # this process's registries load the group afresh at their next lookup
 
 
-def uninstall(distribution: str) -> None:
-    proc = pip("uninstall", "-y", distribution)
+def uninstall(site: Path) -> None:
+    """Take ``site`` off this process's path (its folder goes with the test's temporary files)."""
+    while str(site) in sys.path:
+        sys.path.remove(str(site))
     forget_plugins(DESIGN_GROUP)
-    assert proc.returncode == 0 and not installed(distribution), proc.stdout[-2000:] + proc.stderr[-2000:]
+    importlib.invalidate_caches()
 
 
 def child_env() -> dict[str, str]:
     """A fresh job's environment: the project importable, wandb offline and of its own."""
-    env = dict(os.environ, PYTHONPATH=str(REPO), WANDB_MODE="offline", TOKENIZERS_PARALLELISM="false")
+    path = os.pathsep.join([str(REPO), *SITES])
+    env = dict(os.environ, PYTHONPATH=path, WANDB_MODE="offline", TOKENIZERS_PARALLELISM="false")
     for key in ("WANDB_SERVICE", "WANDB_RUN_ID", "WANDB_RESUME", "WANDB_DIR", "WANDB_RUN_GROUP", "WANDB_TAGS"):
         env.pop(key, None)
     return env
@@ -196,7 +195,9 @@ def fence(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text, encoding="utf-8")
-    install(root, DISTRIBUTION)
+    site = tmp_path_factory.mktemp("fence-site")
+    install(root, site)
+    SITES.append(str(site))
     package = Installed(root)
     try:
         if any(item.nodeid.endswith(f"{Path(__file__).name}::{FIT_TEST}") for item in request.session.items):
@@ -208,7 +209,8 @@ def fence(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(package.fit.pid, signal.SIGKILL)
             package.fit.wait(timeout=60)
-        uninstall(DISTRIBUTION)
+        SITES.remove(str(site))
+        uninstall(site)
 
 
 @pytest.fixture(scope="module")
@@ -317,7 +319,6 @@ def test_one_verl_fit_step(fence: Installed) -> None:
 def test_a_broken_entry_point_names_itself(fence: Installed, tmp_path: Path) -> None:
     """A package whose design entry point names a missing module: every lookup of the group
     says which entry point, of which distribution, failed and why."""
-    fence.wait_for_fit(timeout=840)  # installed while the fit's workers load the group, it would break them
     broken = tmp_path / "broken-design"
     broken.mkdir()
     (broken / "pyproject.toml").write_text(
@@ -326,7 +327,9 @@ def test_a_broken_entry_point_names_itself(fence: Installed, tmp_path: Path) -> 
         '[project.entry-points."sqlagent_rl.designs"]\nbroken = "broken_design_missing:design"\n\n'
         "[tool.setuptools]\npy-modules = []\n"
     )
-    install(broken, "broken-design")
+    site = tmp_path / "broken-site"
+    install(broken, site)
+    SITES.append(str(site))
     try:
         with pytest.raises(ConfigError) as err:
             load_plugins(DESIGN_GROUP)  # "broken" is the group's first entry point: nothing else is imported
@@ -336,7 +339,8 @@ def test_a_broken_entry_point_names_itself(fence: Installed, tmp_path: Path) -> 
         proc = python("-m", "training.run", "recipe=fence", "dry_run=true", cwd=tmp_path)
         assert proc.returncode == 2 and "error: plugin 'broken' = 'broken_design_missing:design'" in proc.stderr
     finally:
-        uninstall("broken-design")
+        SITES.remove(str(site))
+        uninstall(site)
 
 
 # ----------------------------------------------------------------------------- the fit's child process

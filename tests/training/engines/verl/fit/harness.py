@@ -178,9 +178,12 @@ def verl_config(
 
 
 def env_for_workers(repo: Path, cache: Path) -> dict[str, str]:
-    """Environment of the Ray workers: the project importable, caches in the test's temp dir."""
+    """Environment of the Ray workers: the project importable (with whatever else this
+    process's ``PYTHONPATH`` holds: the outside-design test's site directory), caches in the
+    test's temp dir."""
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(repo)]
     return {
-        "PYTHONPATH": str(repo),
+        "PYTHONPATH": os.pathsep.join([str(repo), *inherited]),
         "SQLAGENT_RL_CACHE": str(cache),
         "TOKENIZERS_PARALLELISM": "false",
         "OMP_NUM_THREADS": "1",

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from agents.types import Example
 from designs.trustsql.tools import TOOL
-from tools.db.backend import dialect_of
-from tools.db.dialects import dialect_info
+from tools.db.dialects import database_dialect, dialect_info
 from training.supervised.demonstrations import (
     gold_sql_of,
     reasoning_line,
@@ -20,7 +19,7 @@ from training.supervised.demonstrations import (
 @register_script("trustsql")
 def trustsql_script(ex: Example, role: str, max_turns: int) -> list[str]:
     sql = gold_sql_of(ex)
-    explore_sql = dialect_info(dialect_of(ex.db_path)).table_ddl_sql  # sqlite_master on SQLite
+    explore_sql = dialect_info(database_dialect(ex.db_path)).table_ddl_sql  # sqlite_master on SQLite
 
     def turn(think: str, action: str, body: str) -> str:
         return f"<think>\n{think}\n</think>\n<action>{action}</action>\n{body}"

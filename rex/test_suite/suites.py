@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from rex.test_suite.build import SuiteSettings, build_into, gold_digest, stats_json
 from tools.cache import cache_root, load_checked, writing_cache_folder
-from tools.db.backend import dialect_of
+from tools.db.dialects import database_dialect
 from tools.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class Suite:
 
 def on_sqlite(path: str | Path) -> bool:
     """Whether the database at ``path`` is a SQLite file, the only kind a test suite is built for."""
-    return dialect_of(path) == "sqlite"
+    return database_dialect(path) == "sqlite"
 
 
 def require_sqlite(db: Backend) -> None:

@@ -11,14 +11,18 @@ The SQLite entry holds the texts the prompts always had, so a SQLite prompt is u
 byte for byte. The other entries read the engine's own catalogue
 (``information_schema``, ``duckdb_tables()``, ``duckdb_columns()``) where SQLite uses
 ``sqlite_master`` and PRAGMAs, and give results of the same shape: ``table_ddl_sql`` returns
-``(name, sql)`` rows, one per table, ``sql`` its ``CREATE TABLE`` text.
+``(name, sql)`` rows, one per table, ``sql`` its ``CREATE TABLE`` text (PostgreSQL keeps no
+such text: it is assembled from ``information_schema.columns``, names and types only).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from string import Template
 
+from tools.db.backend import dialect_of
+from tools.db.postgres_backend import is_postgres_locator
 from tools.errors import ConfigError
 
 
@@ -50,6 +54,12 @@ class Dialect:
 
 
 DIALECTS: dict[str, Dialect] = {}
+
+
+def database_dialect(path: str | Path) -> str:
+    """The dialect of the database at ``path`` (a file or a ``postgresql://`` locator) without
+    opening it: ``"postgres"`` for a locator, else by the file's suffix (``dialect_of``)."""
+    return "postgres" if is_postgres_locator(path) else dialect_of(path)
 
 
 def register_dialect(dialect: Dialect) -> Dialect:
@@ -88,5 +98,23 @@ DUCKDB = register_dialect(
         ),
         list_tables_sql="SELECT table_name AS name FROM information_schema.tables WHERE table_schema = 'main'",
         table_ddl_sql="SELECT table_name AS name, sql FROM duckdb_tables() WHERE NOT internal",
+    )
+)
+POSTGRES = register_dialect(
+    Dialect(
+        name="postgres",
+        display="PostgreSQL",
+        catalogue=(
+            "information_schema.tables, information_schema.columns, "
+            "information_schema.table_constraints, information_schema.key_column_usage"
+        ),
+        list_tables_sql=(
+            "SELECT table_name AS name FROM information_schema.tables WHERE table_schema = current_schema()"
+        ),
+        table_ddl_sql=(
+            "SELECT table_name AS name, 'CREATE TABLE ' || quote_ident(table_name) || ' (' || "
+            "string_agg(quote_ident(column_name) || ' ' || data_type, ', ' ORDER BY ordinal_position) || ')' AS sql "
+            "FROM information_schema.columns WHERE table_schema = current_schema() GROUP BY table_name"
+        ),
     )
 )

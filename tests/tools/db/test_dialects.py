@@ -71,5 +71,31 @@ def test_tool_descriptions_name_the_dialect(databases: dict[str, object]) -> Non
 
 
 def test_unknown_dialect_is_a_clear_error() -> None:
-    with pytest.raises(ConfigError, match="no SQL dialect entry 'oracle'.*duckdb, sqlite.*register_dialect"):
+    with pytest.raises(ConfigError, match="no SQL dialect entry 'oracle'.*duckdb, postgres, sqlite.*register_dialect"):
         dialect_info("oracle")
+
+
+def test_postgres_catalogue_queries_answer_in_sqlites_shape(pg_server: object, school_db: Path) -> None:
+    import psycopg
+
+    from eval.data.postgres_copy import copy_sqlite_to_postgres, create_reader_role, role_dsn
+    from tools.db.dialects import database_dialect
+    from tools.db.postgres_backend import postgres_locator
+
+    admin = pg_server.new_database("dialects")  # type: ignore[attr-defined]
+    with psycopg.connect(admin) as conn:
+        copy_sqlite_to_postgres(school_db, conn, "schools")
+        create_reader_role(conn, "dialects_reader", ["schools"])
+    locator = postgres_locator(role_dsn(admin, "dialects_reader"), "schools")
+    db = get_database(locator)
+    assert db.dialect == database_dialect(locator) == "postgres"
+    info = dialect_info("postgres")
+    listed = _rows(db, info.list_tables_sql)
+    ddl = _rows(db, info.table_ddl_sql + " ORDER BY name")
+    assert listed.columns == ("name",) and ddl.columns == ("name", "sql")
+    lite = get_database(school_db)
+    assert [r[0] for r in ddl.rows] == sorted(lite.schema()) == sorted(r[0] for r in listed.rows)
+    for table, text in ddl.rows:
+        assert text.startswith(f"CREATE TABLE {table} (") and all(c in text for c in lite.schema()[table])
+    schemas = {s["function"]["name"]: s["function"] for s in ToolBox(db, ["execute_sql_query"]).schemas()}
+    assert "PostgreSQL" in schemas["execute_sql_query"]["description"]

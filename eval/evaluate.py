@@ -113,9 +113,10 @@ def evaluate(
 def prepare_suites(examples: Sequence[Example], say: Say) -> None:
     """Build (or find cached) the test suite of each database, chosen for the gold queries
     of the questions on it (``rex.test_suite``), before anything is scored."""
-    from rex.test_suite import ensure_suites
+    from rex.test_suite.suites import ensure_suites, on_sqlite
 
-    built, cached = ensure_suites((ex.db_path, ex.gold_sql) for ex in examples)
+    # SQLite-only: questions on another dialect get no ex_test_suite (eval.scoring)
+    built, cached = ensure_suites((ex.db_path, ex.gold_sql) for ex in examples if on_sqlite(ex.db_path))
     say(f"[eval] test suites: {built} built, {cached} cached (ex_test_suite; eval.test_suite=false skips)")
 
 

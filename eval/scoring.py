@@ -198,7 +198,10 @@ def _sample_json(sample: Sample) -> dict[str, Any]:
 
 def _add_test_suite(record: dict[str, Any], scorer: ExecScorer, db: Any, gold_sql: str, ex: Any) -> None:
     """``ex_test_suite``: 1 when ``ex`` is 1 and the prediction also matches on every
-    neighbour that judges the question; a rejection is named in ``details``."""
+    neighbour that judges the question; a rejection is named in ``details``. Not added on a
+    database of another dialect than SQLite (test suites are SQLite-only: ``rex.test_suite``)."""
+    if db.dialect != "sqlite":
+        return
     if not record["ex"]:
         record["ex_test_suite"] = 0
         return

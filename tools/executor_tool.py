@@ -38,13 +38,20 @@ def run_sql(
 
 
 def register_executor_tool(
-    name: str, description: str, preset: str, limits: QueryLimits, *, max_return_rows: int | None = None
+    name: str,
+    description: str,
+    preset: str,
+    limits: QueryLimits,
+    *,
+    max_return_rows: int | None = None,
+    other_dialects: str = "",
 ) -> ToolSpec:
     """Register the executor tool ``name`` running under preset ``preset`` (registered too).
 
     ``max_return_rows``: give the tool a ``max_return_rows`` argument with this default (the
     model picks its row cap up to ``MAX_RETURN_ROWS_CAP``); None: the preset's cap only.
     A toolbox built with an explicit preset runs the tool under that one instead.
+    ``other_dialects``: the description on a non-SQLite database (``ToolSpec.other_dialects``).
     """
     register_preset(preset, limits)
     properties: dict[str, Any] = {"db_id": DB_ID_PROPERTY, "sql": SQL_PROPERTY}
@@ -68,5 +75,6 @@ def register_executor_tool(
         required=("db_id", "sql"),
         run=run,
         defaults=defaults,
+        other_dialects=other_dialects,
     )
     return register_tool(spec)

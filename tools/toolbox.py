@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tools.db.backend import Backend
+from tools.db.dialects import dialect_info
 from tools.db.limits import PRESETS
 from tools.db.results import QueryResult, ToolError
 from tools.errors import ConfigError
@@ -35,7 +36,10 @@ Runner = Callable[[Backend, dict[str, Any], str | None], ToolOutput]
 @dataclass(frozen=True)
 class ToolSpec:
     """One tool: its OpenAI-visible description and parameters, and how to run it.
-    ``run(db, arguments, preset)`` receives validated arguments (defaults filled in)."""
+    ``run(db, arguments, preset)`` receives validated arguments (defaults filled in).
+    ``other_dialects``: the description on a database of another dialect than SQLite, with
+    ``$dialect`` / ``$catalogue`` filled from its ``tools.db.dialects`` entry (empty: the
+    SQLite description serves every dialect)."""
 
     name: str
     description: str
@@ -43,17 +47,25 @@ class ToolSpec:
     required: tuple[str, ...]
     run: Runner
     defaults: Mapping[str, Any] = field(default_factory=dict)
+    other_dialects: str = ""
 
-    def schema(self) -> dict[str, Any]:
-        """The OpenAI function-calling schema (also used in veRL's tool config)."""
+    def schema(self, dialect: str = "sqlite") -> dict[str, Any]:
+        """The OpenAI function-calling schema (also used in veRL's tool config), as a model
+        on a database of ``dialect`` sees it (the backend's ``dialect``)."""
+        description, properties = self.description, {k: dict(v) for k, v in self.properties.items()}
+        if dialect != "sqlite":
+            info = dialect_info(dialect)
+            description = info.fill(self.other_dialects) if self.other_dialects else description
+            if properties.get("sql") == SQL_PROPERTY:
+                properties["sql"] = {**SQL_PROPERTY, "description": f"One {info.display} statement."}
         return {
             "type": "function",
             "function": {
                 "name": self.name,
-                "description": self.description,
+                "description": description,
                 "parameters": {
                     "type": "object",
-                    "properties": {k: dict(v) for k, v in self.properties.items()},
+                    "properties": properties,
                     "required": list(self.required),
                 },
             },
@@ -284,7 +296,8 @@ class ToolBox:
         return [s.name for s in self.specs]
 
     def schemas(self) -> list[dict[str, Any]]:
-        return [s.schema() for s in self.specs]
+        """The tools' schemas as a model on this toolbox's database sees them (its dialect)."""
+        return [s.schema(self.db.dialect) for s in self.specs]
 
     def call(self, name: Any, arguments: Any) -> ToolResponse:
         """Run one tool call; every failure is a structured ``ToolResponse`` error."""

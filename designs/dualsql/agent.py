@@ -51,6 +51,7 @@ from agents.registry import register_agent
 from agents.types import ERROR_TURN_MASK, EpisodeResult, Example, SchemaSelection, ToolCall, TrainingSpec
 from designs.dualsql.tools import PRESET, TOOLS
 from rex.linking import gold_sets
+from tools.db.dialects import dialect_info
 from tools.errors import ConfigError
 from tools.schema import select
 
@@ -186,9 +187,13 @@ class DualSQLAgent:
         self.parser = get_parser(parser)
         self.render_schema = schema_renderer(schema_format)
 
-    def _prompt(self, role: str, example: Example, schema_text: str, schemas: list) -> list[dict]:
+    def _prompt(
+        self, role: str, example: Example, schema_text: str, schemas: list, dialect: str = "sqlite"
+    ) -> list[dict]:
         system_file, user_file = ("linker_system", "linker_user") if role == "linker" else GENERATOR_PROMPTS[self.mode]
-        system = PROMPTS.render(system_file, max_turns=self.max_turns[role], tools=tools_block(schemas))
+        system = PROMPTS.render(
+            system_file, max_turns=self.max_turns[role], tools=tools_block(schemas), **dialect_info(dialect).fields()
+        )
         user = PROMPTS.render(
             user_file,
             db_id=example.db_id,
@@ -213,7 +218,7 @@ class DualSQLAgent:
                 linked, flags["full_schema_fallback"] = None, True  # nothing usable linked: the full schema
         if linked is not None:
             schema_text = self.render_schema(profile, linked.tables, linked.columns)
-        messages = self._prompt(role, example, schema_text, toolbox.schemas())
+        messages = self._prompt(role, example, schema_text, toolbox.schemas(), db.dialect)
         episode = DualSQLEpisode(
             role, messages, toolbox, self.tools, self.parser, self.max_turns[role], self.guardrails
         )

@@ -26,4 +26,8 @@ register_executor_tool(
         allowed_pragmas=METADATA_PRAGMAS,
         full_schema_queries=True,
     ),
+    other_dialects=(
+        "Execute one read-only $dialect query; returns at most 10 rows with long cells cut "
+        "at 150 characters (schema queries on the catalogue - $catalogue - come back in full)."
+    ),
 )

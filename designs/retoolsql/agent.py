@@ -35,6 +35,7 @@ from agents.prompts import Prompts
 from agents.registry import register_agent
 from agents.types import EpisodeResult, Example, SchemaSelection, TrainingSpec
 from designs.retoolsql.tools import PRESET, TOOLS
+from tools.db.dialects import dialect_info
 from tools.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -208,10 +209,11 @@ class ReToolSQLAgent:
         return self.max_turns if self.tools else 1
 
     def messages(self, example: Example, db: Backend, schemas: list) -> list[dict]:
+        dialect = dialect_info(db.dialect).fields()
         if self.tools:
-            system = PROMPTS.render("system", tools=tools_block(schemas), max_turns=self.max_turns)
+            system = PROMPTS.render("system", tools=tools_block(schemas), max_turns=self.max_turns, **dialect)
         else:
-            system = PROMPTS.render("system_no_tools")
+            system = PROMPTS.render("system_no_tools", **dialect)
         user = PROMPTS.render(
             "user",
             db_id=example.db_id,

@@ -23,6 +23,7 @@ from agents.parsing import find_blocks
 from agents.prompts import Prompts
 from agents.registry import register_agent
 from agents.types import EpisodeResult, Example, TrainingSpec
+from tools.db.dialects import dialect_info
 from tools.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -113,8 +114,11 @@ class Think2SQLAgent:
             question=example.question,
             evidence=example.evidence or "(none)",
         )
+        system = PROMPTS.render(
+            "system" if self.reasoning else "system_no_reasoning", **dialect_info(db.dialect).fields()
+        )
         return [
-            {"role": "system", "content": PROMPTS.render("system" if self.reasoning else "system_no_reasoning")},
+            {"role": "system", "content": system},
             {"role": "user", "content": user},
         ], fallback
 

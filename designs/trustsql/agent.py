@@ -27,8 +27,9 @@ unknown action, and the supervised replay drops turns of the phases it lacks
 
 ``schema_prefill=True`` is the paper's Schema-Prefill variant (Table 2): the full schema is
 given as one synthetic explore turn - an assistant turn calling the tool on
-``sqlite_master`` and the tool's real answer - placed in the prompt (so it is not trained
-on), after which the same four-phase protocol runs. That turn counts as the episode's
+``sqlite_master`` (on another dialect, its catalogue: ``tools.db.dialects``) and the tool's
+real answer - placed in the prompt (so it is not trained on), after which the same four-phase
+protocol runs. That turn counts as the episode's
 explore action for R_format (flag ``schema_prefill``).
 """
 
@@ -54,6 +55,7 @@ from agents.prompts import Prompts
 from agents.registry import register_agent
 from agents.types import SCHEMA_TRACK, EpisodeResult, Example, ToolCall, TrainingSpec, TurnRecord, span_flag
 from designs.trustsql.tools import PRESET, TOOL
+from tools.db.dialects import dialect_info
 from tools.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -79,12 +81,21 @@ ORDER_HINTS = {
 }
 ORDER_HINTS_WITHOUT_PROPOSE = {**ORDER_HINTS, "generate_sql": "explore the schema before you generate SQL"}
 ORDER_HINTS_EC = {"confirm_answer": "explore the schema before you confirm an answer"}
-PREFILL_SQL = "SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name"
+
+
+def prefill_sql(dialect: str) -> str:
+    """The Schema-Prefill query: ``(name, sql)`` of every table, by name, from the catalogue
+    of ``dialect`` (on SQLite, ``sqlite_master``).
+
+    >>> prefill_sql("sqlite")
+    "SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name"
+    """
+    return dialect_info(dialect).table_ddl_sql + " ORDER BY name"
 
 
 def prefill_messages(toolbox: ToolBox, db_id: str) -> list[dict]:
     """Schema-Prefill: one synthetic explore turn (assistant call + the tool's real answer)."""
-    arguments = {"db_id": db_id, "sql": PREFILL_SQL}
+    arguments = {"db_id": db_id, "sql": prefill_sql(toolbox.db.dialect)}
     run = run_tool(toolbox, ToolCall(TOOL, arguments))
     turn = (
         "<think>The full schema of the database, to start from.</think>\n<action>explore_schema</action>\n"
@@ -277,10 +288,15 @@ class TrustSQLAgent:
         self.omitted_phases = tuple(a for a in ACTIONS if a not in self.actions) if self.actions else ()
         self._prompt_suffix = PROMPT_SUFFIX[protocol]
 
-    def messages(self, example: Example, schemas: list) -> tuple[list[dict], str]:
-        formats = PROMPTS.render("formats" + self._prompt_suffix, db_id=example.db_id)
+    def messages(self, example: Example, schemas: list, dialect: str = "sqlite") -> tuple[list[dict], str]:
+        fields = dialect_info(dialect).fields()
+        formats = PROMPTS.render("formats" + self._prompt_suffix, db_id=example.db_id, **fields)
         system = PROMPTS.render(
-            "system" + self._prompt_suffix, formats=formats, max_turns=self.max_turns, tools=tools_block(schemas)
+            "system" + self._prompt_suffix,
+            formats=formats,
+            max_turns=self.max_turns,
+            tools=tools_block(schemas),
+            **fields,
         )
         user = PROMPTS.render(
             "user", db_id=example.db_id, question=example.question, evidence=example.evidence or "(none)"
@@ -291,7 +307,7 @@ class TrustSQLAgent:
         if previous:
             return None
         toolbox = make_toolbox(db, (TOOL,), self.preset)
-        messages, formats = self.messages(example, toolbox.schemas())
+        messages, formats = self.messages(example, toolbox.schemas(), db.dialect)
         if self.schema_prefill:
             messages += prefill_messages(toolbox, example.db_id)
         episode_class = ReActEpisode if self.protocol == "react" else TrustSQLEpisode

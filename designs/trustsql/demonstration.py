@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from agents.types import Example
 from designs.trustsql.tools import TOOL
+from tools.db.dialects import database_dialect, dialect_info
 from training.supervised.demonstrations import (
     gold_sql_of,
     reasoning_line,
@@ -14,18 +15,17 @@ from training.supervised.demonstrations import (
     tool_call_text,
 )
 
-EXPLORE_SQL = "SELECT name, sql FROM sqlite_master WHERE type = 'table'"
-
 
 @register_script("trustsql")
 def trustsql_script(ex: Example, role: str, max_turns: int) -> list[str]:
     sql = gold_sql_of(ex)
+    explore_sql = dialect_info(database_dialect(ex.db_path)).table_ddl_sql  # sqlite_master on SQLite
 
     def turn(think: str, action: str, body: str) -> str:
         return f"<think>\n{think}\n</think>\n<action>{action}</action>\n{body}"
 
     turns = [
-        turn("List the tables and their columns.", "explore_schema", tool_call_text(TOOL, ex, EXPLORE_SQL)),
+        turn("List the tables and their columns.", "explore_schema", tool_call_text(TOOL, ex, explore_sql)),
         turn(reasoning_line(ex), "propose_schema", f"<schema>{schema_json(ex, joins=True)}</schema>"),
     ]
     if max_turns >= 4:

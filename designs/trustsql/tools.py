@@ -1,5 +1,6 @@
 """TRUST-SQL's executor (``execute_sql_query``): the schema is unknown, so besides SELECT/WITH
-it allows the read-only metadata PRAGMAs the agent explores the schema with."""
+it allows the read-only metadata PRAGMAs the agent explores the schema with (on another
+dialect, the engine's catalogue: ``tools.db.dialects``)."""
 
 from __future__ import annotations
 
@@ -18,4 +19,8 @@ register_executor_tool(
     # its real table sizes; the 30 s deadline (the reward's and BIRD's evaluation script's
     # per-query time) runs every query that can be scored and still stops runaways.
     QueryLimits(max_rows=100, timeout_s=30.0, max_vm_steps=None, allowed_pragmas=METADATA_PRAGMAS),
+    other_dialects=(
+        "Execute one read-only $dialect query (SELECT/WITH; read the catalogue - $catalogue - "
+        "to explore the schema) and return the result."
+    ),
 )

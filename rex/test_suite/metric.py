@@ -20,7 +20,7 @@ from rex.scorer import ExecScore, register_metric
 from rex.sql import normalize_sql
 from rex.tables import Failure, Table, as_outcome
 from rex.test_suite.reader import limit_cuts_tie, tie_probe
-from rex.test_suite.suites import suite_for_scoring
+from rex.test_suite.suites import require_sqlite, suite_for_scoring
 
 if TYPE_CHECKING:
     from rex.scorer import ExecScorer
@@ -47,7 +47,9 @@ def check_on_suite(
     it does not match sets the score to 0 with ``suite_rejected: True``,
     ``suite_neighbour`` (its index) and ``suite_outcome`` in the details. ``ex_match``
     and ``outcome`` stay EX's on the original. A prediction that is the gold query itself
-    (after ``normalize_sql``) is not run again."""
+    (after ``normalize_sql``) is not run again. A database other than SQLite is a
+    ``ConfigError`` whatever the prediction (``require_sqlite``)."""
+    require_sqlite(db)
     if scored.score < 1.0 or pred_sql is None:
         return scored
     suite = suite_for_scoring(db, gold_sql)

@@ -6,6 +6,10 @@ folder manifest every load checks (``tools.cache``). ``key`` hashes the database
 hash and the settings, so a changed database never reads a stale suite; ``golds`` hashes
 the gold queries the neighbours were chosen for, so a suite chosen for other queries is a
 new folder (a folder, once written, never changes under a reader).
+
+SQLite only: the neighbours are SQLite files written by mutating a copy of the database, so
+a database of another dialect (a ``.duckdb`` file) is refused with a ``ConfigError``
+(``require_sqlite``); held-out reports skip ``ex_test_suite`` there (``on_sqlite``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from rex.test_suite.build import SuiteSettings, build_into, gold_digest, stats_json
 from tools.cache import cache_root, load_checked, writing_cache_folder
+from tools.db.dialects import database_dialect
+from tools.errors import ConfigError
 
 if TYPE_CHECKING:
     from rex.test_suite.build import Progress
@@ -46,6 +52,21 @@ class Suite:
     @property
     def bytes(self) -> int:
         return sum(db.path.stat().st_size for db in self.neighbours)
+
+
+def on_sqlite(path: str | Path) -> bool:
+    """Whether the database at ``path`` is a SQLite file, the only kind a test suite is built for."""
+    return database_dialect(path) == "sqlite"
+
+
+def require_sqlite(db: Backend) -> None:
+    """A ``ConfigError`` when ``db`` is not SQLite: its suite's neighbours would be SQLite files."""
+    if db.dialect != "sqlite":
+        raise ConfigError(
+            f"the test_suite metric is SQLite-only (its neighbour databases are mutated SQLite copies); "
+            f"database {db.db_id!r} at {db.path} is {db.dialect}: use reward.exec_metric=ex (or spider) "
+            "and trainer.eval_test_suite=false / eval.test_suite=false on this dataset"
+        )
 
 
 def suites_dir() -> Path:
@@ -98,6 +119,7 @@ def ensure_suite(
     ``(suite, built_now)``; of several, the one chosen for the most gold queries (so that a
     run whose training and held-out questions share databases scores both with one suite).
     This process's scoring then uses it (``suite_for_scoring``)."""
+    require_sqlite(db)
     settings = settings or SuiteSettings()
     wanted = set(gold_digest(gold_sqls))
     with _lock(db):
@@ -129,6 +151,7 @@ def suite_for_scoring(db: Backend, gold_sql: str, settings: SuiteSettings | None
     """The suite scoring uses: the one this process built or checked (``ensure_suite``),
     else the cached one chosen for the most gold queries, else one built now for ``gold_sql``
     alone (logged: build suites beforehand with ``python -m rex suite build``)."""
+    require_sqlite(db)
     pinned = _PINNED.get((str(db.path), db.content_hash))
     if pinned is not None:
         return pinned

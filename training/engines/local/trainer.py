@@ -277,9 +277,11 @@ class LocalTrainer(TrainStep, Checkpoints):
         built once (cached across runs), before the first held-out score needs them."""
         if getattr(self, "_eval_suites_ready", False):
             return
-        from rex.test_suite import ensure_suites
+        from rex.test_suite.suites import ensure_suites, on_sqlite
 
-        built, cached = ensure_suites((ex.db_path, ex.gold_sql) for ex in self.eval_examples)
+        # SQLite-only: held-out questions on another dialect get no ex_test_suite (eval.scoring)
+        on_suite = [ex for ex in self.eval_examples if on_sqlite(ex.db_path)]
+        built, cached = ensure_suites((ex.db_path, ex.gold_sql) for ex in on_suite)
         self.say(f"[eval] test suites of the held-out databases: {built} built, {cached} cached (ex_test_suite)")
         self._eval_suites_ready = True
 

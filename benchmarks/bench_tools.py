@@ -1,7 +1,10 @@
 """Benchmark of the tool layer; prints figures (ratios against a baseline run here).
 
-1. Tool overhead: ``sqlite_query`` vs raw ``sqlite3`` on the same 100 queries over a
-   database with a ``--rows``-row table: median per-query time ratio (aim <= 1.15x).
+1. Tool overhead on SQLite (``--parts overhead``): the executor tool
+   (``tools.executor_tool.run_sql``) vs raw ``sqlite3`` on the same 100 queries over a
+   database with a ``--rows``-row table, and through the dispatcher with ReToolSQL's
+   ``sqlite_query`` (argument checks, JSON text): per-query time ratios, overall and per
+   query family with median / p90 seconds (aim <= 1.15x; issue 26: SQLite's speed unchanged).
 2. BM25 value search on the table's text column (~``--rows`` distinct values), for both
    engines (bm25s; FTS5 prefilter + rank-bm25 BM25Okapi): index build time, cache load
    time and speed-up vs a rebuild (aim >= 10x), first search after build / after load,
@@ -12,15 +15,20 @@
 4. DuckDB (``--parts duckdb``): the same table copied into a ``.duckdb`` file; the tool on
    the DuckDB backend vs the same DuckDB connection used raw, on the same queries (issue
    26's goal <= 1.2x), and how long after the deadline ``interrupt()`` stops a runaway.
+5. PostgreSQL (``--parts postgres``): the same table copied into a private server (or the
+   database ``--pg-dsn`` names, as a superuser); the tool on the PostgreSQL backend vs raw
+   ``psycopg`` on the same queries, role and schema (goal <= 1.2x).
+
+The overhead parts live in ``benchmarks/bench_backends.py``.
 
     python benchmarks/bench_tools.py                 # full size: 1,000,000 rows
     python benchmarks/bench_tools.py --rows 50000    # quick run
+    python benchmarks/bench_tools.py --rows 50000 --parts overhead,duckdb,postgres
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import random
@@ -29,9 +37,13 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from bench_backends import bench_duckdb, bench_postgres, bench_sqlite, percentile, print_figures
+
+PARTS_ORDER = ("overhead", "bm25", "runaway", "duckdb", "postgres")
+PARTS = frozenset(PARTS_ORDER)
 
 
 def make_database(path: Path, rows: int, seed: int = 0) -> list[str]:
@@ -69,86 +81,6 @@ def make_database(path: Path, rows: int, seed: int = 0) -> list[str]:
     conn.commit()
     conn.close()
     return vocab
-
-
-def overhead_queries(rows: int, n: int, rng: random.Random, cities: list[str]) -> list[str]:
-    """``n`` queries, a quarter of each kind: point lookup, indexed filter, PK range
-    aggregate, full-scan aggregate. Every result has at most 100 rows (the tool's cap)."""
-    out: list[str] = []
-    for i in range(n):
-        kind = i % 4
-        if kind == 0:
-            out.append(f"SELECT * FROM items WHERE id = {rng.randint(1, rows)}")
-        elif kind == 1:
-            out.append(
-                f"SELECT name, price FROM items WHERE city = '{rng.choice(cities)}' ORDER BY price DESC LIMIT 20"
-            )
-        elif kind == 2:
-            lo = rng.randint(1, max(1, rows - rows // 20))
-            out.append(
-                f"SELECT category, COUNT(*), AVG(price) FROM items "
-                f"WHERE id BETWEEN {lo} AND {lo + rows // 20} GROUP BY category"
-            )
-        else:
-            out.append(f"SELECT COUNT(*), MAX(price) FROM items WHERE qty = {rng.randint(0, 99)}")
-    return out
-
-
-def _best_of(fn: Callable[[], Any], repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
-def bench_overhead(path: Path, rows: int, n: int, repeat: int) -> dict[str, Any]:
-    from tools.sql_tools import sqlite_query
-
-    from tools import ToolBox, get_database
-    from tools.db.results import QueryResult
-
-    db = get_database(path)
-    raw = sqlite3.connect(path)
-    cities = [r[0] for r in raw.execute("SELECT DISTINCT city FROM items LIMIT 200")]
-    queries = overhead_queries(rows, n, random.Random(1), cities)
-    box = ToolBox(db, ["sqlite_query"])
-    ratios, dispatch_ratios, raw_times, tool_times, errors = [], [], [], [], 0
-    for sql in queries:
-        first = sqlite_query(db, sql)
-        if not isinstance(first, QueryResult):
-            errors += 1
-            print(f"  tool error on {sql!r}: {first}", file=sys.stderr)
-            continue
-        assert [tuple(r) for r in raw.execute(sql).fetchall()] == list(first.rows)
-        t_raw = _best_of(lambda sql=sql: raw.execute(sql).fetchall(), repeat)
-        t_tool = _best_of(lambda sql=sql: sqlite_query(db, sql), repeat)
-        t_box = _best_of(lambda sql=sql: box.call("sqlite_query", {"db_id": db.db_id, "sql": sql}).text, repeat)
-        raw_times.append(t_raw)
-        tool_times.append(t_tool)
-        ratios.append(t_tool / t_raw)
-        dispatch_ratios.append(t_box / t_raw)
-    by_kind = {
-        name: statistics.median(ratios[i::4])
-        for i, name in enumerate(["point_lookup", "indexed_filter", "pk_range_aggregate", "full_scan_aggregate"])
-        if ratios[i::4]
-    }
-    return {
-        "queries": len(queries),
-        "tool_errors": errors,
-        "median_ratio": statistics.median(ratios),
-        "p90_ratio": sorted(ratios)[int(0.9 * (len(ratios) - 1))],
-        "total_time_ratio": sum(tool_times) / sum(raw_times),
-        "median_ratio_with_dispatcher_and_json": statistics.median(dispatch_ratios),
-        "median_ratio_by_kind": by_kind,
-        "median_raw_ms_by_kind": {name: 1000 * statistics.median(raw_times[i::4]) for i, name in enumerate(by_kind)},
-    }
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def search_queries(vocab: list[str], n: int, rng: random.Random) -> list[str]:
@@ -198,7 +130,7 @@ def bench_bm25(path: Path, engine: str, queries: list[str]) -> dict[str, Any]:
         "index_size_mb": size_mb,
         "search_after_build_ms": 1000 * second,
         "cached_search_p50_ms": 1000 * statistics.median(latencies),
-        "cached_search_p99_ms": 1000 * _percentile(latencies, 0.99),
+        "cached_search_p99_ms": 1000 * percentile(latencies, 0.99),
         "searches": len(latencies),
     }
 
@@ -250,67 +182,6 @@ def bench_runaway(path: Path, deadline_s: float, repeats: int) -> dict[str, Any]
     return out
 
 
-def _raw_duckdb(cursor: Any, sql: str, convert: Callable[[Any], Any]) -> list[tuple[Any, ...]]:
-    """The rows of ``sql`` on a DuckDB connection, cells converted as the backend converts them."""
-    return [tuple(map(convert, row)) for row in cursor.execute(sql).fetchall()]
-
-
-def bench_duckdb(path: Path, rows: int, n: int, repeat: int, deadline_s: float) -> dict[str, Any]:
-    from eval.data.duckdb_copy import copy_sqlite_to_duckdb
-    from tools import QueryLimits, QueryResult, ToolError, execute, get_database
-    from tools.db.duckdb_backend import DuckDBDatabase, to_sqlite_value
-
-    target = path.with_suffix(".duckdb")
-    if target.exists():
-        target.unlink()
-    start = time.perf_counter()
-    copy_sqlite_to_duckdb(path, target)
-    copied_s = time.perf_counter() - start
-    db = get_database(target)
-    assert isinstance(db, DuckDBDatabase)
-    raw = db.cursor()  # the backend's own connection, without the tool layer
-    cities = [r[0] for r in raw.execute("SELECT DISTINCT city FROM items ORDER BY city LIMIT 200").fetchall()]
-    queries = overhead_queries(rows, n, random.Random(1), cities)
-    limits = QueryLimits()
-    ratios, raw_times, errors = [], [], 0
-    for sql in queries:
-        first = execute(db, sql, limits)
-        if not isinstance(first, QueryResult):
-            errors += 1
-            print(f"  tool error on {sql!r}: {first}", file=sys.stderr)
-            continue
-        assert len(first.rows) == len(raw.execute(sql).fetchall())
-        t_raw = _best_of(functools.partial(_raw_duckdb, raw, sql, to_sqlite_value), repeat)
-        t_tool = _best_of(functools.partial(execute, db, sql, limits), repeat)
-        raw_times.append(t_raw)
-        ratios.append(t_tool / t_raw)
-    overs = []
-    for _ in range(3):
-        start = time.perf_counter()
-        result = execute(db, "SELECT count(*) FROM items a, items b, items c", QueryLimits(timeout_s=deadline_s))
-        overs.append(1000 * (time.perf_counter() - start - deadline_s))
-        assert isinstance(result, ToolError) and result.kind == "timeout", result
-    return {
-        "copy_s": copied_s,
-        "size_mb": target.stat().st_size / 1e6,
-        "queries": len(queries),
-        "tool_errors": errors,
-        "median_ratio": statistics.median(ratios) if ratios else float("nan"),
-        "p90_ratio": sorted(ratios)[int(0.9 * (len(ratios) - 1))] if ratios else float("nan"),
-        "median_ratio_by_kind": {
-            name: statistics.median(ratios[i::4])
-            for i, name in enumerate(["point_lookup", "indexed_filter", "pk_range_aggregate", "full_scan_aggregate"])
-            if not errors and ratios[i::4]
-        },
-        "median_raw_ms_by_kind": {
-            name: 1000 * statistics.median(raw_times[i::4])
-            for i, name in enumerate(["point_lookup", "indexed_filter", "pk_range_aggregate", "full_scan_aggregate"])
-            if not errors and raw_times[i::4]
-        },
-        "runaway_past_deadline_ms_median": statistics.median(overs),
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows in the benchmark table")
@@ -322,8 +193,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rank-bm25", action="store_true", help="also time plain rank-bm25 (slow to build)")
     parser.add_argument("--workdir", type=Path, help="where to put the database and caches (default: a temp dir)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
-    parser.add_argument("--parts", default="overhead,bm25,runaway,duckdb", help="which benchmarks to run")
+    parser.add_argument("--parts", default=",".join(PARTS_ORDER), help="which benchmarks to run (comma-separated)")
+    parser.add_argument(
+        "--pg-dsn", help="a PostgreSQL superuser's DSN for --parts postgres (default: a private server)"
+    )
     args = parser.parse_args(argv)
+    parts = set(args.parts.split(","))
+    if parts - PARTS:
+        parser.error(f"unknown --parts {sorted(parts - PARTS)}; choose from {', '.join(PARTS_ORDER)}")
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-tools-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -337,36 +214,28 @@ def main(argv: list[str] | None = None) -> int:
     print(f"database: {args.rows:,} rows, {size_mb:.0f} MB, built in {time.perf_counter() - start:.1f} s")
 
     figures: dict[str, Any] = {"rows": args.rows}
-    parts = set(args.parts.split(","))
     if "overhead" in parts:
-        figures["overhead"] = bench_overhead(db_path, args.rows, args.queries, args.repeat)
-        _print("1. sqlite_query vs raw sqlite3", figures["overhead"])
+        figures["overhead"] = bench_sqlite(db_path, args.rows, args.queries, args.repeat)
+        print_figures("1. SQLite: the executor tool vs raw sqlite3", figures["overhead"])
     if "bm25" in parts:
         queries = search_queries(vocab, args.searches, random.Random(2))
         figures["bm25"] = [bench_bm25(db_path, engine, queries) for engine in args.engines.split(",")]
         if args.rank_bm25:
             figures["bm25"].append(bench_rank_bm25(db_path, queries))
         for row in figures["bm25"]:
-            _print(f"2. BM25 value search ({row['engine']})", row)
+            print_figures(f"2. BM25 value search ({row['engine']})", row)
     if "runaway" in parts:
         figures["runaway"] = bench_runaway(db_path, args.deadline, repeats=3)
-        _print("3. runaway queries", figures["runaway"])
+        print_figures("3. runaway queries", figures["runaway"])
     if "duckdb" in parts:
         figures["duckdb"] = bench_duckdb(db_path, args.rows, args.queries, args.repeat, args.deadline)
-        _print("4. DuckDB backend vs its raw connection", figures["duckdb"])
+        print_figures("4. DuckDB: the executor tool vs its raw connection", figures["duckdb"])
+    if "postgres" in parts:
+        figures["postgres"] = bench_postgres(db_path, args.rows, args.queries, args.repeat, args.pg_dsn)
+        print_figures("5. PostgreSQL: the executor tool vs raw psycopg", figures["postgres"])
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0
-
-
-def _print(title: str, values: dict[str, Any]) -> None:
-    print(f"\n{title}")
-    for key, value in values.items():
-        if isinstance(value, dict):
-            value = ", ".join(f"{k}={v:.3g}" for k, v in value.items())
-        elif isinstance(value, float):
-            value = f"{value:.3f}"
-        print(f"  {key}: {value}")
 
 
 if __name__ == "__main__":

@@ -83,7 +83,8 @@ def step(plugins: ModuleType, examples: list[Example], tmp_path_factory: pytest.
         "think2sql",
         tmp_path_factory.mktemp("run"),
         "agent.name=fence_sql",
-        "~agent.schema_scope",
+        "~agent.schema_scope",  # think2sql's own agent options, which fence_sql does not take
+        "~agent.reasoning",
         "reward=composite",
         "reward.exec_metric=row_overlap",
         "advantage.estimator=sign",

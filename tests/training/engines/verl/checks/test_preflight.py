@@ -170,14 +170,11 @@ def test_the_chat_check_renders_a_qwen3_style_tokenizer(tmp_path: Path) -> None:
     assert verdicts(gather_facts(ctx), ctx)["chat template"][0] == "FAIL"
 
 
+@pytest.mark.slow  # on a fresh machine it converts the embedded model first (test files run in parallel)
 def test_the_embedded_models_template_matches_its_golden_prompt() -> None:
-    from training.generation.loading import embedded_checkpoint_dir
+    from training.generation.loading import ensure_embedded_checkpoint
 
-    where = embedded_checkpoint_dir()
-    if not (where / "tokenizer_config.json").is_file():
-        pytest.skip(
-            f"the embedded model is not converted here ({where}); tests/training/generation/test_loading.py converts it"
-        )
+    where = ensure_embedded_checkpoint(say=lambda _: None)
     ctx = Context(str(where), "cpu", None, None, 1, "sdpa", str(where))
     status, detail = verdicts(gather_facts(ctx), ctx)["chat template"]
     assert (status, detail.split(":")[0]) == ("OK", "chatml")

@@ -31,7 +31,7 @@ from training.generation import questions_per_batch, run_concurrent_episodes
 from training.rollout import SamplingParams
 
 REPO = Path(__file__).resolve().parents[2]
-DELAY_S = 0.05
+DELAY_S = 0.3  # long enough that concurrent requests overlap on a loaded machine
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +181,7 @@ def test_timeouts_and_server_errors_drop_only_their_episodes(data_root: Path) ->
     requests = [(ex, get_database(ex.db_path), 0) for ex in examples]
     params = SamplingParams(temperature=0.0, max_new_tokens=200)
     with FakeOpenAI(reply) as server:
-        source = client(server, retries=1, timeout_s=0.3, concurrency=4)
+        source = client(server, retries=1, timeout_s=0.7, concurrency=4)
         batch = run_concurrent_episodes(agent, requests, tiny_tokenizer(), source, params, LIMITS, concurrency=4)
     assert batch.failed == [("q0", 0), ("q1", 0)]
     assert sorted(t.example_id for t in batch.trajectories) == ["q2", "q3"]

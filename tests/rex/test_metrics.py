@@ -30,7 +30,7 @@ from rex.tables import Failure, Table
 CASES = json.loads((Path(__file__).parent / "fixtures" / "metric_cases.json").read_text())
 SQL_CASES = CASES["sql_cases"]
 ROW_CASES = CASES["row_cases"]
-TIMEOUT_S = 0.5
+TIMEOUT_S = 2.0  # runaway cases meet it; ordinary ones stay far below it on a loaded machine (parallel tests)
 
 
 def bird_official(db_path: Path, pred_sql: str, gold_sql: str, timeout_s: float) -> int:

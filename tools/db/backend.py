@@ -28,6 +28,7 @@ PostgreSQL database, opened from a ``postgresql://…#schema`` locator) fits the
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -83,9 +84,23 @@ class Backend(ABC):
     def schema(self) -> dict[str, list[str]]:
         """``{table: [column, ...]}`` for every table and view, in declaration order."""
 
-    @abstractmethod
+    # set by each backend's __init__: the profile cache and the lock its builds take
+    _profile: tuple[str, DatabaseProfile] | None
+    _profile_lock: threading.Lock
+
     def profile(self) -> DatabaseProfile:
-        """The database profile (``tools.schema.profile``)."""
+        """The database profile (``tools.schema.profile``), cached in memory and on disk by
+        content hash; threads wait for one build instead of each building."""
+        from tools.schema.profile import load_or_build_profile
+
+        digest = self.content_hash
+        with self._profile_lock:
+            cached = self._profile
+            if cached is not None and cached[0] == digest:
+                return cached[1]
+            profile = load_or_build_profile(self)
+            self._profile = (digest, profile)
+            return profile
 
     def execute(self, sql: str, limits: QueryLimits | str = DEFAULT_LIMITS) -> QueryResult | ToolError:
         """``run(sql, limits)``; ``limits`` may name a registered preset."""

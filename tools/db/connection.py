@@ -161,19 +161,6 @@ class Database(Backend):
         self._schema = (digest, schema)
         return {t: list(c) for t, c in schema.items()}
 
-    def profile(self) -> DatabaseProfile:
-        """The database profile, cached in memory and on disk by content hash."""
-        from tools.schema.profile import load_or_build_profile
-
-        digest = self.content_hash
-        with self._profile_lock:  # threads wait for one build instead of each building
-            cached = self._profile
-            if cached is not None and cached[0] == digest:
-                return cached[1]
-            profile = load_or_build_profile(self)
-            self._profile = (digest, profile)
-            return profile
-
 
 _DATABASES: dict[tuple[str, str], Backend] = {}
 _DATABASES_LOCK = threading.Lock()

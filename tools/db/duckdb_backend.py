@@ -238,19 +238,6 @@ class DuckDBDatabase(Backend):
         self._schema = (digest, schema)
         return {t: list(c) for t, c in schema.items()}
 
-    def profile(self) -> DatabaseProfile:
-        """The database profile, cached in memory and on disk by content hash."""
-        from tools.schema.profile import load_or_build_profile
-
-        digest = self.content_hash
-        with self._profile_lock:
-            cached = self._profile
-            if cached is not None and cached[0] == digest:
-                return cached[1]
-            profile = load_or_build_profile(self)
-            self._profile = (digest, profile)
-            return profile
-
 
 def _check_duckdb_file(path: Path) -> None:
     if not path.is_file():

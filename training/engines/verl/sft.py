@@ -233,13 +233,20 @@ def write_sft_config(cfg: Any, model_path: str) -> Path:
     return path
 
 
+def policy_path(cfg: Any) -> str | None:
+    """The model veRL's SFT fine-tunes and the data stage samples: ``stage.init_from``, else
+    ``model.path``, else the recipe's GPU backbone (as the RL launch does); None only where
+    the recipe names no backbone, which means the embedded default."""
+    return cfg.stage.init_from or cfg.model.path or cfg.gpu_backbone or None
+
+
 def describe(cfg: Any) -> str:
     from omegaconf import OmegaConf
 
     if cfg.stage.name == "data":
         return describe_data(cfg)
 
-    path = cfg.stage.init_from or cfg.model.path or "EMBEDDED_DEFAULT"  # resolved (converted) when training starts
+    path = policy_path(cfg) or "EMBEDDED_DEFAULT"  # resolved (converted) when training starts
     data = dataset_file(cfg)
     state = "present" if data.exists() else "not built yet: stage=data (or this command) builds it first"
     header = (
@@ -262,6 +269,7 @@ def data_config(cfg: Any) -> Any:
         cfg,
         stage=dataclasses.replace(cfg.stage, name="data"),
         engine=dataclasses.replace(cfg.engine, name="local", device=device),
+        model=dataclasses.replace(cfg.model, path=cfg.model.path or cfg.gpu_backbone),
     )
 
 
@@ -274,8 +282,7 @@ def describe_data(cfg: Any) -> str:
     policy = (
         f"the served policy {ep['model']} at {ep['base_url']} (endpoint client; tools run here)"
         if ep
-        else f"the local model {cfg.stage.init_from or cfg.model.path or 'EMBEDDED_DEFAULT'} on "
-        f"{data_config(cfg).engine.device}"
+        else f"the local model {policy_path(cfg) or 'EMBEDDED_DEFAULT'} on {data_config(cfg).engine.device}"
     )
     teachers = [t.get("model", t.get("path")) for t in sup.teachers] or ["the policy itself"]
     chain = chain_of(cfg)
@@ -302,7 +309,7 @@ def train(cfg: Any, say: Any = print, inputs: Any = None) -> dict[str, Any]:
         raise ConfigError("engine=verl stage=sft needs CUDA GPUs; on CPU use engine=local")
     if not cfg.supervised.dataset:
         run_stage(data_config(cfg), inputs, say)
-    model_path = resolve_model_path(cfg.stage.init_from or cfg.model.path, say)
+    model_path = resolve_model_path(policy_path(cfg), say)
     config_file = write_sft_config(cfg, model_path)
     command = [
         sys.executable,

@@ -150,6 +150,9 @@ def test_dry_run_composes_verl_sft_for_every_design(recipe: str, tmp_path: Path)
     assert "sft_trainer_engine" in text and "RolloutDriverSFTDataset" in text
     assert f"train_files: {tmp_path}/supervised/dataset/train.jsonl" in text
     assert f"agent: {recipe}" in text
+    # model.path is null: veRL fine-tunes the recipe's GPU backbone, as its RL launch does
+    backbone = raw["gpu_backbone"]
+    assert backbone and f"; model {backbone}\n" in text and f"path: {backbone}" in text
     # what a GPU run launches: the standalone YAML that veRL's entry point loads with --config-path/--config-name
     from hydra import initialize_config_dir
 

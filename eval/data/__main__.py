@@ -55,6 +55,23 @@ def compose_data(overrides: Sequence[str]) -> dict[str, Any]:
     return OmegaConf.to_container(cfg.data, resolve=True)  # type: ignore[return-value]
 
 
+def dsn_override(dsn: str) -> str:
+    """``data.dsn=<dsn>`` as a shell word Hydra parses: a DSN holding characters outside
+    Hydra's unquoted values (``?``, ``=``, ``&``, ``#``) is quoted for both.
+
+    >>> dsn_override("postgresql://reader@db/bench")
+    'data.dsn=postgresql://reader@db/bench'
+    >>> print(dsn_override("postgresql://reader@/bench?host=/tmp/pg&port=5432"))
+    'data.dsn="postgresql://reader@/bench?host=/tmp/pg&port=5432"'
+    """
+    import re
+    import shlex
+
+    if re.fullmatch(r"[\w/:@.+%~-]+", dsn):
+        return f"data.dsn={dsn}"
+    return shlex.quote(f'data.dsn="{dsn}"')
+
+
 def stats_text(data: dict[str, Any]) -> str:
     """Counts per split, database and difficulty, as a plain-text table."""
     from eval.data.loaders import load_split
@@ -136,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 reader = write_postgres(root, args.dsn, args.role or READER_ROLE)
                 print(
                     f"written into PostgreSQL, one schema per db_id; point a recipe at it with\n"
-                    f"  data.root={root} data.dsn={reader}"
+                    f"  data.root={root} {dsn_override(reader)}"
                 )
             print(
                 stats_text(

@@ -59,6 +59,10 @@ class Layout:
     db_dirs: list[Path]
     tables_file: Path | None = None
     notes: list[str] = field(default_factory=list)
+    dialect_question_files: dict[str, list[Path]] = field(default_factory=dict)
+    """The same questions with their gold SQL in another engine's dialect, by dialect
+    (MINIDEV's ``mini_dev_postgresql.json`` under ``"postgres"``): read instead of
+    ``question_files`` when the databases are that engine's (``data.dsn``)."""
 
     def database(self, db_id: str) -> Path | None:
         for folder in self.db_dirs:
@@ -108,13 +112,17 @@ def resolve_bird(root: Path, split: str, problems: Problems) -> Layout:
     """BIRD layout: ``root`` is the split folder or its parent.
 
     Questions: ``<split>.json`` or MINIDEV's ``mini_<split>_sqlite.json`` /
-    ``mini_<split>.json``; databases: ``<split>_databases/<db_id>/<db_id>.sqlite``;
+    ``mini_<split>.json``; MINIDEV's ``mini_<split>_postgresql.json`` (the same questions,
+    gold SQL in PostgreSQL's dialect) beside them is the dataset's questions when its
+    databases are on a PostgreSQL server (``data.dsn``); databases:
+    ``<split>_databases/<db_id>/<db_id>.sqlite``;
     tables: ``<split>_tables.json`` or ``tables.json`` (optional: schemas are read from
     the SQLite files). Split folders may carry a release suffix (``dev_20240627``).
     ``mini_dev_sqlite.json`` repeats question ids 137 and 138; the loader keeps every
     question and renames the repeats ``<id>@<position>`` (``eval.data.question_order``).
     """
     q_names = [f"{split}.json", f"mini_{split}_sqlite.json", f"mini_{split}.json"]
+    postgres_names = [f"mini_{split}_postgresql.json"]
     db_names = [f"{split}_databases", "databases"]
     folders = [
         root / split,
@@ -122,7 +130,11 @@ def resolve_bird(root: Path, split: str, problems: Problems) -> Layout:
         root,
     ]
     folder = next((f for f in folders if first_file(f, q_names)), None)
-    if folder is None:
+    postgres_file = next((p for f in folders if (p := first_file(f, postgres_names))), None)
+    by_dialect = {"postgres": [postgres_file]} if postgres_file else {}
+    if folder is None and postgres_file is not None:  # only PostgreSQL's file: ``load_split`` decides
+        folder = postgres_file.parent
+    elif folder is None:
         sibling = root.parent / split
         hint = f" (did you mean data.root={root.parent}? it holds {sibling.name}/)" if sibling.is_dir() else ""
         problems.add(f"missing questions file for split {split!r}{tried_paths(folders, q_names)}{hint}")
@@ -132,7 +144,8 @@ def resolve_bird(root: Path, split: str, problems: Problems) -> Layout:
     if db_dir is None:
         problems.add(f"missing databases folder{tried_paths([folder], db_names)}{_zip_hint(folder, db_names)}")
     tables = first_file(folder, [f"{split}_tables.json", "tables.json", f"mini_{split}_tables.json"])
-    return Layout([questions] if questions else [], [db_dir] if db_dir else [], tables)
+    files = [questions] if questions else []
+    return Layout(files, [db_dir] if db_dir else [], tables, dialect_question_files=by_dialect)
 
 
 def resolve_spider(root: Path, split: str, problems: Problems) -> Layout:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -150,7 +151,9 @@ def load_examples(
     or times out, logging how many; otherwise they are kept without executing anything.
     ``dsn`` (a ``postgresql://`` URI): the databases are the schemas of that PostgreSQL
     database, one per ``db_id`` (``tools.db.postgres_backend``), instead of the files beside
-    the questions.
+    the questions; a DSN ending ``#<schema>`` puts every ``db_id`` in that one schema (BIRD
+    mini-dev's PostgreSQL dump). A BIRD layout's ``mini_<split>_postgresql.json`` is then
+    read instead of the SQLite question file (its gold SQL is PostgreSQL's).
 
     A BIRD-layout file that repeats a question id (MINIDEV's ``mini_dev_sqlite.json``
     repeats 137 and 138) loads: the first question keeps the id, later ones become
@@ -187,7 +190,7 @@ def load_split(
     if not base.exists():
         problems.add(f"dataset root {base} does not exist; set data.root to the folder holding the dataset")
         problems.raise_if_any()
-    layout = spec.resolve(base, split, problems)
+    layout = _question_files_for(spec.resolve(base, split, problems), dsn, problems)
     records, renamed = _unique_ids(_read_all(layout, spec, problems, limit, offset), spec.rename_repeated_ids, problems)
     caches = {db_id: GoldCache(db) for db_id, db in _databases(records, layout, problems, dsn).items()}
     try:
@@ -209,6 +212,21 @@ def load_split(
         )
     order = tuple(QuestionSlot(i, r.id, r.original_id, r.db_id) for i, r in enumerate(records))
     return LoadedSplit(examples, order, tuple(renamed))
+
+
+def _question_files_for(layout: Layout, dsn: str | None, problems: Problems) -> Layout:
+    """With ``dsn`` the layout's PostgreSQL question file (MINIDEV's
+    ``mini_dev_postgresql.json``: gold SQL in PostgreSQL's dialect) replaces the SQLite one;
+    without, a layout that has only that file is a problem."""
+    postgres = layout.dialect_question_files.get("postgres")
+    if dsn and postgres:
+        return replace(layout, question_files=postgres)
+    if postgres and not layout.question_files:
+        problems.add(
+            f"only {postgres[0]} holds the questions, its gold SQL in PostgreSQL's dialect: set data.dsn "
+            f"to the PostgreSQL database holding the databases, or add the SQLite question file beside it"
+        )
+    return layout
 
 
 def _root(kind: str, spec: Kind, root: str | os.PathLike[str] | None) -> Path:
@@ -340,12 +358,15 @@ def _databases(records: list[Record], layout: Layout, problems: Problems, dsn: s
     from tools import get_database
     from tools.db.postgres_backend import postgres_locator
 
+    # ``data.dsn`` names the schema after ``#`` when every database shares it (BIRD mini-dev's
+    # PostgreSQL dump loads all of them into one); otherwise each db_id is a schema.
+    shared_schema = urllib.parse.unquote(dsn.partition("#")[2]) if dsn else ""
     by_db: dict[str, list[str]] = {}
     for rec in records:
         by_db.setdefault(rec.db_id, []).append(rec.id)
     out: dict[str, Any] = {}
     for db_id, ids in by_db.items():
-        path: Any = postgres_locator(dsn, db_id) if dsn else layout.database(db_id)
+        path: Any = postgres_locator(dsn, shared_schema or db_id, db_id) if dsn else layout.database(db_id)
         if path is None:
             problems.add(f"db_id {db_id!r} has no database at {layout.expected_database(db_id)} ({show_ids(ids)})")
             continue

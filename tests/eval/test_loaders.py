@@ -293,6 +293,7 @@ def test_load_from_config_and_compose(bird_root: Path) -> None:
     assert data == {
         "kind": "bird",
         "root": str(bird_root),
+        "dsn": None,
         "split": "dev",
         "eval_split": "dev",
         "drop_failing_gold": True,
@@ -313,7 +314,7 @@ def test_load_from_config_and_compose(bird_root: Path) -> None:
 
 def test_every_data_config_has_the_same_keys() -> None:
     keys = {"kind", "root", "split", "eval_split", "drop_failing_gold", "limit", "offset", "difficulties", "mixture"}
-    keys |= {"train_ids", "eval_limit", "ex_metric"}
+    keys |= {"train_ids", "eval_limit", "ex_metric", "dsn"}  # dsn: null = the files
     for kind in ("minibird", "bird", "spider", "jsonl"):
         data = compose_data([f"data={kind}"])
         assert set(data) == keys and data["kind"] == kind and data["root"] is None

@@ -32,14 +32,14 @@ def _two_domain_build(out: Path) -> Path:
 def test_command_line_writes_minibird_into_postgres_and_the_loader_reads_it(
     pg_server: PgServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from eval.data.__main__ import main
+    from eval.data.__main__ import dsn_override, main
 
     monkeypatch.setattr(minibird, "build", _two_domain_build)
     admin = pg_server.new_database("bench")
     root = tmp_path / "mb"
     assert main(["minibird", "--out", str(root), "--format", "postgres", "--dsn", admin, "--role", "bench_reader"]) == 0
     reader = role_dsn(admin, "bench_reader")
-    assert f"data.dsn={reader}" in capsys.readouterr().out
+    assert dsn_override(reader) in capsys.readouterr().out  # quoted for the shell and Hydra
     served = load_split("minibird", root, "dev", dsn=reader)
     files = load_split("minibird", root, "dev")
     assert [e.id for e in served.examples] == [e.id for e in files.examples]

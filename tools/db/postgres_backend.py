@@ -3,7 +3,8 @@ guards and limits (psycopg 3).
 
 A database here is a *locator*: a libpq URI naming a login role and database, with the
 schema (the ``db_id``) after ``#``: ``postgresql://reader@host/bench#clinic``
-(``postgres_locator``). ``tools.get_database`` opens a locator with this class; the
+(``postgres_locator``); databases that share one schema name their ``db_id`` after it:
+``postgresql://reader@host/BIRD#public/financial``. ``tools.get_database`` opens a locator with this class; the
 question's ``db_id`` picks the schema, which becomes the connection's ``search_path``, so
 the questions' SQL names tables without a schema, as on SQLite.
 
@@ -30,7 +31,9 @@ Layers of defence (``tools.db.connection`` has SQLite's, ``tools.db.duckdb_backe
   There is no step counter (``QueryLimits.max_vm_steps`` does not apply);
 * the row cap, cell cap and result budget are applied while fetching
   (``tools.db.budget.collect_result``); the rows past the cap are counted with ``MOVE
-  FORWARD ALL`` on the server, without being sent.
+  FORWARD ALL`` on the server, without being sent. A query naming the catalogue
+  (``information_schema``, ``pg_catalog``, ``pg_class`` & co.) is a schema query: a preset
+  with ``full_schema_queries`` returns it whole.
 
 Not bounded here: the size of one value (SQLite caps it at 32 MiB): a cell such as
 ``repeat('x', 500000000)`` is built on the server and sent whole before the result budget
@@ -98,6 +101,11 @@ DENIED_FUNCTIONS = re.compile(
 """Functions refused by name wherever the name appears as a word, quoted or not, called or
 not (a comment between a name and its ``(`` hides nothing); identifiers written with
 Unicode escapes (``U&"…"``) are refused too, as they could spell any of these names."""
+SCHEMA_NAMES = re.compile(
+    r"\b(information_schema|pg_catalog|pg_(?:class|attribute|namespace|tables|views|constraint|indexes|index|type|description))\b",
+    re.IGNORECASE,
+)
+"""Catalogue reads: a query naming one is a schema query (``QueryLimits.full_schema_queries``)."""
 _PLAIN_OIDS = frozenset({16, 17, 18, 19, 20, 21, 23, 25, 26, 700, 701, 705, 1042, 1043, 1700})
 """Types whose loaded values need no conversion (the loaders below already convert
 bool, numeric and the date, time and JSON types)."""
@@ -112,11 +120,14 @@ def is_postgres_locator(path: object) -> bool:
     return isinstance(path, str) and path.startswith(SCHEMES)
 
 
-def postgres_locator(dsn: str, schema: str) -> str:
-    """The locator of ``schema`` in the database ``dsn`` names: ``<dsn>#<schema>``."""
+def postgres_locator(dsn: str, schema: str, db_id: str | None = None) -> str:
+    """The locator of ``schema`` in the database ``dsn`` names: ``<dsn>#<schema>``; with a
+    ``db_id`` other than the schema (databases sharing one schema, as in BIRD mini-dev's
+    PostgreSQL dump), ``<dsn>#<schema>/<db_id>``."""
     if not is_postgres_locator(dsn):
         raise DataError(f"data.dsn={dsn!r} is not a PostgreSQL URI; write postgresql://user@host/database")
-    return f"{dsn.partition('#')[0]}#{urllib.parse.quote(schema, safe='')}"
+    shared = f"/{urllib.parse.quote(db_id, safe='')}" if db_id and db_id != schema else ""
+    return f"{dsn.partition('#')[0]}#{urllib.parse.quote(schema, safe='')}{shared}"
 
 
 def _adapters() -> Any:
@@ -216,9 +227,10 @@ class PostgresDatabase(Backend):
         if not is_postgres_locator(locator):
             raise DataError(f"{locator!r} is not a PostgreSQL locator; write postgresql://user@host/database#schema")
         dsn, _, fragment = locator.partition("#")
+        schema, _, shared_id = fragment.partition("/")  # a quoted name holds no "/"
         self.dsn = dsn
-        self.schema_name = urllib.parse.unquote(fragment) or "public"
-        self.db_id = db_id or self.schema_name
+        self.schema_name = urllib.parse.unquote(schema) or "public"
+        self.db_id = db_id or urllib.parse.unquote(shared_id) or self.schema_name
         # Description files (BIRD's database_description) sit in <descriptions>/<db_id>/; the
         # profile reads them beside ``path``. Without a folder, ``path`` names none that exists.
         base = Path(descriptions) if descriptions else Path("/nonexistent-postgres-descriptions")
@@ -236,7 +248,7 @@ class PostgresDatabase(Backend):
 
     @property
     def locator(self) -> str:
-        return postgres_locator(self.dsn, self.schema_name)
+        return postgres_locator(self.dsn, self.schema_name, self.db_id)
 
     # ------------------------------------------------------------------ connections
 
@@ -311,7 +323,7 @@ class PostgresDatabase(Backend):
                 conn = self.connection()
             except DataError as exc:
                 return ToolError("other", f"cannot open database {self.db_id!r}: {exc}")
-            run = Run(limits, started + limits.timeout_s)
+            run = Run(limits, started + limits.timeout_s, schema_query=bool(SCHEMA_NAMES.search(text)))
             outcome = self._run_on(conn, text, run, started)
             if not isinstance(outcome, psycopg.Error):
                 return outcome

@@ -41,7 +41,8 @@ class DataConfig:
     root: str | None = _f(None, "dataset root; null = the loader's default (minibird builds its own)")
     dsn: str | None = _f(
         None,
-        "a PostgreSQL database (postgresql://role@host/db) holding one schema per db_id, read instead "
+        "a PostgreSQL database (postgresql://role@host/db) holding one schema per db_id, or with "
+        "#<schema> one schema holding every db_id's tables (BIRD mini-dev's dump), read instead "
         "of the database files beside the questions (tools.db.postgres_backend); null = the files",
     )
     split: str = _f("train", "split the policy trains on")

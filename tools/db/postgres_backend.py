@@ -15,7 +15,9 @@ Layers of defence (``tools.db.connection`` has SQLite's, ``tools.db.duckdb_backe
   the connection opens (``eval.data.postgres_copy`` creates such a role);
 * every query runs in a ``READ ONLY`` transaction that is always rolled back, with
   ``statement_timeout`` set from the deadline, through a server-side cursor (``DECLARE …
-  CURSOR FOR``: PostgreSQL refuses anything but a query there, and a data-modifying ``WITH``);
+  CURSOR FOR``: PostgreSQL refuses anything but a query there, and a data-modifying ``WITH``),
+  all sent in one pipelined round trip (``tools.db.postgres_rows``: the server skips what
+  follows a failed command); the session's ``default_transaction_read_only`` is on as well;
 * one statement per call: the text is sent through the extended protocol, which refuses a
   second statement, and a text opening with a statement's keyword (``COPY``, ``SET``, ``DO``,
   ``CALL``, ``TRUNCATE`` …) is refused before it is sent;
@@ -31,9 +33,10 @@ Layers of defence (``tools.db.connection`` has SQLite's, ``tools.db.duckdb_backe
   There is no step counter (``QueryLimits.max_vm_steps`` does not apply);
 * the row cap, cell cap and result budget are applied while fetching
   (``tools.db.budget.collect_result``); the rows past the cap are counted with ``MOVE
-  FORWARD ALL`` on the server, without being sent. A query naming the catalogue
-  (``information_schema``, ``pg_catalog``, ``pg_class`` & co.) is a schema query: a preset
-  with ``full_schema_queries`` returns it whole.
+  FORWARD ALL`` on the server, without being sent. A capped run without a result budget
+  (the executor tools) is one round trip: the rows, the count and the rollback. A query
+  naming the catalogue (``information_schema``, ``pg_catalog``, ``pg_class`` & co.) is a
+  schema query: a preset with ``full_schema_queries`` returns it whole.
 
 Not bounded here: the size of one value (SQLite caps it at 32 MiB): a cell such as
 ``repeat('x', 500000000)`` is built on the server and sent whole before the result budget
@@ -57,7 +60,6 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-import itertools
 import re
 import threading
 import time
@@ -67,11 +69,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tools.db.backend import Backend
-from tools.db.budget import collect_result
-from tools.db.duckdb_backend import to_sqlite_value
+from tools.db.budget import FETCH_CHUNK, collect_result
 from tools.db.guards import WATCHDOG, Run
 from tools.db.limits import INTERNAL_LIMITS, QueryLimits
 from tools.db.postgres_errors import classify_postgres
+from tools.db.postgres_rows import ServerRows
 from tools.db.results import QueryResult, ToolError
 from tools.db.statements import first_keyword, strip_sql
 from tools.errors import DataError
@@ -106,13 +108,9 @@ SCHEMA_NAMES = re.compile(
     re.IGNORECASE,
 )
 """Catalogue reads: a query naming one is a schema query (``QueryLimits.full_schema_queries``)."""
-_PLAIN_OIDS = frozenset({16, 17, 18, 19, 20, 21, 23, 25, 26, 700, 701, 705, 1042, 1043, 1700})
-"""Types whose loaded values need no conversion (the loaders below already convert
-bool, numeric and the date, time and JSON types)."""
 _TEXT_TYPES = ("date", "time", "timetz", "timestamp", "timestamptz", "interval", "json", "jsonb", "uuid")
 
 _ADAPTERS: Any = None
-_CURSOR_IDS = itertools.count()
 
 
 def is_postgres_locator(path: object) -> bool:
@@ -173,51 +171,6 @@ class _Canceller:
             pass  # the server is gone: the fetch fails on its own
 
 
-class _Converted:
-    """A cursor whose rows come back with ``to_sqlite_value`` applied to the columns of types
-    the loaders leave as Python objects (arrays, geometric and network types)."""
-
-    def __init__(self, cursor: Any) -> None:
-        self._cursor = cursor
-        described = cursor.description or []
-        self.columns = tuple(d.name for d in described)
-        self._convert = [d.type_code not in _PLAIN_OIDS for d in described]
-        self._any = any(self._convert)
-
-    def _fix(self, rows: list[Any]) -> list[Any]:
-        if not self._any or not rows:
-            return rows
-        flags = self._convert
-        return [tuple(to_sqlite_value(v) if f else v for v, f in zip(row, flags, strict=True)) for row in rows]
-
-    def fetchmany(self, size: int = 1) -> list[Any]:
-        return self._fix(self._cursor.fetchmany(size))
-
-    def fetchall(self) -> list[Any]:
-        return self._fix(self._cursor.fetchall())
-
-
-class _MovedRows:
-    """The rest of a cursor counted on the server (``MOVE FORWARD ALL``), handed to
-    ``collect_result`` as empty rows so no cell crosses the wire."""
-
-    def __init__(self, conn: psycopg.Connection[Any], name: str) -> None:
-        self._conn, self._name, self._left = conn, name, -1
-
-    def fetchmany(self, size: int = 1) -> list[Any]:
-        if self._left < 0:
-            from psycopg import sql
-
-            moved = self._conn.execute(sql.SQL("MOVE FORWARD ALL IN {}").format(sql.Identifier(self._name)))
-            self._left = max(moved.rowcount, 0)
-        take = min(size, self._left)
-        self._left -= take
-        return [()] * take
-
-    def fetchall(self) -> list[Any]:
-        return self.fetchmany(1 << 62)
-
-
 class PostgresDatabase(Backend):
     """One schema of a PostgreSQL database, read-only: a connection per thread."""
 
@@ -263,17 +216,21 @@ class PostgresDatabase(Backend):
         import psycopg
 
         try:
-            conn = psycopg.connect(self.dsn, context=_adapters(), connect_timeout=10)
+            # Autocommit: every run opens its own READ ONLY transaction (tools.db.postgres_rows).
+            # No prepared statements: psycopg forgets them at each rollback (a DEALLOCATE more).
+            conn = psycopg.connect(
+                self.dsn, context=_adapters(), connect_timeout=10, autocommit=True, prepare_threshold=None
+            )
         except psycopg.Error as exc:
             raise DataError(f"cannot connect to PostgreSQL for {self.db_id!r}: {exc}".strip()) from exc
-        conn.read_only = True
         try:
             found = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s", (self.schema_name,)).fetchone()
             if not found or not found[0]:
                 raise DataError(f"PostgreSQL database has no schema {self.schema_name!r} (db_id {self.db_id!r})")
             conn.execute("SELECT set_config('search_path', %s, false)", (_quote(self.schema_name),))
+            # Session-wide too: a statement that ever ran outside a run's transaction could not write.
+            conn.execute("SELECT set_config('default_transaction_read_only', 'on', false)")
             _check_read_only_role(conn, self.schema_name)
-            conn.commit()  # a session setting made in a read-only transaction: commit keeps it
         except BaseException:
             conn.close()
             raise
@@ -340,15 +297,19 @@ class PostgresDatabase(Backend):
         """One try of ``run`` on ``conn``; a driver error is returned, not raised, for ``run`` to classify."""
         import psycopg
 
-        name = f"q{next(_CURSOR_IDS)}"
         token = WATCHDOG.arm(_Canceller(conn), run)
         try:
             timeout_ms = max(1, int((run.deadline - time.monotonic()) * 1000))
-            conn.execute("SELECT set_config('statement_timeout', %s, true)", (f"{timeout_ms}ms",))
-            cursor = conn.cursor(name=name)
-            cursor.execute(text.replace("%", "%%"), ())  # parameters: the extended protocol, one statement
-            rows_in = _Converted(cursor)
-            return collect_result(rows_in, rows_in.columns, run, started, psycopg.Error, rest=_MovedRows(conn, name))
+            limits = run.limits
+            cap = None if limits.full_schema_queries and run.schema_query else limits.max_rows
+            # A cap and no budget: collect_result takes cap + 1 rows at once, so the opening
+            # round trip counts the rest and ends the run. With a budget: its first chunk.
+            budget = limits.max_result_rows is not None or limits.max_result_bytes is not None
+            end = cap is not None and not budget
+            first = FETCH_CHUNK if cap is None else cap + 1 if end else min(cap + 1, FETCH_CHUNK)
+            # parameters (none): '%' doubled, the text parsed for placeholders, sent as one statement
+            rows_in = ServerRows(conn, text.replace("%", "%%"), (), timeout_ms, first, end=end)
+            return collect_result(rows_in, rows_in.columns, run, started, psycopg.Error, rest=rows_in.rest)
         except psycopg.Error as exc:
             return exc
         except (ValueError, OverflowError, MemoryError) as exc:
@@ -375,12 +336,7 @@ class PostgresDatabase(Backend):
         run = Run(INTERNAL_LIMITS, time.monotonic() + INTERNAL_LIMITS.timeout_s)
         token = WATCHDOG.arm(_Canceller(conn), run)
         try:
-            conn.execute(
-                "SELECT set_config('statement_timeout', %s, true)", (f"{int(INTERNAL_LIMITS.timeout_s * 1000)}ms",)
-            )
-            cursor = conn.cursor(name=f"i{next(_CURSOR_IDS)}")
-            cursor.execute(qmark_to_format(sql), tuple(params))
-            rows = _Converted(cursor)
+            rows = ServerRows(conn, qmark_to_format(sql), tuple(params), int(INTERNAL_LIMITS.timeout_s * 1000), chunk)
             while batch := rows.fetchmany(chunk):
                 yield from batch
         except psycopg.Error as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 import threading
 import time
@@ -16,6 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import pq
 
 from eval.data.postgres_copy import copy_sqlite_to_postgres, create_reader_role, role_dsn
 from tests.helpers.pg_server import PgServer
@@ -337,3 +339,96 @@ def test_each_thread_has_its_own_connection(pg: PgData) -> None:
 def test_server_runs_as_an_unprivileged_user(pg_server: PgServer) -> None:
     owner = pg_server.data.stat().st_uid
     assert owner != 0 or os.geteuid() != 0
+
+
+def round_trips(db: PostgresDatabase, sql: str, limits: QueryLimits) -> tuple[object, list[list[str]]]:
+    """``execute``'s answer and the statements sent in each round trip (libpq's protocol trace:
+    a round trip ends at the server's ReadyForQuery)."""
+    conn = db.connection()
+    with tempfile.TemporaryFile("w+") as trace:
+        conn.pgconn.trace(trace.fileno())
+        conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        try:
+            out = execute(db, sql, limits)
+        finally:
+            conn.pgconn.untrace()
+        trace.seek(0)
+        lines = trace.read().splitlines()
+    trips: list[list[str]] = [[]]
+    for line in lines:
+        fields = line.split("\t")
+        if fields[0] == "F" and fields[2] in ("Parse", "Query"):
+            trips[-1].append(re.findall(r'"((?:[^"]|"")*)"', fields[3])[-1])
+        elif fields[0] == "B" and fields[2] == "ReadyForQuery":
+            trips.append([])
+    assert conn.info.transaction_status == pq.TransactionStatus.IDLE  # every run ends its transaction
+    return out, trips[:-1]
+
+
+def test_a_capped_query_takes_one_round_trip_with_its_guards(pg: PgData) -> None:
+    db = open_db(pg, "big")
+    assert isinstance(db, PostgresDatabase)
+    opening = [
+        "BEGIN READ ONLY",
+        "SELECT set_config('statement_timeout', $1, true), set_config('cursor_tuple_fraction', '1', true)",
+        "DECLARE tool_rows NO SCROLL CURSOR FOR SELECT event_id FROM events",
+    ]
+    ending = ["MOVE FORWARD ALL IN tool_rows", "ROLLBACK"]
+    out, trips = round_trips(db, "SELECT event_id FROM events", QueryLimits())
+    assert isinstance(out, QueryResult) and len(out.rows) == 100 and out.row_count > 3000
+    assert trips == [[*opening, "FETCH FORWARD 101 FROM tool_rows", *ending]]
+    # A failing query: the server skips what follows it, then the run's own rollback ends it.
+    out, trips = round_trips(db, "SELECT nme FROM schools", QueryLimits())
+    assert isinstance(out, ToolError) and out.kind == "no_such_column"
+    assert len(trips) == 2 and trips[0][-1] == "ROLLBACK" and trips[1] == ["ROLLBACK"]
+    # Under a result budget the rows come in chunks, stopped at the budget: a first chunk
+    # short of its size is the whole result, then the rollback.
+    budget = QueryLimits(max_rows=None, max_result_rows=5000)
+    out, trips = round_trips(db, "SELECT event_id FROM events", budget)
+    assert isinstance(out, QueryResult) and out.row_count > 3000 and len(out.rows) == out.row_count
+    fetches = ["FETCH FORWARD 1024 FROM tool_rows"] * (out.row_count // 1024)
+    assert trips == [
+        [*opening, fetches[0]],
+        *[[f] for f in fetches[1:]],
+        ["FETCH FORWARD 1024 FROM tool_rows"],
+        ["ROLLBACK"],
+    ]
+
+
+def test_rows_past_the_cap_counted_past_the_deadline_are_a_lower_bound(pg: PgData) -> None:
+    # The first 100 rows come after about 0.1 s, the count of the rest meets the watchdog.
+    sql = "SELECT g, pg_sleep(0.001) FROM generate_series(1, 1000000) AS g"
+    out = execute(open_db(pg, "big"), sql, QueryLimits(timeout_s=0.5))
+    assert isinstance(out, QueryResult), out
+    assert len(out.rows) == 100 and out.truncated and out.row_count_is_lower_bound and out.row_count >= 101
+
+
+def test_each_run_has_its_read_only_transaction_and_timeout_and_leaves_the_session_as_it_was(pg: PgData) -> None:
+    db = open_db(pg, "school")
+    assert isinstance(db, PostgresDatabase)
+    settings = ", ".join(
+        f"current_setting('{name}')" for name in ("transaction_read_only", "statement_timeout", "cursor_tuple_fraction")
+    )
+    out = execute(db, f"SELECT {settings}", QueryLimits(timeout_s=0.5))
+    assert isinstance(out, QueryResult), out
+    read_only, timeout, fraction = out.rows[0]
+    assert read_only == "on" and fraction == "1"
+    assert timeout.endswith("ms") and 300 <= int(timeout[:-2]) <= 500  # the time left of the 0.5 s deadline
+    session = db.connection().execute(f"SELECT {settings}, current_setting('default_transaction_read_only')")
+    assert session.fetchone() == ("on", "0", "0.1", "on")  # the run's settings were local to its transaction
+    with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):  # even a statement sent outside a run
+        db.connection().execute("CREATE TEMP TABLE scratch (a int)")
+
+
+@pytest.mark.parametrize("total", [0, 99, 100, 101, 102, 1024, 1025, 2500])
+def test_row_counts_across_the_cap_and_the_fetch_chunks(pg: PgData, total: int) -> None:
+    db = open_db(pg, "school")
+    sql = f"SELECT g, 'row ' || g FROM generate_series(1, {total}) AS g"
+    capped = execute(db, sql, QueryLimits(max_rows=100))
+    assert isinstance(capped, QueryResult)
+    assert capped.row_count == total and capped.rows == tuple((g, f"row {g}") for g in range(1, min(total, 100) + 1))
+    whole = execute(db, sql, QueryLimits(max_rows=None, max_result_rows=5000))
+    assert isinstance(whole, QueryResult) and [r[0] for r in whole.rows] == list(range(1, total + 1))
+    assert db.query_internal(f"SELECT g FROM generate_series(1, {total * 10}) AS g") == [
+        (g,) for g in range(1, total * 10 + 1)
+    ]

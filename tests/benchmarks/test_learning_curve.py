@@ -111,3 +111,37 @@ def test_a_run_without_control_compares_with_the_warm_start(lc: ModuleType, tmp_
 
     plot(summary, tmp_path / "curve.png")
     assert (tmp_path / "curve.png").stat().st_size > 1000
+
+
+@pytest.mark.slow  # matplotlib's import and drawing
+def test_reward_arms_side_by_side(lc: ModuleType, tmp_path: Path) -> None:
+    """learning_curve_compare.py on two arms' summaries made by the script's own summarise():
+    the table's figures and the share of sampled SQL with a WHERE clause per 5 steps."""
+    from benchmarks import learning_curve_compare as compare
+
+    assert doctest.testmod(compare).failed == 0
+    warm = {"match": [1, 1, 0, 0], "suite": [1, 0, 0, 0], "ex": 0.5, "ex_test_suite": 0.25, "suite_rejected": 1}
+    sqls = {  # per step: what the arm's policy sampled
+        "shortcut": ["SELECT COUNT(*) FROM t WHERE a = 1"] * 5 + ["SELECT COUNT(*) FROM t"] * 5,
+        "suite": ["SELECT COUNT(*) FROM t WHERE a = 1"] * 9 + ["SELECT a FROM t WHERE b = 'x"],  # last one unparseable
+    }
+    for name, moved_ex in (("shortcut", 0.25), ("suite", 0.5)):
+        args = argparse.Namespace(steps=10, last=5, seed=0, recipe="think2sql", overrides=[])
+        after = {"match": [1, 0, 0, 0] if moved_ex == 0.25 else [1, 1, 0, 0], "suite": [0, 0, 0, 0]}
+        after.update(executable=[1, 1, 1, 1], ex=moved_ex, ex_test_suite=0.0, suite_rejected=1)
+        arm = _arm([0.1 * i for i in range(10)], [2] * 10, [2] * 10 if name == "shortcut" else [0] * 10, True)
+        summary = lc.summarise(args, warm, {"grpo": arm}, {"grpo": after})
+        folder = tmp_path / name
+        (folder / "grpo-seed0").mkdir(parents=True)
+        (folder / "learning_curve.json").write_text(json.dumps(summary))
+        rows = [{"step": step + 1, "final_sql": sql} for step, sql in enumerate(sqls[name])]
+        (folder / "grpo-seed0" / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    arms = {name: compare.load_arm(tmp_path / name) for name in ("shortcut", "suite")}
+    assert arms["shortcut"]["where_share"] == [(1, 5, 5), (6, 0, 5)]
+    assert arms["suite"]["where_share"] == [(1, 5, 5), (6, 4, 4)]  # the unparseable one is not counted
+    text = compare.table(arms)
+    assert "held-out EX 50.0 %, on the test suite 25.0 %, 1 EX matches" in text
+    assert "| shortcut | 0.700 | 25.0 % (-25.0 pt" in text and "| 20 of 20 | 100 % (5/5) → 0 % (0/5) |" in text
+    assert "| suite | 0.700 | 50.0 % (+0.0 pt" in text and "| 0 of 20 | 100 % (5/5) → 100 % (4/4) |" in text
+    compare.plot(arms, tmp_path / "arms.png")
+    assert (tmp_path / "arms.png").stat().st_size > 1000

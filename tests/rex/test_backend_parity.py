@@ -1,4 +1,4 @@
-"""EX, REX and QATCH score the same gold/prediction pairs identically on a minibird
+"""EX, REX, QATCH and BIRD's official EX score the same gold/prediction pairs identically on a minibird
 database, on its DuckDB copy (``eval.data.duckdb_copy``) and on its PostgreSQL copy
 (``eval.data.postgres_copy``, on the session's private server): each backend returns the
 values SQLite would, whatever the engine's own types (``Decimal``, ``bool``, ``HUGEINT`` and
@@ -15,6 +15,7 @@ import pytest
 from eval.data import minibird
 from eval.data.duckdb_copy import copy_sqlite_to_duckdb
 from eval.data.minibird.domains import all_domains
+from rex.bird_ex import official_ex
 from rex.scorer import ExecScore, ExecScorer
 from tests.helpers.pg_server import PgServer
 from tools import QueryResult, get_database
@@ -130,9 +131,14 @@ def test_minibird_pairs_score_the_same_on_sqlite_duckdb_and_postgres(
     assert len(portable) >= len(questions) // 3, (len(portable), len(questions))
     pairs = [(g, p) for i, g in enumerate(portable) for p in (g, portable[(i + 1) % len(portable)])] + PG_TYPE_PAIRS
     outcomes: set[str] = set()
+    officials: list[int] = []
     for gold, pred in pairs:
         for metric in METRICS:
             scores = [_outcome(scorer.score(db, gold, pred, metric)) for db in dbs]
             assert scores[0] == scores[1] == scores[2], (metric, gold, pred, scores)
             outcomes.add(scores[0][1])
+        official = [official_ex(scorer, db, gold, pred) for db in dbs]  # BIRD's script's comparison
+        assert official[0] == official[1] == official[2], (gold, pred, official)
+        officials.append(official[0])
     assert {"match", "mismatch", "pred_error"} <= outcomes
+    assert 0 < sum(officials) < len(officials)

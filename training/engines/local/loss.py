@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from training.engines.local.chunked_logprobs import chunked_response_log_probs, plain_head
 from training.generation.hf import AutocastDtype, autocast_context, left_pad
 
 # ----------------------------------------------------------------------------- generation
@@ -107,8 +108,25 @@ def response_log_probs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of the response tokens under ``model`` (and entropy if asked).
 
-    Returns ([batch, resp_len], [batch, resp_len] | None), zero beyond each response.
+    Returns ([batch, resp_len], [batch, resp_len] | None), zero beyond each response. Models
+    whose logits are ``lm_head(hidden)`` run the LM head in chunks (chunked_logprobs.py), so
+    no [batch, resp_len, vocab] tensor is held; others take the plain path.
     """
+    parts = plain_head(model)
+    if parts is not None:
+        return chunked_response_log_probs(*parts, batch, device, autocast, with_entropy, entropy_grad)
+    return plain_response_log_probs(model, batch, device, autocast, with_entropy, entropy_grad)
+
+
+def plain_response_log_probs(
+    model: Any,
+    batch: PolicyBatch,
+    device: str = "cpu",
+    autocast: AutocastDtype = None,
+    with_entropy: bool = False,
+    entropy_grad: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``response_log_probs`` through the model's own forward and full response logits."""
     resp_len = batch.responses.shape[1]
     keep = resp_len + 1  # logits at position t predict token t+1
     with autocast_context(device, autocast):

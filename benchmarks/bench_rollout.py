@@ -62,12 +62,25 @@ def _matmul_decode(trainer: Any) -> Any:
     return hf_generate(model, trainer.tokenizer, trainer.device, None, chunk, logprobs=True, prefix_reuse=True)
 
 
+def _int8_copy(trainer: Any) -> Any:
+    """Prefix reuse on the int8 generation copy (training/generation/int8_copy.py) of the
+    fp32 policy: what a CPU without native bf16 runs (``--generation-dtype fp32`` makes the
+    other arms that CPU's fp32 path)."""
+    from training.generation.hf import hf_generate
+    from training.generation.int8_copy import int8_generation_copy
+
+    model = int8_generation_copy(trainer.model)
+    chunk = max(1, trainer.cfg.optim.micro_batch_size * 4)
+    return hf_generate(model, trainer.tokenizer, trainer.device, None, chunk, logprobs=True, prefix_reuse=True)
+
+
 # name -> GenerateFn from a built LocalTrainer; the first arm is the baseline of the ratios.
 # A generation copy (another dtype, quantised weights) is one more entry here.
 ARMS: dict[str, Callable[[Any], Any]] = {
     "plain": _hf(prefix_reuse=False),
     "prefix_reuse": _hf(prefix_reuse=True),
     "prefix+matmul": _matmul_decode,
+    "prefix+int8": _int8_copy,
 }
 
 
@@ -157,7 +170,7 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=0, help="questions (default: the laptop step's batch)")
     parser.add_argument("--eval", action="store_true", help="the greedy held-out rollout instead of a training step's")
     parser.add_argument("--model", default=None, help="model.path (default: the embedded SmolLM2-135M)")
-    parser.add_argument("--generation-dtype", default="auto", choices=("auto", "bf16", "fp32"))
+    parser.add_argument("--generation-dtype", default="auto", choices=("auto", "bf16", "int8", "fp32"))
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tiny", action="store_true", help="the tests' tiny model instead of SmolLM2")

@@ -38,6 +38,11 @@ class LaptopProfile:
     eval_samples: int = _f(4, "caps evaluation.samples (eval.mode=sc / passk on CPU: 4 answers, not 16)")
     lr: float = _f(1e-5, "-> optim.lr (1e-6 moves a 135M model too little in a few steps)")
     micro_batch_size: int = _f(2, "-> optim.micro_batch_size")
+    gradient_checkpointing: bool = _f(
+        True,
+        "-> model.gradient_checkpointing (a warm-start micro-batch of two 4k-token "
+        "demonstrations held 9.5 GB of layer activations without it)",
+    )
     warm_start: bool = _f(
         True,
         "-> stage.warm_start.enable (SFT on demonstrations first: without it "

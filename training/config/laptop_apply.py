@@ -58,6 +58,7 @@ def apply_laptop_profile(
     put("evaluation.max_response_tokens", p.max_response_tokens, cap=True)
     put("optim.lr", p.lr)
     put("optim.micro_batch_size", p.micro_batch_size)
+    put("model.gradient_checkpointing", p.gradient_checkpointing)
     # the supervised stages replace the demonstration warm start
     put("stage.warm_start.enable", p.warm_start and cfg.stage.name == "rl")
     put("stage.warm_start.examples", p.warm_start_examples, cap=True)

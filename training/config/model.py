@@ -92,8 +92,9 @@ class ModelConfig:
     )
     generation_dtype: str = _f(
         "auto",
-        "weights generate runs on: auto (a bf16 copy where bf16 is native) | bf16 | fp32",
-        ("auto", "bf16", "fp32"),
+        "weights generate runs on: auto (a bf16 copy where bf16 is native, an int8 copy on a CPU "
+        "without it: training/generation/int8_copy.py) | bf16 | int8 | fp32",
+        ("auto", "bf16", "int8", "fp32"),
     )
     decode_attention: str = _f(
         "auto",
@@ -156,8 +157,8 @@ class ModelConfig:
         _need(self.timeout_s > 0, f"model.timeout_s={self.timeout_s}: a positive number of seconds")
         _need(self.autocast in ("auto", "bf16", "off"), f"model.autocast={self.autocast!r}; auto, bf16 or off")
         _need(
-            self.generation_dtype in ("auto", "bf16", "fp32"),
-            f"model.generation_dtype={self.generation_dtype!r}; auto, bf16 or fp32",
+            self.generation_dtype in ("auto", "bf16", "int8", "fp32"),
+            f"model.generation_dtype={self.generation_dtype!r}; auto, bf16, int8 or fp32",
         )
         _need(
             self.decode_attention in ("auto", "off"), f"model.decode_attention={self.decode_attention!r}; auto or off"

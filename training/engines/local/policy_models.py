@@ -81,7 +81,8 @@ class PolicyModels:
         gen_model = generation_copy(model, device, settings.generation_dtype, settings.decode_attention)
         say(
             f"[model] {source}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
-            f"parameters, fp32 weights, autocast={autocast}"
+            f"parameters, fp32 weights, autocast={autocast}, "
+            f"generation copy {generation_kind(settings.generation_dtype, device)}"
         )
         given = given_model is not None
         initial = frozen_copy(model) if given and keep_initial and not lora else None
@@ -99,7 +100,13 @@ class PolicyModels:
 
     def sync_generation_copy(self) -> None:
         """Copy the policy's weights into the generation copy (after each weight change)."""
-        if self.gen_model is not self.model:
+        if self.gen_model is self.model:
+            return
+        from training.generation.int8_copy import is_int8_copy, refresh_int8_copy
+
+        if is_int8_copy(self.gen_model):
+            refresh_int8_copy(self.gen_model, self.model)
+        else:
             with torch.no_grad():
                 for dst, src in zip(self.gen_model.parameters(), self.model.parameters(), strict=True):
                     dst.copy_(src)
@@ -158,7 +165,8 @@ class PolicyModels:
 
 
 def generation_copy(model: Any, device: str, generation_dtype: str, decode_attention: str) -> Any:
-    """The weights ``generate`` runs on: a bf16 copy where bf16 is native, else the policy.
+    """The weights ``generate`` runs on: a bf16 copy where bf16 is native, an int8 copy on
+    a CPU without it (training/generation/int8_copy.py), else the policy (``fp32``).
 
     Measured on 2 shared cores (8 rows, 600-token prompts): bf16 weights decode at
     0.10 s/step and prefill in 6 s, fp32 at 1.03 s/step and 23 s; autocast over fp32
@@ -166,11 +174,13 @@ def generation_copy(model: Any, device: str, generation_dtype: str, decode_atten
     refreshed after every optimizer step (``PolicyModels.sync_generation_copy``); log-probs
     and the update use the fp32 master weights, as veRL does with vLLM + FSDP.
     """
-    from training.generation.loading import autocast_dtype
-
-    native = autocast_dtype(device) is not None
-    if generation_dtype == "fp32" or (generation_dtype == "auto" and not native):
+    kind = generation_kind(generation_dtype, device)
+    if kind == "fp32":
         return model
+    if kind == "int8":
+        from training.generation.int8_copy import int8_generation_copy
+
+        return int8_generation_copy(model)
     gen = copy.deepcopy(model).to(torch.bfloat16).eval()
     for p in gen.parameters():
         p.requires_grad_(False)
@@ -179,6 +189,25 @@ def generation_copy(model: Any, device: str, generation_dtype: str, decode_atten
 
         use_hybrid_cpu_attention(gen)
     return gen
+
+
+def generation_kind(generation_dtype: str, device: str) -> str:
+    """``bf16``, ``int8`` or ``fp32``: the copy ``generation_dtype`` asks for on ``device``
+    (``auto``: bf16 where native, int8 on a CPU without native bf16, else fp32)."""
+    from training.generation.loading import autocast_dtype
+
+    if generation_dtype == "int8" and device != "cpu":
+        from tools.errors import ConfigError
+
+        raise ConfigError(
+            f"model.generation_dtype=int8 on {device}: the int8 copy uses PyTorch's CPU kernels; "
+            "set model.generation_dtype=auto or bf16"
+        )
+    if generation_dtype != "auto":
+        return generation_dtype
+    if autocast_dtype(device) is not None:
+        return "bf16"
+    return "int8" if device == "cpu" else "fp32"
 
 
 def _warm_start_adapter(path: Path) -> Any:

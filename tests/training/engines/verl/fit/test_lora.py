@@ -149,6 +149,8 @@ def test_the_kl_reference_is_the_base_model(run: dict[str, Any]) -> None:
         else:
             assert policy_gap > 1e-4  # the trained adapter: the policy is no longer the reference
     steps = H.step_metrics(Path(run["config"].sqlagent.run_dir))
+    assert steps[1]["actor/kl_loss"] == 0.0  # the update's first forward: adapter still zero, policy = base
+    assert steps[2]["actor/kl_loss"] > 0.0  # the KL term sees the trained adapter against the base
     for data in steps.values():
         assert data["actor/kl_coef"] == 0.005
         # the server generated with the adapter: its log-probs are the actor's

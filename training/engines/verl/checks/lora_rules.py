@@ -43,17 +43,16 @@ def reference_without_adapter_rule(cfg: DictConfig, card: ModelCard) -> list[str
     adapter_path = model.get("lora_adapter_path")
     if _lora_rank(cfg) > 0 or (megatron_rank <= 0 and adapter_path is None):
         return []
-    why = (
-        f"actor_rollout_ref.model.lora.rank={megatron_rank}"
-        if megatron_rank > 0
-        else f"actor_rollout_ref.model.lora_adapter_path={adapter_path}"
-    )
+    if megatron_rank > 0:
+        why = f"actor_rollout_ref.model.lora.rank={megatron_rank}"
+        fix = f"set model.lora.rank={megatron_rank} (the project's key) instead of that +verl override"
+    else:
+        why = f"actor_rollout_ref.model.lora_adapter_path={adapter_path}"
+        fix = "set model.lora.rank to that adapter's rank (the actor then loads it to train on), or drop the override"
     return [
         f"{why} makes veRL's trainer take the KL reference from the actor with its adapter disabled, but its FSDP "
-        "actor builds an adapter only from actor_rollout_ref.model.lora_rank (0 here): the first reference pass "
-        f"fails. Set model.lora.rank={megatron_rank if megatron_rank > 0 else 32} (the project's key) and drop "
-        f"the +verl override of {why.split('=')[0]}"
-        + ("" if megatron_rank > 0 else " unless model.lora.rank > 0 (veRL then loads that adapter to train on)")
+        f"actor builds an adapter only from actor_rollout_ref.model.lora_rank (0 here): the first reference pass "
+        f"fails. {fix[0].upper() + fix[1:]}"
     ]
 
 
@@ -88,11 +87,10 @@ def target_modules_rule(cfg: DictConfig, card: ModelCard) -> list[str]:
     if not missing:
         return []
     shown = targets if isinstance(targets, str) else "[" + ",".join(targets) + "]"
-    effect = (
-        "PEFT refuses the run"
-        if len(missing) == len(list(targets)) or isinstance(targets, str)
-        else ("PEFT would skip them silently and train fewer layers")
-    )
+    if isinstance(targets, str) or len(missing) == len(list(targets)):
+        effect = "PEFT refuses the run"
+    else:
+        effect = "PEFT would skip them silently and train fewer layers"
     return [
         f"model.lora.target_modules={shown}: {', '.join(missing)} names no linear layer of {card.path} ({effect}). "
         f"Its linear layers: {', '.join(leaves)}; use those names or model.lora.target_modules=all-linear"

@@ -121,7 +121,12 @@ REFUSED = [
     (
         ("+verl.actor_rollout_ref.model.lora.rank=8",),
         r"actor_rollout_ref.model.lora.rank=8 makes veRL's trainer take the KL reference from the actor with its "
-        r"adapter disabled.*Set model.lora.rank=8",
+        r"adapter disabled.*Set model.lora.rank=8 \(the project's key\)",
+    ),
+    (
+        ("+verl.actor_rollout_ref.model.lora_adapter_path=/adapters/sft",),
+        r"lora_adapter_path=/adapters/sft makes veRL's trainer take the KL reference .*Set model.lora.rank to "
+        r"that adapter's rank",
     ),
     (
         ("model.lora.rank=8", "+verl.actor_rollout_ref.rollout.layered_summon=true"),

@@ -7,7 +7,11 @@ its chat template: ``eval.run model.path=DIR`` and vLLM load it.
   (``verl.model_merger``'s ``FSDPModelMerger``) joins the FSDP model shards of every rank
   into one HF checkpoint (bf16, as veRL's merger writes it) and copies the tokenizer and
   generation config veRL saved beside them. It works whether or not the checkpoint also
-  holds an ``hf_model`` copy (``trainer.save_weights``).
+  holds an ``hf_model`` copy (``trainer.save_weights``). A LoRA run's checkpoint
+  (``model.lora.rank > 0``; veRL marks it with ``lora_train_meta.json``) holds the frozen
+  base and the adapter: veRL's merger writes the base with the adapter beside it in
+  ``lora_adapter/`` (PEFT's layout), which vLLM and transformers would ignore; the export
+  merges that adapter into the weights with PEFT, so the directory is a plain HF model.
 - local-engine runs (``checkpoints/step_NNNNNN/``): those checkpoints already are HF
   directories; the export hard-links their files (as the local engine's ``final/`` does).
   A LoRA run's checkpoints hold the adapter (``model.lora.rank > 0``): the export merges it
@@ -25,6 +29,7 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tools.errors import ConfigError, ToolkitError
 from training.runs.resume_policy import STEP_PREFIX, actor_missing, verl_step_checkpoints
@@ -73,7 +78,49 @@ def merge_fsdp_actor(actor: str | Path, target: str | Path, trust_remote_code: b
     merger = FSDPModelMerger(config)
     merger.merge_and_save()
     merger.cleanup()
+    if (tmp / VERL_ADAPTER_DIR).is_dir():
+        merge_verl_adapter(tmp, merger.get_transformers_auto_model_class(), trust_remote_code)
     return _publish(tmp, target)
+
+
+VERL_ADAPTER_DIR = "lora_adapter"
+"""Where veRL's model merger puts a LoRA checkpoint's adapter, beside the base weights."""
+VERL_LORA_META = "lora_train_meta.json"
+"""veRL's FSDP checkpoint manager writes it into ``actor/`` when the model has a LoRA adapter."""
+
+
+def is_verl_lora(actor: str | Path) -> bool:
+    """True for the ``actor/`` checkpoint of a LoRA run."""
+    return (Path(actor) / VERL_LORA_META).is_file()
+
+
+def merge_verl_adapter(directory: Path, auto_class: Any, trust_remote_code: bool = False) -> None:
+    """The adapter veRL's merger wrote to ``directory/lora_adapter/`` merged (PEFT's
+    ``merge_and_unload``: W + alpha/r * B A) into the base weights of ``directory``, in
+    place; the adapter folder is removed, leaving a plain HF directory. bf16, as the
+    merger writes (PEFT adds the update computed in fp32)."""
+    import torch
+    from peft import PeftModel
+
+    adapter = directory / VERL_ADAPTER_DIR
+    base = auto_class.from_pretrained(directory, dtype=torch.bfloat16, trust_remote_code=trust_remote_code)
+    merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
+    for old in [*directory.glob("*.safetensors"), directory / "model.safetensors.index.json"]:
+        old.unlink(missing_ok=True)  # the base's shards: a different shard count would leave stale files
+    merged.to(torch.bfloat16).save_pretrained(directory)
+    shutil.rmtree(adapter)
+
+
+def export_verl_actor(actor: str | Path, target: str | Path, trust_remote_code: bool = False) -> Path:
+    """One veRL ``actor/`` checkpoint as a HF directory: veRL's ``hf_model`` copy when the
+    checkpoint holds one, else (or under LoRA, whose ``hf_model`` copy veRL writes with the
+    PEFT wrapper's names, which no plain model loads) veRL's merger, adapter merged."""
+    actor = Path(actor)
+    hf_dir = actor / "huggingface"
+    weights = [*hf_dir.glob("*.safetensors"), *hf_dir.glob("*.bin")] if hf_dir.exists() else []
+    if weights and not is_verl_lora(actor):
+        return copy_hf_dir(hf_dir, target)
+    return merge_fsdp_actor(actor, target, trust_remote_code=trust_remote_code)
 
 
 def copy_hf_dir(source: str | Path, target: str | Path, link: bool = False) -> Path:
@@ -138,7 +185,8 @@ def export_step(run_dir: str | Path, step: int | None = None, out: str | Path | 
 
     target = Path(out) if out is not None else run_dir / "export" / f"step_{chosen}"
     if verl_steps:
-        say(f"[export] step {chosen}: veRL's FSDP model merger on {steps[chosen]} -> {target}")
+        lora = " (LoRA: the adapter merged into the weights)" if is_verl_lora(steps[chosen]) else ""
+        say(f"[export] step {chosen}: veRL's FSDP model merger on {steps[chosen]} -> {target}{lora}")
         merge_fsdp_actor(steps[chosen], target)
     elif is_adapter_dir(steps[chosen]):
         say(f"[export] step {chosen}: the LoRA adapter {steps[chosen]} merged onto its base -> {target}")

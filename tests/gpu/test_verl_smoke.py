@@ -5,7 +5,8 @@ runs veRL's real ``fit()`` with doubles for the FSDP workers and the vLLM server
 only this test shows is the real parts: Ray placement groups, the FSDP actor loading the
 model with the configured attention (sdpa by default), the checkpoint engine syncing
 weights into vLLM, the vLLM server answering our agent loop's token requests (stop
-strings, per-turn ``max_tokens``, log-probs), and veRL's checkpoints on disk.
+strings, per-turn ``max_tokens``, log-probs), and veRL's checkpoints on disk; with LoRA
+(:func:`test_lora_two_steps_then_resume`), PEFT under FSDP and vLLM serving the adapter.
 
 Per recipe it checks: the run exits 0; the project-format ``metrics.jsonl`` (records
 ``{"step", "kind", "time", ...}`` written by the trainer subclass) has a train record per
@@ -124,6 +125,37 @@ def test_two_steps_then_resume(recipe: str, tiny_policy: Path, tmp_path: Path) -
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
     train = [r["step"] for r in records(run_dir / "metrics.jsonl") if r.get("kind") == "train"]
     assert train == [1, 2, 3]  # the resumed run continued at step 3 and kept the earlier records
+
+
+def test_lora_two_steps_then_resume(tiny_policy: Path, tmp_path: Path) -> None:
+    """``model.lora.rank=8`` on ReToolSQL (KL on: the reference is the actor with its adapter
+    disabled): what the CPU tier (tests/training/engines/verl/fit/test_lora.py) cannot show -
+    PEFT under FSDP on GPUs, vLLM started with LoRA enabled and serving the synced adapter,
+    the KL term against the base, veRL's LoRA checkpoint, resume, and ``final/`` merged by
+    the export into a plain HF directory (the base's tensor names, no adapter files)."""
+    run_dir = tmp_path / "run"
+    lora = ("model.lora.rank=8", "model.lora.alpha=16", "optim.lr=1e-3")  # an lr that moves the adapter in a step
+    run("retoolsql", tiny_policy, run_dir, "trainer.total_steps=2", *lora)
+    train = [r["step"] for r in records(run_dir / "metrics.jsonl") if r.get("kind") == "train"]
+    assert train == [1, 2]
+    data = [r for r in records(run_dir / "verl_metrics.jsonl") if r.get("step") == 2][-1]["data"]
+    assert data["actor/kl_loss"] > 0.0  # the reference (adapter disabled) differs from the trained policy
+
+    actor = run_dir / "checkpoints" / "global_step_2" / "actor"
+    assert json.loads((actor / "lora_train_meta.json").read_text())["r"] == 8
+    shard = torch.load(next(actor.glob("model_world_size_*_rank_0.pt")), weights_only=False)
+    assert any(".lora_A." in key for key in shard)
+
+    final = run_dir / "final"
+    assert not (final / "adapter_config.json").exists() and not (final / "lora_adapter").exists()
+    before, after = safetensors_weights(tiny_policy), safetensors_weights(final)
+    assert before.keys() == after.keys()  # a plain model: what vLLM and eval.run load
+    assert any(not torch.equal(before[k], after[k].to(before[k].dtype)) for k in before), "adapter not merged"
+
+    proc = run("retoolsql", tiny_policy, run_dir, "trainer.total_steps=3", "resume=true", *lora)
+    assert "global_step_2" in proc.stdout + proc.stderr
+    train = [r["step"] for r in records(run_dir / "metrics.jsonl") if r.get("kind") == "train"]
+    assert train == [1, 2, 3]
 
 
 @pytest.mark.parametrize("hub_name", sorted(BACKBONES))

@@ -6,6 +6,7 @@ local-engine checkpoint exported by hard links.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -120,3 +121,72 @@ def test_a_local_run_exports_by_hard_links(tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     assert AutoModelForCausalLM.from_pretrained(target).config.hidden_size == 64
+
+
+@pytest.fixture(scope="module")
+def verl_lora_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One step of a LoRA model (PEFT, veRL's FSDP engine's wrapping) saved through veRL's
+    FSDP checkpoint manager, with veRL's ``hf_model`` copy (which keeps PEFT's names)."""
+    run_dir = tmp_path_factory.mktemp("export_lora") / "run"
+    run("-m", "tests.helpers.fsdp_checkpoint", str(run_dir), "--steps", "1", "--lora", "4", "--hf")
+    return run_dir
+
+
+def merged_by_hand(state: dict[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:
+    """W + scale * B A for every adapted layer of a PEFT state dict, in fp32, under the plain model's names."""
+    out = {}
+    for key, value in state.items():
+        if ".lora_" in key:
+            continue
+        name = key.removeprefix("base_model.model.").replace(".base_layer.", ".")
+        if ".base_layer.weight" in key:
+            stem = key.removesuffix("base_layer.weight")
+            value = value + scale * state[f"{stem}lora_B.default.weight"] @ state[f"{stem}lora_A.default.weight"]
+        out[name] = value
+    return out
+
+
+def test_a_lora_checkpoint_exports_a_plain_model_with_the_adapter_merged(verl_lora_run: Path) -> None:
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from training.export import export_verl_actor
+
+    actor = verl_lora_run / "checkpoints/global_step_1/actor"
+    assert json.loads((actor / "lora_train_meta.json").read_text()) == {
+        "r": 4,
+        "lora_alpha": 8,
+        "task_type": "CAUSAL_LM",
+    }
+    verl_copy = load_file(str(actor / "huggingface/model.safetensors"))
+    assert any(k.startswith("base_model.model.") for k in verl_copy)  # veRL's hf_model copy: PEFT's names
+    out = run("-m", "training.export", str(verl_lora_run)).stdout
+    target = verl_lora_run / "export" / "step_1"
+    assert "LoRA: the adapter merged into the weights" in out and f"[export] done: {target}" in out
+    # what vLLM and eval.run load: a plain HF directory, the base model's tensor names, no adapter
+    assert sorted(p.name for p in target.iterdir() if p.is_dir()) == []
+    assert not (target / "adapter_config.json").exists()
+    base = load_file(str(verl_lora_run / "policy" / "model.safetensors"))
+    assert load_file(str(target / "model.safetensors")).keys() == base.keys()
+    exported = AutoModelForCausalLM.from_pretrained(target).state_dict()
+    expected = merged_by_hand(torch.load(verl_lora_run / "expected_step_1.pt"), scale=8 / 4)
+    adapted = [k for k in base if k.endswith("q_proj.weight") or k.endswith("down_proj.weight")]
+    for key in adapted:
+        moved = (expected[key] - base[key].float()).abs().max()
+        error = (exported[key].float() - expected[key]).abs().max()
+        assert error < 0.1 * moved, (key, float(error), float(moved))  # bf16 rounding, far below the update
+    for key in ("model.embed_tokens.weight", "model.norm.weight"):  # not adapted, not trained
+        assert torch.equal(exported[key], expected[key].to(torch.bfloat16))
+    final = export_verl_actor(actor, verl_lora_run / "final")  # what the trainer's final/ does
+    assert load_file(str(final / "model.safetensors")).keys() == base.keys()
+    eval_out = run(
+        "-m",
+        "eval.run",
+        "recipe=trustsql",
+        f"model.path={target}",
+        "eval.limit=1",
+        "rollout.max_new_tokens=8",
+        "rollout.max_response_tokens=64",
+        cwd=verl_lora_run.parent,
+    ).stdout
+    assert f"[model] loading {target}" in eval_out and "on 1 questions" in eval_out

@@ -242,6 +242,7 @@ class ModelCard:
     vocab_size: int | None
     rope_scaling: dict[str, Any] | None
     origin: str  # "config.json at <dir>" | "backbone table (<source>)" | "unknown: <why>"
+    config_dir: str | None = None  # the directory of the config.json read (None: the table or nothing)
 
     @property
     def known(self) -> bool:
@@ -263,6 +264,7 @@ def model_card(path: str) -> ModelCard:
             text.get("vocab_size"),
             text.get("rope_scaling") or data.get("rope_scaling"),
             f"config.json at {Path(path).resolve()}",
+            str(path),
         )
     row = BACKBONES.get(path)
     if row is not None:

@@ -105,7 +105,11 @@ def actor_values(s: VerlSettings) -> dict[str, Any]:
     """Optimizer (schedule sized on the steps that run), clip-higher PPO loss, token-mean
     aggregation, KL loss (beta at step 0), checkpoint contents."""
     prefix = "actor_rollout_ref.actor"
-    contents = ["model", "optimizer", "extra"] + (["hf_model"] if s.save_weights else [])
+    # veRL's hf_model copy of a LoRA model keeps the PEFT wrapper's names (base_model.model...,
+    # base_layer, lora_A), which no plain model loads: under LoRA final/ and training.export
+    # use veRL's merger and merge the adapter instead (training/export.py)
+    hf_copy = s.save_weights and s.lora_rank <= 0
+    contents = ["model", "optimizer", "extra"] + (["hf_model"] if hf_copy else [])
     values = {
         "optim.lr": s.lr,
         "optim.betas": list(s.betas),

@@ -162,11 +162,15 @@ def _without_vllm_lora_check(cfg: DictConfig) -> DictConfig:
 
     from omegaconf import DictConfig, OmegaConf
 
-    if not int(cfg.actor_rollout_ref.model.get("lora_rank", 0) or 0) or importlib.util.find_spec("vllm"):
+    model = cfg.actor_rollout_ref.model
+    megatron_rank = int((model.get("lora") or {}).get("rank", 0) or 0)  # veRL reads this key first
+    if not (int(model.get("lora_rank", 0) or 0) or megatron_rank) or importlib.util.find_spec("vllm"):
         return cfg
     copy = OmegaConf.create(OmegaConf.to_container(cfg))
     assert isinstance(copy, DictConfig)  # made from a mapping
     copy.actor_rollout_ref.model.lora_rank = 0
+    if megatron_rank:
+        copy.actor_rollout_ref.model.lora.rank = 0
     return copy
 
 

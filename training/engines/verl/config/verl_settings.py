@@ -165,6 +165,21 @@ VLLM_MAX_LORA_RANK = 512
 def check_lora(s: VerlSettings) -> None:
     """LoRA settings veRL 0.9.1 would reject or silently ignore, refused with the key to change."""
     if s.lora_rank <= 0:
+        defaults = VerlSettings.__dataclass_fields__
+        unused = [
+            f"model.lora.{key}={value if isinstance(value, str | int) else '[' + ','.join(value) + ']'}"
+            for key, value, default in (
+                ("alpha", s.lora_alpha, defaults["lora_alpha"].default),
+                ("target_modules", s.lora_target_modules, defaults["lora_target_modules"].default),
+            )
+            if value != default
+        ]
+        if unused:
+            raise ConfigError(
+                f"{' and '.join(unused)} with model.lora.rank={s.lora_rank}: rank 0 trains every weight, no adapter, "
+                "so veRL ignores them. Set model.lora.rank to a positive rank (e.g. model.lora.rank=32) to train "
+                "LoRA adapters, or leave model.lora.* at their defaults"
+            )
         return
     if s.lora_rank > VLLM_MAX_LORA_RANK:
         raise ConfigError(

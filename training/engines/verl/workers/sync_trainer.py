@@ -324,8 +324,9 @@ class SqlAgentTrainer(StopOnSignalMixin, RunRecordsMixin, KLScheduleMixin):
         """The last step as a HF model in ``final_dir`` (saving that step's checkpoint first
         when ``save_freq`` did not): veRL's ``hf_model`` copy when the checkpoint holds one,
         else veRL's model merger on the FSDP shards (training/export.py). Written under a
-        temporary name and renamed, so a kill never leaves a ``final/`` that looks done."""
-        from training.export import copy_hf_dir, merge_fsdp_actor
+        temporary name and renamed, so a kill never leaves a ``final/`` that looks done. Under
+        LoRA always the merger, with the adapter merged (training/export.py)."""
+        from training.export import export_verl_actor
 
         final = self.settings.final_dir
         if not final:
@@ -333,16 +334,8 @@ class SqlAgentTrainer(StopOnSignalMixin, RunRecordsMixin, KLScheduleMixin):
         step_dir = Path(self.config.trainer.default_local_dir) / f"global_step_{last}"
         if not (step_dir / "actor").exists():
             self._save_checkpoint()
-        hf_dir = step_dir / "actor" / "huggingface"
-        weights = [*hf_dir.glob("*.safetensors"), *hf_dir.glob("*.bin")] if hf_dir.exists() else []
-        if weights:
-            copy_hf_dir(hf_dir, final)
-        else:
-            merge_fsdp_actor(
-                step_dir / "actor",
-                final,
-                trust_remote_code=bool(self.config.actor_rollout_ref.model.get("trust_remote_code")),
-            )
+        trust = bool(self.config.actor_rollout_ref.model.get("trust_remote_code"))
+        export_verl_actor(step_dir / "actor", final, trust_remote_code=trust)
         log.info("final weights of step %d exported to %s", last, final)
 
     def _load_checkpoint(self) -> None:

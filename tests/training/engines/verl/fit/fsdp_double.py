@@ -22,6 +22,18 @@ Checkpoints use the FSDP checkpoint manager's file layout for one rank
 ``fsdp_config.json``, ``huggingface/`` with config and tokenizer, plus the weights
 when ``save_contents`` has ``hf_model``) and veRL's own rotation
 (``BaseCheckpointManager``, ``max_ckpt_to_keep``).
+
+LoRA (``model.lora_rank > 0``), as the FSDP engine and ``ActorRolloutRefWorker`` do it:
+the model is wrapped by veRL's own ``FSDPEngine._build_lora_module`` (PEFT, base frozen,
+the optimizer built over all parameters, so AdamW moves only the adapter); there is no
+reference copy: veRL's trainer (``ref_in_actor``) asks ``compute_log_prob`` with
+``no_lora_adapter`` and the double runs it under ``disable_adapter()``, as
+``infer_batch`` does; weights reach the server as ``update_weights`` sends them with
+``lora.merge`` off (veRL's default): the base once (``rollout.load_format=dummy``: vLLM
+starts without weights), named as vLLM's LoRA layers hold them, then the adapter and its
+PEFT config at every sync, both collected by veRL's ``collect_lora_params``; the
+checkpoint holds PEFT's whole state dict (``save_lora_only`` off) and veRL's
+``lora_train_meta.json``.
 """
 
 from __future__ import annotations
@@ -38,6 +50,7 @@ import torch
 from tensordict import TensorDict
 from verl.utils import tensordict_utils as tu
 from verl.utils.checkpoint.checkpoint_manager import BaseCheckpointManager
+from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
 from verl.utils.transferqueue_utils import tqbridge
 
 WORLD = 1  # one process holds the whole model; dp ranks are simulated inside it
@@ -73,6 +86,10 @@ def sequence_logprobs(model: Any, ids: torch.Tensor, temperature: float, entropy
 class TinyCheckpoints(BaseCheckpointManager):
     """veRL's FSDP checkpoint layout for one rank, with veRL's own rotation."""
 
+    # veRL's own LoRA metadata writer (rank, alpha, task type; the merger reads it back)
+    _get_lora_train_meta = FSDPCheckpointManager._get_lora_train_meta
+    _save_lora_train_meta = FSDPCheckpointManager._save_lora_train_meta
+
     def __init__(self, group: TinyActorWorkerGroup, checkpoint_config: Any) -> None:
         super().__init__(group.model, group.optimizer, group.lr_scheduler, group.tokenizer, checkpoint_config)
 
@@ -96,7 +113,14 @@ class TinyCheckpoints(BaseCheckpointManager):
         self.model.config.save_pretrained(hf)
         self.processing_class.save_pretrained(hf)
         (path / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": WORLD}))
-        if self.should_save_hf_model:
+        self._save_lora_train_meta(str(path), self.model)
+        if self.should_save_hf_model and hasattr(self.model, "peft_config"):
+            # veRL saves a plain model with the PEFT model's state dict (its names, its adapter)
+            from transformers import AutoModelForCausalLM
+
+            plain = AutoModelForCausalLM.from_config(self.model.config)
+            plain.save_pretrained(hf, state_dict=self.model.state_dict())
+        elif self.should_save_hf_model:
             self.model.save_pretrained(hf)
         self.register_checkpoint(str(path), max_ckpt_to_keep)
 
@@ -130,7 +154,16 @@ class TinyActorWorkerGroup:
         path = config.actor_rollout_ref.model.path
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-        self.ref = copy.deepcopy(self.model).eval().requires_grad_(False)  # the frozen initial policy
+        model_config = omega_conf_to_dataclass(config.actor_rollout_ref.model)
+        self.lora = model_config.lora_rank > 0
+        self.ref: Any = None  # under LoRA the reference is the actor with its adapter disabled
+        if self.lora:  # FSDPEngine._build_model_optimizer: PEFT before FSDP and the optimizer
+            self.model = FSDPEngine._build_lora_module(SimpleNamespace(model_config=model_config), self.model)
+        else:
+            self.ref = copy.deepcopy(self.model).eval().requires_grad_(False)  # the frozen initial policy
+        # ActorRolloutRefWorker: vLLM holds the base already unless it starts with dummy weights
+        self.base_sync_done = "dummy" not in str(config.actor_rollout_ref.rollout.load_format)
+        self.reference_passes = 0  # compute_log_prob calls with the adapter disabled
         actor = actor_config_from(config)
         self.optim_config = actor.optim
         self.optimizer = build_optimizer(self.model.parameters(), self.optim_config)
@@ -158,10 +191,15 @@ class TinyActorWorkerGroup:
 
     @tqbridge()
     def compute_log_prob(self, data: TensorDict) -> TensorDict:
+        if tu.pop(data, key="no_lora_adapter", default=False):  # infer_batch: the reference under LoRA
+            self.reference_passes += 1
+            with self.model.disable_adapter():
+                return self._infer(self.model, data)
         return self._infer(self.model, data)
 
     @tqbridge()
     def compute_ref_log_prob(self, data: TensorDict) -> TensorDict:
+        assert self.ref is not None, "under LoRA veRL's trainer asks compute_log_prob(no_lora_adapter=True)"
         return self._infer(self.ref, data)
 
     @tqbridge()
@@ -180,6 +218,32 @@ class TinyActorWorkerGroup:
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def get_per_tensor_param(self, base_sync_done: bool = True) -> tuple[dict[str, torch.Tensor], Any]:
+        """``FSDPEngine.get_per_tensor_param`` with ``lora.merge`` off: every weight (no
+        PEFT config), or under LoRA the adapter (``base_sync_done``) or the base under the
+        names vLLM's LoRA layers hold it by, with the PEFT config."""
+        from verl.utils.fsdp_utils import collect_lora_params, replace_lora_wrapper
+
+        if not self.lora:
+            return self.state_dict(), None
+        peft_config = self.model.peft_config["default"]
+        params = collect_lora_params(module=self.model, layered_summon=False, base_sync_done=base_sync_done)
+        if not base_sync_done:
+            params = {replace_lora_wrapper(k, peft_config): v for k, v in params.items()}
+        return {k: v.detach().clone() for k, v in params.items()}, peft_config.to_dict()
+
+    def rollout_updates(self) -> list[tuple[dict[str, torch.Tensor], Any, bool]]:
+        """What ``ActorRolloutRefWorker.update_weights`` (naive mode) hands the rollout, in
+        order: ``(weights, peft_config, base_sync_done)``."""
+        params, peft_config = self.get_per_tensor_param(base_sync_done=True)
+        updates = []
+        if peft_config is not None and not self.base_sync_done:
+            base, base_config = self.get_per_tensor_param(base_sync_done=False)
+            updates.append((base, base_config, False))
+        updates.append((params, peft_config, True))
+        self.base_sync_done = True
+        return updates
 
     # ------------------------------------------------------------------ computation
 
@@ -205,9 +269,11 @@ class TinyActorWorkerGroup:
         assert mini % self.dp_size == 0, f"Got mini_batch_size={mini} and get_data_parallel_size()={self.dp_size}"
         assert n % self.dp_size == 0, f"batch of {n} rows cannot be dispatched to {self.dp_size} dp ranks"
         per_rank, per_gpu = n // self.dp_size, mini // self.dp_size
+        keys = ("prompts", "responses", "loss_mask", "advantages", "input_ids", "old_log_probs", "ref_log_prob")
         received = {
             key: [row.tolist() for row in rows_of(data[key])]  # what the update trains on, per row
-            for key in ("prompts", "responses", "loss_mask", "advantages")
+            for key in keys
+            if key in data.keys()
         }
         shards = tu.chunk_tensordict(data, self.dp_size)  # what the dp dispatch hands each rank
         iterators = [

@@ -59,9 +59,11 @@ class CpuTrainer(SqlAgentTrainer):
         self._init_tokenizer()
         self._init_dataloader()
         self._init_dump_executor()
-        self.ref_in_actor = False
+        model = self.config.actor_rollout_ref.model  # veRL's _setup: LoRA's reference is the actor, adapter off
+        lora_rank = model.get("lora", {}).get("rank", 0) or model.get("lora_rank", 0)
+        self.ref_in_actor = lora_rank > 0 or model.get("lora_adapter_path") is not None
         self.actor_rollout_wg = TinyActorWorkerGroup(self.config, dp_size=self.dp_size)
-        if self.use_reference_policy:  # Role.ActorRolloutRef: the reference lives in the actor workers
+        if self.use_reference_policy and not self.ref_in_actor:  # Role.ActorRolloutRef: the reference workers
             self.ref_policy_wg = self.actor_rollout_wg
         self.reward_loop_manager = self.session.rewards
         self.teacher_model_manager = None

@@ -18,7 +18,9 @@ the part it replaces, read from veRL 0.9.1's source:
   second with a wrong final SQL) token by token under the same stop and length rules.
   Every token's log-prob is the current weights' in both cases, as vLLM reports it.
 - :class:`TinyCheckpointEngine` - ``CheckpointEngineManager`` with the naive backend:
-  ``update_weights(version)`` copies the weights into the server and wakes it;
+  ``update_weights(version)`` copies the weights into the server and wakes it (under
+  LoRA the base once, then the adapter, which the server applies with PEFT as vLLM's LoRA
+  layers do: ``fsdp_double.TinyActorWorkerGroup.rollout_updates``);
   ``sleep_replicas()`` puts it to sleep.
 """
 
@@ -61,8 +63,25 @@ class TinyServer:
 
     # ------------------------------------------------------------------ replica control
 
-    def update_weights(self, state: dict[str, torch.Tensor], global_steps: int | None) -> None:
-        self.model.load_state_dict(state)
+    def update_weights(
+        self,
+        state: dict[str, torch.Tensor],
+        global_steps: int | None,
+        peft_config: dict[str, Any] | None = None,
+        base_sync_done: bool = True,
+    ) -> None:
+        if peft_config is None:
+            self.model.load_state_dict(state)
+        elif not base_sync_done:  # the base, under the names of vLLM's LoRA layers
+            if hasattr(self.model, "peft_config"):  # an earlier fit's adapter: a new job's vLLM has none
+                self.model = self.model.unload()
+            self.model.load_state_dict({k.replace(".base_layer", ""): v for k, v in state.items()})
+        else:  # the adapter: y = W x + alpha / r * B A x, as vLLM's LoRA layers compute it
+            from peft import get_peft_config, get_peft_model, set_peft_model_state_dict
+
+            if not hasattr(self.model, "peft_config"):
+                self.model = get_peft_model(self.model, get_peft_config(dict(peft_config))).eval()
+            set_peft_model_state_dict(self.model, state)
         if global_steps is not None:
             self.global_steps = int(global_steps)
         self.awake = True
@@ -227,7 +246,8 @@ class TinyCheckpointEngine:
         self.versions: list[int | None] = []
 
     def update_weights(self, global_steps: int | None = None) -> None:
-        ray.get(self.server.update_weights.remote(self.group.state_dict(), global_steps))
+        for state, peft_config, base_sync_done in self.group.rollout_updates():
+            ray.get(self.server.update_weights.remote(state, global_steps, peft_config, base_sync_done))
         self.versions.append(global_steps)
 
     def sleep_replicas(self) -> None:

@@ -32,14 +32,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests.helpers
 
-from training.rollout import GenerateWrapper  # noqa: E402 - after the path above
+from training.engines.local.trainer import generation_rows  # noqa: E402 - after the path above
+from training.rollout import GenerateWrapper  # noqa: E402
 
 
 def _hf(prefix_reuse: bool) -> Callable[[Any], Any]:
     def build(trainer: Any) -> Any:
         from training.generation.hf import hf_generate
 
-        chunk = max(1, trainer.cfg.optim.micro_batch_size * 4)  # as the engine builds it
+        chunk = generation_rows(trainer.cfg)  # as the engine builds it
         return hf_generate(
             trainer.gen_model, trainer.tokenizer, trainer.device, None, chunk, logprobs=True, prefix_reuse=prefix_reuse
         )
@@ -58,7 +59,7 @@ def _matmul_decode(trainer: Any) -> Any:
 
     model = copy.deepcopy(trainer.gen_model).eval()
     use_hybrid_cpu_attention(model)
-    chunk = max(1, trainer.cfg.optim.micro_batch_size * 4)
+    chunk = generation_rows(trainer.cfg)
     return hf_generate(model, trainer.tokenizer, trainer.device, None, chunk, logprobs=True, prefix_reuse=True)
 
 
@@ -70,7 +71,7 @@ def _int8_copy(trainer: Any) -> Any:
     from training.generation.int8_copy import int8_generation_copy
 
     model = int8_generation_copy(trainer.model)
-    chunk = max(1, trainer.cfg.optim.micro_batch_size * 4)
+    chunk = generation_rows(trainer.cfg)
     return hf_generate(model, trainer.tokenizer, trainer.device, None, chunk, logprobs=True, prefix_reuse=True)
 
 

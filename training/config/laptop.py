@@ -37,7 +37,13 @@ class LaptopProfile:
     eval_mode: str = _f("greedy", "-> evaluation.mode (eval.run on CPU: one greedy answer per question)")
     eval_samples: int = _f(4, "caps evaluation.samples (eval.mode=sc / passk on CPU: 4 answers, not 16)")
     lr: float = _f(1e-5, "-> optim.lr (1e-6 moves a 135M model too little in a few steps)")
-    micro_batch_size: int = _f(2, "-> optim.micro_batch_size")
+    micro_batch_size: int = _f(
+        1,
+        "-> optim.micro_batch_size, stage.warm_start.micro_batch_size and supervised.micro_batch_size "
+        "(one row per forward/backward: a row's checkpointed activations, not two; one CPU thread "
+        "runs one row as fast as it runs two padded ones)",
+    )
+    generation_rows: int = _f(8, "-> rollout.generation_rows (rows per batched generate call)")
     gradient_checkpointing: bool = _f(
         True,
         "-> model.gradient_checkpointing (a warm-start micro-batch of two 4k-token "

@@ -58,6 +58,8 @@ def apply_laptop_profile(
     put("evaluation.max_response_tokens", p.max_response_tokens, cap=True)
     put("optim.lr", p.lr)
     put("optim.micro_batch_size", p.micro_batch_size)
+    put("stage.warm_start.micro_batch_size", p.micro_batch_size)
+    put("rollout.generation_rows", p.generation_rows)
     put("model.gradient_checkpointing", p.gradient_checkpointing)
     # the supervised stages replace the demonstration warm start
     put("stage.warm_start.enable", p.warm_start and cfg.stage.name == "rl")
@@ -68,6 +70,7 @@ def apply_laptop_profile(
         put("supervised.rl_filter_samples", p.supervised_samples, cap=True)
         put("supervised.teacher_samples", p.supervised_samples, cap=True)
         put("supervised.lr", p.supervised_lr)
+        put("supervised.micro_batch_size", p.micro_batch_size)
         put(
             "supervised.rl_filter_pass",
             max(1, round(cfg.supervised.rl_filter_pass * p.supervised_samples / cfg.supervised.rl_filter_samples)),

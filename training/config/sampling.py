@@ -20,6 +20,9 @@ class RolloutConfig:
     max_new_tokens: int = _f(2048, "tokens per generation call (one turn)")
     max_response_tokens: int = _f(8000, "policy + observation tokens per episode")
     max_prompt_tokens: int = _f(8192, "longer prompts are dropped, never truncated (each recipe sets its paper's)")
+    generation_rows: int | None = _f(
+        None, "local engine: rows one batched generate call runs at a time; null = 4 x optim.micro_batch_size"
+    )
     observation_max_tokens: int | None = _f(
         None,
         "tool observations are cut to this many tokens; null = no "
@@ -38,6 +41,10 @@ class RolloutConfig:
             f"rollout.observation_max_tokens={self.observation_max_tokens}: a positive integer or null (no cap)",
         )
         _need(self.eval_temperature >= 0, f"rollout.eval_temperature={self.eval_temperature}: >= 0")
+        _need(
+            self.generation_rows is None or self.generation_rows >= 1,
+            f"rollout.generation_rows={self.generation_rows}: a positive integer or null (4 x optim.micro_batch_size)",
+        )
 
 
 EVAL_MODES = ("greedy", "sample", "sc", "passk")

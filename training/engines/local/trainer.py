@@ -225,7 +225,7 @@ class LocalTrainer(TrainStep, Checkpoints):
             self.tokenizer,
             self.device,
             autocast=None,
-            chunk=max(1, cfg.optim.micro_batch_size * 4),
+            chunk=generation_rows(cfg),
             logprobs=True,
             prefix_reuse=cfg.model.prefix_reuse,
         )  # the generation copy is bf16 itself: no autocast
@@ -429,3 +429,9 @@ class LocalTrainer(TrainStep, Checkpoints):
         summary, parts = rd.write_summary(self.cfg.run_dir, head, before, after, warm, final_dir, self.logger.wandb_dir)
         self.say(rd.summary_text(summary, parts))
         return summary
+
+
+def generation_rows(cfg: Any) -> int:
+    """Rows one batched ``generate`` call runs at a time (``rollout.generation_rows``, or
+    four micro-batches' worth)."""
+    return cfg.rollout.generation_rows or max(1, cfg.optim.micro_batch_size * 4)

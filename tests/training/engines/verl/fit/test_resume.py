@@ -1,15 +1,15 @@
-"""Preemption and requeue through veRL's real ``fit()``: a job killed with SIGKILL in the
-middle of a checkpoint save, or sent SIGTERM in the middle of a step, then the same command
-again (``resume=auto``).
+"""Preemption and requeue through veRL's real ``fit()``: a job sent SIGTERM in the middle
+of a step, the same command again (``resume=auto``) killed with SIGKILL in the middle of a
+checkpoint save, then the same command once more.
 
-The job (``resume_child.py``, a subprocess in its own session) trains Think2SQL for 4 steps
-with a checkpoint every 2 steps and is killed halfway through writing step 4's optimizer
-shard: steps 1-3 are logged, ``global_step_2`` is complete, ``global_step_4`` is
-half-written and veRL's tracker still says 2. The rerun must continue from step 2 (never
-from the half-written step 4), redo steps 3 and 4, and leave every step recorded once in
-``metrics.jsonl``, ``samples.jsonl`` and veRL's ``verl_metrics.jsonl``, two complete
-checkpoints, ``final/``, and one wandb run id across both processes (veRL's ``Tracking``
-reads it from the environment the driver sets).
+The job (``resume_child.py``, a subprocess in its own session) trains Think2SQL for 4 steps.
+Killed halfway through writing step 4's optimizer shard, ``global_step_2`` (the SIGTERM's
+save) is complete, ``global_step_4`` is half-written and veRL's tracker still says 2. The
+rerun must continue from step 2 (never from the half-written step 4), redo steps 3 and 4,
+and leave every step recorded once in ``metrics.jsonl``, ``samples.jsonl`` and veRL's
+``verl_metrics.jsonl``, two complete checkpoints, ``final/``, and one wandb run id across
+the three processes (veRL's ``Tracking`` reads it from the environment the driver sets).
+One chain of three jobs, where two separate scenarios took four.
 """
 
 from __future__ import annotations
@@ -82,18 +82,35 @@ def records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_a_job_killed_mid_save_continues_from_the_last_complete_checkpoint(tmp_path: Path) -> None:
+def test_sigterm_then_a_kill_mid_save_and_the_same_command_continues_each_time(tmp_path: Path) -> None:
+    """One preempted run, three jobs of the same command (4 steps, a checkpoint due only at
+    step 4): SIGTERM in the middle of step 2 (the job finishes step 2, saves it through
+    veRL's ``_save_checkpoint`` and exits with the requeue status); the requeued job goes on
+    at step 3 and is killed with SIGKILL halfway through writing step 4; the third job
+    discards the half-written step 4, continues from step 2 and ends with every step recorded
+    once."""
     run_dir = tmp_path / "run"
     ckpt = run_dir / "checkpoints"
-    killed = job(tmp_path, kill_at=4)
+    changes = ("trainer.save_every=4",)
+    stopped = job(tmp_path, sigterm_at=2, changes=changes)
+    assert stopped.returncode == REQUEUE_EXIT_STATUS, stopped.stdout[-2000:] + stopped.stderr[-3000:]
+    assert "[preempt] SIGTERM received" in stopped.stdout and "stopped after step 2" in stopped.stdout
+    assert [(c.step, c.complete) for c in R.verl_step_checkpoints(ckpt)] == [(2, True)]
+    assert [r["step"] for r in records(run_dir / "metrics.jsonl") if r["kind"] == "train"] == [1, 2]
+    assert sorted({r["step"] for r in records(run_dir / "samples.jsonl")}) == [1, 2]
+    assert not (run_dir / "final").exists()
+    wandb_id = (run_dir / "wandb_run_id").read_text().strip()
+
+    killed = job(tmp_path, kill_at=4, changes=changes)  # the requeued job, preempted harder
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert "[child] fit starts at step 2" in killed.stdout
+    assert not (run_dir / "stopped.json").exists() and not (run_dir / "stop_requested").exists()
     assert [(c.step, c.complete) for c in R.verl_step_checkpoints(ckpt)] == [(2, True), (4, False)]
     assert (ckpt / R.VERL_TRACKER).read_text() == "2"
     assert sorted(r["step"] for r in records(run_dir / "metrics.jsonl") if r["kind"] == "train") == [1, 2, 3]
     assert not (run_dir / "final").exists()
-    wandb_id = (run_dir / "wandb_run_id").read_text().strip()
 
-    again = job(tmp_path)  # the requeued job: the same command
+    again = job(tmp_path, changes=changes)  # the same command once more
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
     assert "discarding half-written checkpoint" in again.stdout and "global_step_4" in again.stdout
     assert f"continuing from {ckpt / 'global_step_2'} (step 2)" in again.stdout
@@ -110,36 +127,6 @@ def test_a_job_killed_mid_save_continues_from_the_last_complete_checkpoint(tmp_p
     assert [(c.step, c.complete) for c in R.verl_step_checkpoints(ckpt)] == [(2, True), (4, True)]
     assert (ckpt / R.VERL_TRACKER).read_text() == "4"
     assert (run_dir / "final" / "config.json").is_file() and any((run_dir / "final").glob("*.safetensors"))
-    runs = sorted(p.name for p in (run_dir / "wandb").glob("offline-run-*"))
-    assert len(runs) == 2 and all(name.endswith(f"-{wandb_id}") for name in runs), runs
-
-
-def test_sigterm_saves_the_step_in_progress_and_the_requeued_job_continues_after_it(tmp_path: Path) -> None:
-    """SIGTERM in the middle of step 2 of 3, with no checkpoint due before step 3: the job
-    finishes step 2, saves it through veRL's ``_save_checkpoint`` and exits with the requeue
-    status; the same command then continues at step 3, every step recorded once."""
-    run_dir = tmp_path / "run"
-    ckpt = run_dir / "checkpoints"
-    changes = ("trainer.total_steps=3", "trainer.save_every=10")
-    stopped = job(tmp_path, sigterm_at=2, changes=changes)
-    assert stopped.returncode == REQUEUE_EXIT_STATUS, stopped.stdout[-2000:] + stopped.stderr[-3000:]
-    assert "[preempt] SIGTERM received" in stopped.stdout and "stopped after step 2" in stopped.stdout
-    assert [(c.step, c.complete) for c in R.verl_step_checkpoints(ckpt)] == [(2, True)]
-    assert [r["step"] for r in records(run_dir / "metrics.jsonl") if r["kind"] == "train"] == [1, 2]
-    assert sorted({r["step"] for r in records(run_dir / "samples.jsonl")}) == [1, 2]
-    assert not (run_dir / "final").exists()
-
-    again = job(tmp_path, changes=changes)
-    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
-    assert "[child] fit starts at step 2" in again.stdout and "[child] fit ended at step 3" in again.stdout
-    train = Counter(r["step"] for r in records(run_dir / "metrics.jsonl") if r["kind"] == "train")
-    assert train == {1: 1, 2: 1, 3: 1}
-    samples = Counter(r["step"] for r in records(run_dir / "samples.jsonl"))
-    assert sorted(samples) == [1, 2, 3] and len(set(samples.values())) == 1
-    verl_steps = Counter(
-        r["step"] for r in records(run_dir / "verl_metrics.jsonl") if "training/global_step" in r["data"]
-    )
-    assert verl_steps == {1: 1, 2: 1, 3: 1}
-    assert [(c.step, c.complete) for c in R.verl_step_checkpoints(ckpt)] == [(2, True), (3, True)]
-    assert (run_dir / "final" / "config.json").is_file()
     assert not (run_dir / "stopped.json").exists() and not (run_dir / "stop_requested").exists()
+    runs = sorted(p.name for p in (run_dir / "wandb").glob("offline-run-*"))
+    assert len(runs) == 3 and all(name.endswith(f"-{wandb_id}") for name in runs), runs

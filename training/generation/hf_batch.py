@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from training.runs.usage import release_free_memory
+
 if TYPE_CHECKING:
     from training.rollout import GenerationOutput, SamplingParams
 
@@ -228,6 +230,7 @@ class ChunkedGenerate:
                 out[i] = GenerationOutput(
                     token_ids=row.token_ids, logprobs=row.logprobs, finish_reason=row.finish_reason
                 )
+        release_free_memory()
         return out
 
     def _rows(self, prompts: list[list[int]], call: GenerateCall) -> list[RawGeneration]:

@@ -42,6 +42,33 @@ def bound_heap_growth(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     return bool(mallopt(m_mmap_threshold, threshold))
 
 
+def release_free_memory() -> None:
+    """Give the heap's free pages back to the system (glibc's ``malloc_trim(0)``; nothing
+    elsewhere). Called after each generate call and each micro-batch's backward on the local
+    engine: a CPU step's small tensors (under the mmap threshold) leave free chunks spread
+    through the heap that RSS keeps counting; on a TRUST-SQL warm start, 0.9 of 4.7 GB."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+_TRIM: list = []
+
+
+def _malloc_trim():  # type: ignore[no-untyped-def]
+    if not _TRIM:
+        _TRIM.append(None)
+        if sys.platform.startswith("linux"):
+            import ctypes
+            import ctypes.util
+
+            try:
+                _TRIM[0] = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+            except (OSError, AttributeError):
+                pass
+    return _TRIM[0]
+
+
 bound_heap_growth()
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from training.engines.local import loss as lp
+from training.runs.usage import release_free_memory
 
 Say = Callable[[str], None]
 
@@ -96,6 +97,7 @@ def supervised_fine_tune(
         for k in range(0, len(items), settings.micro_batch_size):
             loss_sum, _ = nll_sum(model, items[k : k + settings.micro_batch_size], pad_id, device, autocast)
             (loss_sum / total).backward()
+            release_free_memory()
             step_loss += float(loss_sum.detach()) / total
         norm = torch.nn.utils.clip_grad_norm_(trainable, settings.grad_clip)
         optimizer.step()

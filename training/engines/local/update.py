@@ -23,6 +23,7 @@ from training.config import AlgorithmConfig, OptimConfig, warmup_steps
 from training.engines.local import loss as lp
 from training.engines.local.buffer import StepBuffer
 from training.engines.local.policy_models import PolicyModels
+from training.runs.usage import release_free_memory
 
 
 class Stopwatch:
@@ -149,6 +150,7 @@ class Updater:
                     rollout_is_weights=isw,
                 )
                 loss.backward()
+            release_free_memory()
             full = batch.masks["full"].to(logp.device)  # [micro, resp_len]
             share = float(full.sum()) / n_full
             if batch.rollout_log_probs is not None and share > 0:

@@ -3,15 +3,17 @@ or ``auto`` on such a CPU).
 
 PyTorch's dynamic quantisation (fbgemm / x86 kernels): each quantised ``nn.Linear`` keeps
 int8 weights with one scale per output channel and quantises its input per call. Which
-layers are quantised was picked by measurement on SmolLM2-135M (one core, 8 rows of 300
-tokens, logits against fp32 on a SQL prompt; ``docs/engines.md`` "Generation copies"):
+layers are quantised was picked by measurement on SmolLM2-135M
+(``benchmarks/bench_int8_copy.py``: one core, 8 rows of 300 random tokens, 10 decode steps;
+greedy agreement and KL against fp32 on a 500-token SQL prompt; ``docs/engines.md``
+"Generation copies"):
 
     quantised              prefill   decode/step   greedy agreement   KL to fp32 (nats/token)
-    none (fp32)            26.0 s    0.307 s       1.000              0
-    every linear layer      7.8 s    0.126 s       0.895              0.469
-    all but MLP down        9.1 s    0.139 s       0.951              0.110
-    attention only         13.2 s    0.346 s       0.966              0.055
-    bf16 weights (native)                          0.995              0.0005
+    none (fp32)            9.30 s    0.141 s       1.000              0
+    every linear layer     4.82 s    0.083 s       0.877              0.454
+    all but MLP down       5.66 s    0.087 s       0.924              0.114
+    attention only         7.69 s    0.129 s       0.963              0.046
+    bf16 weights (native)  4.75 s    0.177 s       0.990              0.0006
 
 The MLP's down projection (whose inputs carry the model's large activation outliers) and
 the LM head stay fp32. The copy is refreshed in place after every optimizer step

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 
 STARTED = time.time()
 
@@ -52,10 +53,11 @@ def release_free_memory() -> None:
         trim(0)
 
 
-_TRIM: list = []
+_TRIM: list[Any] = []
 
 
-def _malloc_trim():  # type: ignore[no-untyped-def]
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim`` (looked up once), or None where there is none."""
     if not _TRIM:
         _TRIM.append(None)
         if sys.platform.startswith("linux"):

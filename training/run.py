@@ -27,8 +27,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import training.runs.usage  # noqa: F401  first: its clock starts with the command
+import training.runs.usage  # first: its clock starts with the command
 from training.config.command import explicit_keys, hydra_entry, prepare_config, resolve_device, shows_config
+
+training.runs.usage.bound_heap_growth()  # before torch allocates: see the function
 
 Say = Callable[[str], None]
 

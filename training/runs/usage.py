@@ -4,8 +4,8 @@
 torch and the model load. Peak memory is the kernel's high-water mark of this process or of
 its largest finished child (a job's own subprocesses), whichever is larger.
 
-Importing it also fixes glibc's mmap threshold (:func:`bound_heap_growth`), before torch
-allocates anything.
+``training.run`` also calls :func:`bound_heap_growth` first thing, before torch allocates
+anything.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ glibc raises its threshold after each large free (up to 32 MiB), so a CPU traini
 activations and gradients (tensors of 4-30 MiB) end up in the heap, which fragments and
 is never given back: two fwd+bwd+AdamW steps of SmolLM2-135M on two 4,000-token rows with
 gradient checkpointing peaked at 5,449 MB with glibc's default and 3,691 MB with this fixed
-threshold (benchmarks/bench_logprob_memory.py's model, one core)."""
+threshold (benchmarks/bench_update_memory.py, one core)."""
 
 
 def bound_heap_growth(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
@@ -71,7 +71,6 @@ def _malloc_trim() -> Any:
     return _TRIM[0]
 
 
-bound_heap_growth()
 
 
 def peak_rss_bytes() -> int | None:

@@ -158,8 +158,6 @@ class PolicyModels:
             from training.generation.loading import load_model
 
             ref = load_model(path, self.device, say=say).model
-        if self.autocast == torch.bfloat16:  # its passes run under bf16 autocast: bf16 weights halve it
-            ref = ref.to(torch.bfloat16)
         ref.eval()
         for p in ref.parameters():
             p.requires_grad_(False)

@@ -21,9 +21,11 @@ MMAP_THRESHOLD_BYTES = 4 * 1024 * 1024
 
 glibc raises its threshold after each large free (up to 32 MiB), so a CPU training step's
 activations and gradients (tensors of 4-30 MiB) end up in the heap, which fragments and
-is never given back: two fwd+bwd+AdamW steps of SmolLM2-135M on two 4,000-token rows with
-gradient checkpointing peaked at 5,449 MB with glibc's default and 3,691 MB with this fixed
-threshold (benchmarks/bench_update_memory.py, one core)."""
+is never given back: two fwd+bwd+AdamW steps of SmolLM2-135M (with a bf16 generation copy
+beside it) on one micro-batch of two 4,000-token rows with gradient checkpointing peaked at
+5,449 MB with glibc's default and 3,691 MB with this fixed threshold (one core);
+``benchmarks/bench_update_memory.py`` runs the same comparison with the laptop's one row per
+micro-batch."""
 
 
 def bound_heap_growth(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
@@ -69,8 +71,6 @@ def _malloc_trim() -> Any:
             except (OSError, AttributeError):
                 pass
     return _TRIM[0]
-
-
 
 
 def peak_rss_bytes() -> int | None:

@@ -32,14 +32,6 @@ if str(REPO) not in sys.path:
 MB = 1 << 20
 
 
-def _peak_bytes() -> int:
-    with open("/proc/self/status", encoding="ascii") as handle:
-        for line in handle:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
-
-
 def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
     if arm == "fixed":  # as training.run does first thing
         from training.runs.usage import bound_heap_growth
@@ -49,6 +41,7 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
 
     from training.engines.local import loss as lp
     from training.generation.loading import ensure_embedded_checkpoint, load_model
+    from training.runs.usage import peak_rss_bytes
 
     torch.manual_seed(0)
     autocast = {"bf16": torch.bfloat16, "fp32": None}[args.autocast]
@@ -75,7 +68,7 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
         optimizer.step()
     return {
         "arm": arm,
-        "peak_mb": _peak_bytes() / MB,
+        "peak_mb": (peak_rss_bytes() or 0) / MB,
         "seconds": time.perf_counter() - started,
         "logp_sum": float(logp.detach().sum()),
     }

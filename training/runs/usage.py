@@ -10,6 +10,7 @@ anything.
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from typing import Any
@@ -31,18 +32,9 @@ micro-batch."""
 def bound_heap_growth(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     """Fix glibc's mmap threshold (``mallopt(M_MMAP_THRESHOLD)``, which also stops its
     dynamic growth); False where the C library is not glibc (macOS, musl, Windows)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
+    mallopt = _glibc("mallopt")
     m_mmap_threshold = -3  # <malloc.h>
-    return bool(mallopt(m_mmap_threshold, threshold))
+    return mallopt is not None and bool(mallopt(m_mmap_threshold, threshold))
 
 
 def release_free_memory() -> None:
@@ -50,27 +42,23 @@ def release_free_memory() -> None:
     elsewhere). Called after each generate call and each micro-batch's backward on the local
     engine: a CPU step's small tensors (under the mmap threshold) leave free chunks spread
     through the heap that RSS keeps counting; on a TRUST-SQL warm start, 0.9 of 4.7 GB."""
-    trim = _malloc_trim()
+    trim = _glibc("malloc_trim")
     if trim is not None:
         trim(0)
 
 
-_TRIM: list[Any] = []
+@functools.cache
+def _glibc(name: str) -> Any:
+    """The C library's function ``name`` on Linux (looked up once), None where it has none."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import ctypes.util
 
-
-def _malloc_trim() -> Any:
-    """glibc's ``malloc_trim`` (looked up once), or None where there is none."""
-    if not _TRIM:
-        _TRIM.append(None)
-        if sys.platform.startswith("linux"):
-            import ctypes
-            import ctypes.util
-
-            try:
-                _TRIM[0] = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-            except (OSError, AttributeError):
-                pass
-    return _TRIM[0]
+    try:
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
+    except (OSError, AttributeError):  # no such library or function (musl has no malloc_trim)
+        return None
 
 
 def peak_rss_bytes() -> int | None:

@@ -20,7 +20,8 @@ Where each rule comes from in veRL 0.9.1 / vLLM:
   heads divisible by TP (or TP by them);
 - sequence parallel: ``monkey_patch.apply_monkey_patch`` asserts the same for the heads,
   and only patches flash-attn's forward;
-- token budgets: ``seqlen_balancing`` asserts each budget (x the Ulysses size) holds one full sequence.
+- token budgets: ``seqlen_balancing`` asserts each budget (x the Ulysses size) holds one full sequence;
+- async modes: :mod:`training.engines.verl.checks.async_rules`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tools.errors import ConfigError
+from training.engines.verl.checks.async_rules import async_rule
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -181,7 +183,14 @@ def token_budget_rule(cfg: DictConfig, card: ModelCard) -> list[str]:
     ]
 
 
-RULES = (context_rule, data_parallel_rule, tensor_parallel_rule, sequence_parallel_rule, token_budget_rule)
+RULES = (
+    context_rule,
+    data_parallel_rule,
+    tensor_parallel_rule,
+    sequence_parallel_rule,
+    token_budget_rule,
+    async_rule,
+)
 """Each rule: (veRL tree, model card) -> failure messages; run in order by :func:`check_run`."""
 ADVICE = (padding_note,)
 """Each: (veRL tree, model card) -> notes on a run that works but wastes GPU work."""

@@ -84,6 +84,7 @@ RECIPES: dict[str, list[str]] = {
     ],
 }
 WRONG_SQL = "SELECT COUNT(*) FROM schools"  # executes, but not the gold answer
+UNREACHABLE = "SELECT COUNT(*) FROM schools WHERE city = 'Nowhere'"  # neither script's answer matches it
 
 
 def wrong_script(recipe: str) -> dict[str, list[str]]:
@@ -100,7 +101,7 @@ def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     root = tmp_path_factory.mktemp(f"fit_async_{recipe}")
     train, val = H.examples(root, recipe, n_train=4, n_val=1)
     if recipe == "retoolsql":  # both sessions miss it: no spread, evicted and replaced
-        train = train[:3] + [dataclasses.replace(train[3], gold_sql=WRONG_SQL.replace("schools", "schools s"))]
+        train = train[:3] + [dataclasses.replace(train[3], gold_sql=UNREACHABLE)]
     model = H.tiny_model_dir(root)
     configs = {
         mode: H.verl_config(recipe, root / mode, model, train, val, [*COMMON, *RECIPES[recipe], f"trainer.mode={mode}"])
@@ -166,7 +167,7 @@ def test_no_rollout_trains_beyond_the_staleness_bound(runs: dict[str, Any], mode
     for data in steps.values():
         assert data["training/off_policy/trajectory_staleness_worst/max"] <= STALENESS
     for s in samples:
-        versions = [v for turn in s["turns"] for _, v in turn.get("versions", [])]
+        versions = [v for turn in s["turns"] for _, v in turn["versions"] or []]
         assert all(s["step"] - 1 - v <= STALENESS for v in versions), (s["step"], versions)
 
 

@@ -26,6 +26,8 @@ from training.config.stage import StageConfig, SupervisedConfig
 # a dataset's execution match: BIRD's set rule | Spider's official one | Spider's comparison on the SQL as written
 EX_RULES = ("ex", "spider", "spider_strict")
 LOGGERS = ("console", "jsonl", "wandb")
+TRAINER_MODES = ("sync", "colocate_async", "separate_async")
+STALE_ROLLOUTS = ("drop", "wait")
 
 
 @dataclass
@@ -116,6 +118,33 @@ class TrainerConfig:
     save_weights: bool = _f(True, "write model weights into checkpoints")
     shared_run_dir_check: bool = _f(True, "engine=verl with nnodes > 1: refuse a run_dir only this node sees")
     samples_per_step: int = _f(16, "rollouts per step written to samples.jsonl with their masks (0 = none)")
+    mode: str = _f(
+        "sync",
+        "engine=verl: sync | colocate_async | separate_async, veRL's trainer the run uses; the local engine "
+        "runs sync only (docs/engines.md 'Sync or async training')",
+        TRAINER_MODES,
+    )
+    staleness: int = _f(
+        1,
+        "async modes: a rollout trains at most this many weight versions behind the policy it updates "
+        "(veRL's trainer.v1.sampler.max_off_policy_threshold = staleness + 1)",
+    )
+    stale_rollouts: str = _f(
+        "drop",
+        "async modes, a rollout past trainer.staleness: drop (its prompt is drawn again) | wait (the step "
+        "waits for in-flight rollouts about to pass it; none is dropped)",
+        STALE_ROLLOUTS,
+    )
+    warmup_batches: float = _f(1.0, "async modes: batches of prompts generating ahead of the step that trains them")
+    async_correction: str | None = _f(
+        "token",
+        "async modes with algorithm.rollout_correction off: the IS level that corrects the weight-version lag, "
+        "token | sequence | null (none); a recipe's own rollout_correction wins",
+    )
+    rollout_gpus: int = _f(
+        0, "separate_async: GPUs per node of the standalone rollout pool (veRL's rollout.n_gpus_per_node)"
+    )
+    rollout_nodes: int = _f(1, "separate_async: nodes of the standalone rollout pool (veRL's rollout.nnodes)")
 
     def __post_init__(self) -> None:
         _need(
@@ -126,6 +155,16 @@ class TrainerConfig:
         _need(self.keep_checkpoints >= 1, f"trainer.keep_checkpoints={self.keep_checkpoints}: >= 1")
         _need(self.val_every >= 0, f"trainer.val_every={self.val_every}: 0 or positive")
         _need(self.samples_per_step >= 0, f"trainer.samples_per_step={self.samples_per_step}: 0 or positive")
+        need_choice("trainer.mode", self.mode, TRAINER_MODES)
+        need_choice("trainer.stale_rollouts", self.stale_rollouts, STALE_ROLLOUTS)
+        _need(self.staleness >= 0, f"trainer.staleness={self.staleness}: 0 or positive (weight versions)")
+        _need(self.warmup_batches >= 0, f"trainer.warmup_batches={self.warmup_batches}: 0 or positive")
+        _need(
+            self.async_correction in (None, "token", "sequence"),
+            f"trainer.async_correction={self.async_correction!r}; choose token, sequence or null",
+        )
+        _need(self.rollout_gpus >= 0, f"trainer.rollout_gpus={self.rollout_gpus}: 0 or positive")
+        _need(self.rollout_nodes >= 1, f"trainer.rollout_nodes={self.rollout_nodes}: 1 or more")
 
 
 @dataclass

@@ -24,7 +24,9 @@ A sample record (``SCHEMA`` = 1)::
     reward, components, tracks, reward_error, outcome (EX outcome), final_sql, end_reason
     trust_flags  the reward-trust flags of the execution score (rex.trust.FLAGS; [] when none)
     turns        per assistant turn: index, phase, format_ok, format_reason, tool, arguments,
-                 tool_outcome
+                 tool_outcome, versions (engine=verl: [[tokens, weight version], ...] in token
+                 order, as an async trainer's weight update can cut a turn in two; null on the
+                 local engine, whose every turn of a step runs one policy)
     tables       {"gold": table, "pred": table}; a table is {columns, rows, row_count,
                  truncated} or {error}; rows capped at ``TABLE_ROWS``
 """
@@ -141,17 +143,18 @@ def turn_fields(turns: Sequence[Any]) -> list[dict[str, Any]]:
     for t in turns:
         get = t.get if isinstance(t, Mapping) else lambda k, d=None, t=t: getattr(t, k, d)
         args = get("tool_arguments")
-        out.append(
-            {
-                "index": get("index"),
-                "phase": get("phase"),
-                "format_ok": bool(get("format_ok")),
-                "format_reason": get("format_reason", "") or "",
-                "tool": get("tool_name"),
-                "arguments": dict(args) if args else None,
-                "tool_outcome": get("tool_outcome"),
-            }
-        )
+        fields = {
+            "index": get("index"),
+            "phase": get("phase"),
+            "format_ok": bool(get("format_ok")),
+            "format_reason": get("format_reason", "") or "",
+            "tool": get("tool_name"),
+            "arguments": dict(args) if args else None,
+            "tool_outcome": get("tool_outcome"),
+            # engine=verl: [[tokens, weight version], ...] of the turn; the local engine's turns have none
+            "versions": [[int(n), v] for n, v in versions] if (versions := get("versions")) is not None else None,
+        }
+        out.append(fields)
     return out
 
 

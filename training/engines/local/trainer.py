@@ -57,6 +57,11 @@ def describe(cfg: TrainConfig) -> str:
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Run ``cfg`` to completion and return the summary (also written to summary.json)."""
+    if cfg.trainer.mode != "sync":
+        raise ConfigError(
+            f"trainer.mode={cfg.trainer.mode}: the local engine trains synchronously; the async modes are veRL's "
+            "(engine=verl), or set trainer.mode=sync"
+        )
     quiet_libraries()
     return LocalTrainer(cfg).fit()
 

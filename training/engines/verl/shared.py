@@ -25,7 +25,20 @@ if TYPE_CHECKING:
 AGENT_LOOP_NAME = "sqlagent"
 """The agent loop's registered name (``agent_name`` of every prompt row)."""
 TRAINER_MODE = "sqlagent_sync"
-"""The trainer's registered name (``trainer.v1.trainer_mode``)."""
+"""The sync trainer's registered name (``trainer.v1.trainer_mode``), the default."""
+TRAINER_MODES = {
+    "sync": TRAINER_MODE,
+    "colocate_async": "sqlagent_colocate_async",
+    "separate_async": "sqlagent_separate_async",
+}
+"""The project's ``trainer.mode`` -> the registered trainer that runs it. veRL's own trainer
+of that mode (the key's name) is each one's base, and veRL's ``trainer.v1.<mode>`` section
+holds its settings."""
+VERSION_SEGMENTS = "weight_versions"
+"""Key of a generation call's ``[[tokens, version], ...]`` (which weight version wrote which
+of its tokens, in order) in the output's ``extra_fields`` (``async_trainers.VersionedAsyncClient``)."""
+VERL_MODE_OF = {name: mode for mode, name in TRAINER_MODES.items()}
+"""A registered trainer name -> veRL's mode (``sync`` | ``colocate_async`` | ``separate_async``)."""
 PROJECT_NAMESPACE = "sqlagent"
 """The top-level block of the veRL config that holds :class:`WorkerSettings`."""
 REWARD_FUNCTION_MODULE = "training.engines.verl.workers.reward_adapter"

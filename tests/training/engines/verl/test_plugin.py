@@ -23,7 +23,9 @@ import verl
 from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 from verl.trainer.ppo.v1.trainer_base import get_trainer_cls
 trainer = get_trainer_cls("sqlagent_sync")
+modes = {name: get_trainer_cls(name) for name in ("sqlagent_colocate_async", "sqlagent_separate_async")}
 print(json.dumps({
+    "async_trainers": {name: f"{cls.__module__}.{cls.__qualname__}" for name, cls in modes.items()},
     "agent_loop": _agent_loop_registry.get("sqlagent"),
     "trainer": f"{trainer.__module__}.{trainer.__qualname__}",
     "plugin_loaded": "training.engines.verl.workers.plugin" in sys.modules,
@@ -46,6 +48,10 @@ def test_import_verl_registers_agent_loop_and_trainer() -> None:
     assert seen["plugin_loaded"] is True
     assert seen["agent_loop"] == {"_target_": "training.engines.verl.workers.agent_loop.SqlAgentLoop"}
     assert seen["trainer"] == "training.engines.verl.workers.sync_trainer.SqlAgentTrainer"
+    assert seen["async_trainers"] == {  # trainer.mode=colocate_async | separate_async
+        "sqlagent_colocate_async": "training.engines.verl.workers.async_trainers.SqlAgentColocateAsync",
+        "sqlagent_separate_async": "training.engines.verl.workers.async_trainers.SqlAgentSeparateAsync",
+    }
     # the designs are loaded in the worker by ``import verl`` alone (an outside one too:
     # tests/designs/test_outside_design.py)
     designs = project_designs()

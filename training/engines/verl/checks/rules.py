@@ -22,6 +22,7 @@ Where each rule comes from in veRL 0.9.1 / vLLM:
   and only patches flash-attn's forward;
 - token budgets: ``seqlen_balancing`` asserts each budget (x the Ulysses size) holds one full sequence;
 - LoRA: :mod:`.lora_rules`.
+- async modes: :mod:`training.engines.verl.checks.async_rules`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tools.errors import ConfigError
+from training.engines.verl.checks.async_rules import async_rule
 from training.engines.verl.checks.lora_rules import LORA_RULES
 
 if TYPE_CHECKING:
@@ -190,6 +192,7 @@ RULES = (
     sequence_parallel_rule,
     token_budget_rule,
     *LORA_RULES,
+    async_rule,
 )
 """Each rule: (veRL tree, model card) -> failure messages; run in order by :func:`check_run`."""
 ADVICE = (padding_note,)

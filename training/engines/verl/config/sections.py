@@ -155,3 +155,31 @@ def _rollout_fields(cfg: TrainConfig) -> dict[str, Any]:
         "max_new_tokens_per_turn": roll.max_new_tokens,
         "observation_max_tokens": roll.observation_max_tokens,
     }
+
+
+def async_values(s: VerlSettings) -> dict[str, Any]:
+    """veRL's keys of an async mode (none for ``sync``): the staleness bound, the batches
+    generating ahead, the IS correction of the lag, and for ``separate_async`` the
+    standalone rollout pool (its own GPUs, weights sent over NCCL, no rollout on the
+    training GPUs) and one weight sync per step of ``mini_batches`` optimizer steps."""
+    if s.trainer_mode == "sync":
+        return {}
+    values: dict[str, Any] = {
+        "trainer.v1.sampler.max_off_policy_threshold": s.staleness + 1,
+        "trainer.v1.sampler.max_off_policy_strategy": s.stale_rollouts,
+        f"trainer.v1.{s.trainer_mode}.num_warmup_batches": s.warmup_batches,
+    }
+    if s.async_correction is not None and not s.has_rollout_correction:
+        values["algorithm.rollout_correction.rollout_is"] = s.async_correction
+    if s.trainer_mode == "separate_async":
+        mini = s.ppo_mini_batch_size or s.train_batch_size
+        values.update(
+            {
+                "trainer.v1.separate_async.parameter_sync_step": s.train_batch_size // mini,
+                "actor_rollout_ref.hybrid_engine": False,
+                "actor_rollout_ref.rollout.checkpoint_engine.backend": "nccl",
+                "actor_rollout_ref.rollout.n_gpus_per_node": s.rollout_gpus,
+                "actor_rollout_ref.rollout.nnodes": s.rollout_nodes,
+            }
+        )
+    return values

@@ -34,6 +34,7 @@ from training.engines.verl.config.sections import (
     _algorithm_fields,
     _rollout_fields,
     algorithm_values,
+    async_values,
     data_values,
     max_tokens_per_gpu,
     rollout_values,
@@ -51,7 +52,7 @@ from training.engines.verl.config.tree import (  # noqa: F401  (public names of 
 from training.engines.verl.config.verl_settings import VERL_LOGGERS, VerlSettings
 from training.engines.verl.shared import (
     PROJECT_NAMESPACE,
-    TRAINER_MODE,
+    TRAINER_MODES,
     AdvantageSettings,
     DynamicSampling,
     WorkerSettings,
@@ -142,7 +143,7 @@ def actor_values(s: VerlSettings) -> dict[str, Any]:
 def trainer_values(s: VerlSettings) -> dict[str, Any]:
     return {
         "trainer.use_v1": True,
-        "trainer.v1.trainer_mode": TRAINER_MODE,
+        "trainer.v1.trainer_mode": TRAINER_MODES[s.trainer_mode],
         "trainer.n_gpus_per_node": s.n_gpus_per_node,
         "trainer.nnodes": s.nnodes,
         "trainer.total_epochs": s.total_epochs,
@@ -167,6 +168,7 @@ SECTIONS: tuple[Callable[[VerlSettings], dict[str, Any]], ...] = (
     data_values,
     algorithm_values,
     trainer_values,
+    async_values,
     sizing_values,
 )
 """The mapping from project settings to veRL keys, one plain function per part of the tree."""
@@ -303,6 +305,14 @@ def _run_fields(cfg: TrainConfig, num_train_examples: int) -> dict[str, Any]:
         "experiment_name": experiment,
         "wandb_env": wandb_env,
         "samples_per_step": tr.samples_per_step,
+        "trainer_mode": tr.mode,
+        "staleness": tr.staleness,
+        "stale_rollouts": tr.stale_rollouts,
+        "warmup_batches": tr.warmup_batches,
+        "async_correction": tr.async_correction,
+        "has_rollout_correction": cfg.algorithm.rollout_correction.enabled,
+        "rollout_gpus": tr.rollout_gpus,
+        "rollout_nodes": tr.rollout_nodes,
         "output_dir": cfg.run_dir,
         "resume": cfg.resume,
         "loggers": tuple(loggers),

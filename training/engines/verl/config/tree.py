@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tools.errors import ConfigError
-from training.engines.verl.shared import AGENT_LOOP_NAME, PROJECT_NAMESPACE, TRAINER_MODE, WorkerSettings, plain
+from training.engines.verl.shared import AGENT_LOOP_NAME, PROJECT_NAMESPACE, TRAINER_MODES, WorkerSettings, plain
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -143,11 +143,12 @@ def validate_verl_config(cfg: DictConfig) -> None:
         log.warning(
             "rollout.agent.default_agent_loop=%s is not the project's agent loop", rollout.agent.default_agent_loop
         )
-    if cfg.trainer.v1.trainer_mode != TRAINER_MODE or not cfg.trainer.use_v1:
+    if cfg.trainer.v1.trainer_mode not in TRAINER_MODES.values() or not cfg.trainer.use_v1:
         raise ConfigError(
             f"verl.trainer.v1.trainer_mode={cfg.trainer.v1.trainer_mode!r} (use_v1={cfg.trainer.use_v1}): the "
-            f"project's per-role and two-track advantages and the KL schedule live in the {TRAINER_MODE!r} "
-            "trainer; leave trainer.use_v1=true and trainer.v1.trainer_mode unset"
+            "project's per-role and two-track advantages and the KL schedule live in its own trainers "
+            f"({', '.join(TRAINER_MODES.values())}); leave trainer.use_v1=true and trainer.v1.trainer_mode unset, "
+            "and choose the mode with trainer.mode=sync|colocate_async|separate_async"
         )
     if cfg.algorithm.filter_groups.enable and not cfg.algorithm.filter_groups.metric:
         raise ConfigError("algorithm.filter_groups.enable needs a metric (the project uses 'exec')")

@@ -96,6 +96,14 @@ class VerlSettings:
     experiment_name: str = "run"  # unique per sweep job (training.runs.sweep.verl_runtime_env)
     wandb_env: Mapping[str, str] = field(default_factory=dict)  # WANDB_RUN_GROUP / WANDB_TAGS of a sweep job
     samples_per_step: int = 0  # rollouts per step the trainer writes to samples.jsonl
+    trainer_mode: str = "sync"  # trainer.mode: sync | colocate_async | separate_async (shared.TRAINER_MODES)
+    staleness: int = 1  # trainer.staleness: weight versions a rollout may lag (max_off_policy_threshold - 1)
+    stale_rollouts: str = "drop"  # trainer.stale_rollouts -> max_off_policy_strategy
+    warmup_batches: float = 1.0  # trainer.warmup_batches -> trainer.v1.<mode>.num_warmup_batches
+    async_correction: str | None = "token"  # IS level written when the run has no rollout_correction of its own
+    has_rollout_correction: bool = False  # algorithm.rollout_correction is on (its own IS / rejection)
+    rollout_gpus: int = 0  # separate_async: standalone rollout GPUs per node
+    rollout_nodes: int = 1  # separate_async: standalone rollout nodes
     output_dir: str = "outputs/verl"
     resume: str = (
         "never"  # never | auto | must (training/runs/resume_policy.py); prepare() points veRL at the exact step

@@ -21,7 +21,9 @@ always (the reward is computed here, see ``reward_adapter``), and the same
 - ``turn_scores`` / ``tool_rewards``: empty, as veRL's own loops keep them;
 - ``min_global_steps`` / ``max_global_steps``: the weight versions the session's
   generation calls ran under (the server returns them; veRL's TransferQueue worker makes
-  them tags and ``_compute_metrics`` reads them as ints).
+  them tags and ``_compute_metrics`` reads them as ints); per turn, the episode record's
+  ``turn_versions`` (``[[tokens, version], ...]``: an async trainer's update can cut a
+  turn, which then goes on under the new weights, ``async_trainers.py``).
 
 An episode whose prompt is over ``prompt_length`` is never truncated: it becomes a row
 with loss mask 0 and ``dropped`` in its record (:func:`dropped_output`), so every session
@@ -44,7 +46,7 @@ import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
@@ -60,6 +62,7 @@ from training.engines.verl.shared import (
     EPISODE_KEY,
     REWARD_KEY,
     VALIDATION_MARK,
+    VERSION_SEGMENTS,
     WorkerSettings,
     example_from_row,
 )
@@ -115,8 +118,14 @@ class WeightVersions:
 
     low: int | None = None
     high: int | None = None
+    calls: list[list[list[Any]]] = field(default_factory=list)  # per call: [[tokens, version], ...]
 
-    def add(self, extra_fields: Mapping[str, Any]) -> None:
+    def add(self, extra_fields: Mapping[str, Any], tokens: int = 0) -> None:
+        segments = extra_fields.get(VERSION_SEGMENTS)
+        if segments is None:  # one answer (sync trainer): all its tokens from one version
+            version = extra_fields.get("global_steps")
+            segments = [[int(tokens), None if version is None else int(version)]] if tokens else []
+        self.calls.append([[int(n), None if v is None else int(v)] for n, v in segments])
         for key, pick in (("min_global_steps", min), ("max_global_steps", max)):
             value = extra_fields.get(key, extra_fields.get("global_steps"))
             if value is None:
@@ -134,6 +143,19 @@ class WeightVersions:
         high = self.high if self.high is not None else fallback
         return {"min_global_steps": int(low), "max_global_steps": int(high)}
 
+    def per_turn(self, trajectories: Sequence[Trajectory]) -> list[list[list[list[Any]]]] | None:
+        """Each trajectory's ``[[tokens, version], ...]`` per assistant turn: the session's
+        calls in order, one per turn (its episodes run one after another); None when the
+        counts differ (then only the session's range is known)."""
+        turns = [len(t.result.turns) for t in trajectories]
+        if sum(turns) != len(self.calls):
+            return None
+        out, start = [], 0
+        for n in turns:
+            out.append(self.calls[start : start + n])
+            start += n
+        return out
+
 
 def make_agenerate(server_manager: Any, request_id: str, versions: WeightVersions | None = None) -> AGenerate:
     """The rollout driver's async generate function over veRL's LLM server client.
@@ -149,12 +171,12 @@ def make_agenerate(server_manager: Any, request_id: str, versions: WeightVersion
         output = await server_manager.generate(
             request_id=request_id, prompt_ids=list(prompt_ids), sampling_params=params
         )
-        if versions is not None:
-            versions.add(output.extra_fields or {})
         token_ids = list(output.token_ids)
+        if versions is not None:
+            versions.add(output.extra_fields or {}, len(token_ids))
         max_tokens = params.get("max_tokens")
         finish = "length" if max_tokens is not None and len(token_ids) >= max_tokens else "stop"
-        if output.stop_reason == "aborted":  # not expected with the sync trainer; the turn keeps its tokens
+        if output.stop_reason == "aborted":  # the async client resumes aborted requests; the turn keeps its tokens
             log.warning(
                 "generation aborted by the server (request %s); the turn keeps its %d tokens",
                 request_id,
@@ -289,6 +311,8 @@ class SqlAgentLoop(AgentLoopBase):
         # during this step: the previous step's version
         fallback = max(0, int(kwargs.get("global_steps", 1)) - (0 if validate else 1))
         outputs = await self._outputs(trajectories, example, db, seconds, versions.fields(fallback))
+        for out, turn_versions in zip(outputs, versions.per_turn(trajectories) or [], strict=False):
+            out.extra_fields[EPISODE_KEY]["turn_versions"] = turn_versions
         # One episode -> one output (works with every veRL agent-loop worker); several ->
         # a list, which veRL's v1 (TransferQueue) worker stores as {uid}_{session}_{index}.
         return outputs[0] if len(outputs) == 1 else outputs

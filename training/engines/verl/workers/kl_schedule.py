@@ -14,7 +14,7 @@ import logging
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
 if TYPE_CHECKING:
     from training.engines.verl.shared import WorkerSettings
@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class KLScheduleMixin(PPOTrainerSync):
-    """veRL's sync trainer hooks that follow the project's KL schedule (see the module doc)."""
+class KLScheduleMixin(PPOTrainer):
+    """veRL's trainer hooks (any mode) that follow the project's KL schedule (see the module doc)."""
 
     if TYPE_CHECKING:  # the host class's (SqlAgentTrainer.settings), declared for the type checker
 

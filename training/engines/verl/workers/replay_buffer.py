@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 import transfer_queue as tq
-from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 
 from rex.trust import flagged_positive
 from training.engines.verl.shared import EPISODE_KEY, REWARD_KEY, DynamicSampling
@@ -109,15 +109,17 @@ def choose_groups(
     )
 
 
-class SqlAgentReplayBuffer(ReplayBuffer):
-    """veRL's sync replay buffer with the project's dynamic sampling (see the module doc)."""
+class GroupSpread(ReplayBuffer):
+    """The project's classification of a finished group (``min_std``, dropped rows and
+    flagged positives left out) in veRL's ``filter_groups`` hook, for either of veRL's
+    replay buffers (sync: evict and refill two; async: evict and refill one)."""
 
     dynamic: DynamicSampling
     draw_order: dict[str, int]  # prompt uid -> its place in the trainer's draw (the papers' "oldest first")
     last_choice: GroupChoice  # the last one draw's groups, until the trainer takes the unkept ones
 
     @classmethod
-    def from_buffer(cls, buffer: ReplayBuffer, dynamic: DynamicSampling) -> SqlAgentReplayBuffer:
+    def from_buffer(cls, buffer: ReplayBuffer, dynamic: DynamicSampling) -> Any:
         """This class over a buffer veRL built (its constructor arguments resolved by veRL)."""
         out = cls.__new__(cls)
         out.__dict__.update(buffer.__dict__)
@@ -128,9 +130,11 @@ class SqlAgentReplayBuffer(ReplayBuffer):
             out.filter_groups_metric = metric_key(dynamic.metric)
         return out
 
-    @property
-    def one_draw(self) -> bool:
-        return bool(self.dynamic.enable and not self.dynamic.refill)
+    def take_unkept(self) -> list[str]:
+        """The uids of the last draw whose questions go back to the pool
+        (``return_unkept``); each draw's are handed out once."""
+        out, self.last_choice = self.last_choice.to_return(self.dynamic.return_unkept), GroupChoice()
+        return out
 
     # ------------------------------------------------------------------ classification
 
@@ -175,6 +179,20 @@ class SqlAgentReplayBuffer(ReplayBuffer):
             if not informative(values[uid], self.dynamic.min_std)
         }
         return set(filtered), Counter(filtered.values())
+
+
+class SqlAgentAsyncReplayBuffer(GroupSpread, ReplayBufferAsync):
+    """veRL's async replay buffer (staleness bound, evict-and-refill-one) with the project's
+    classification; the papers' one draw is refused in async modes
+    (:mod:`training.engines.verl.checks.async_rules`)."""
+
+
+class SqlAgentReplayBuffer(GroupSpread, ReplayBuffer):
+    """veRL's sync replay buffer with the project's dynamic sampling (see the module doc)."""
+
+    @property
+    def one_draw(self) -> bool:
+        return bool(self.dynamic.enable and not self.dynamic.refill)
 
     # ------------------------------------------------------------------ the papers' one draw
 
@@ -223,9 +241,3 @@ class SqlAgentReplayBuffer(ReplayBuffer):
             "dynamic sampling: %d of %d groups informative, %d slot(s) zero-masked", len(keep), len(terminal), len(fill)
         )
         return batch, metrics
-
-    def take_unkept(self) -> list[str]:
-        """The uids of the last draw whose questions go back to the pool
-        (``return_unkept``); each draw's are handed out once."""
-        out, self.last_choice = self.last_choice.to_return(self.dynamic.return_unkept), GroupChoice()
-        return out

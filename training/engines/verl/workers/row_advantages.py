@@ -264,8 +264,9 @@ def sample_rows(
         masks, adv = update.get(i, (None, None))
         example = examples[ep["example_id"]]
         found = dict(tables(example, ep["final_sql"]) if tables is not None else {})
+        versions = ep.get("turn_versions") or []
         turns = [
-            {"index": t, "phase": phase, "format_ok": ok}
+            {"index": t, "phase": phase, "format_ok": ok, **({"versions": versions[t]} if t < len(versions) else {})}
             for t, (phase, ok) in enumerate(zip(ep["phases"], ep["format_ok"], strict=True))
         ]
         records.append(

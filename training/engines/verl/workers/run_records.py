@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from verl.protocol import DataProto
-from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
 from training.engines.verl.shared import EPISODE_KEY, REWARD_KEY
 from training.engines.verl.workers.row_advantages import UPDATE_KEY, extra_field, sample_rows, step_record
@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class RunRecordsMixin(PPOTrainerSync):
-    """veRL's sync trainer hooks that write the project's records (see the module doc)."""
+class RunRecordsMixin(PPOTrainer):
+    """veRL's trainer hooks (any mode) that write the project's records (see the module doc)."""
 
     if TYPE_CHECKING:  # the host class's (SqlAgentTrainer.settings), declared for the type checker
 
@@ -53,9 +53,11 @@ class RunRecordsMixin(PPOTrainerSync):
         extra = proto.non_tensor_batch["extra_fields"]
         not_padding = [i for i, pad in enumerate(is_padding) if not pad]
         real = [i for i in not_padding if not extra_field(extra[i], EPISODE_KEY, i).get("dropped")]
-        records = [extra_field(extra[i], EPISODE_KEY, i) for i in real]
-        rewards = [extra_field(extra[i], REWARD_KEY, i) for i in real]
-        self._step_values: dict[str, float] | None = step_record(records, rewards)
+        # a step of separate_async samples parameter_sync_step batches: its record covers them all
+        rows: tuple[list[Any], list[Any]] = getattr(self, "_step_rows", None) or ([], [])  # None after a step
+        rows[0].extend(extra_field(extra[i], EPISODE_KEY, i) for i in real)
+        rows[1].extend(extra_field(extra[i], REWARD_KEY, i) for i in real)
+        self._step_rows: tuple[list[Any], list[Any]] | None = rows
 
     def _write_samples(self, batch: Any, proto: DataProto, is_padding: Sequence[bool]) -> None:
         """Append the step's first ``trainer.samples_per_step`` rows (veRL's padding rows
@@ -109,11 +111,12 @@ class RunRecordsMixin(PPOTrainerSync):
     def on_step_end(self) -> None:
         super().on_step_end()
         self._last_step = int(self.global_steps)
-        values = getattr(self, "_step_values", None)
+        rows = getattr(self, "_step_rows", None)
+        values = step_record(*rows) if rows else None
         logger = self._project_logger()
         if values and logger is not None:
             logger.log(int(self.global_steps), values, kind="train")
-        self._step_values = None
+        self._step_rows = None
 
     def on_train_begin(self) -> None:
         super().on_train_begin()

@@ -22,7 +22,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
 from training.runs.preemption import StopSignals, mark_stopped, stopped_message
 
@@ -40,8 +40,8 @@ def _say(text: str) -> None:
     print(text, flush=True)  # the TaskRunner's stdout: Ray forwards it to the driver's console
 
 
-class StopOnSignalMixin(PPOTrainerSync):
-    """veRL's sync trainer hooks that stop the loop on a signal (see the module doc)."""
+class StopOnSignalMixin(PPOTrainer):
+    """veRL's trainer hooks (any mode) that stop the loop on a signal (see the module doc)."""
 
     if TYPE_CHECKING:  # the host class's (SqlAgentTrainer.settings), declared for the type checker
 

@@ -18,7 +18,9 @@ the project's advantages, KL schedule and dynamic sampling.
   through veRL's ``_save_checkpoint``, stop).
 
 The registered name is ours, but veRL also branches on ``trainer_mode == "sync"``; this
-trainer behaves as veRL's sync trainer.
+trainer behaves as veRL's sync trainer. Everything above lives in
+:class:`SqlAgentTrainerBase`, which the async trainers (``async_trainers.py``) put on
+veRL's ``colocate_async`` / ``separate_async`` trainers.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -35,6 +37,7 @@ from omegaconf import open_dict
 from verl.protocol import DataProto
 from verl.trainer.distillation import is_distillation_enabled
 from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.metric import reduce_metrics
 from verl.utils.py_functional import rename_dict
 from verl.utils.skip import SkipManager
@@ -43,7 +46,7 @@ from tools.errors import ConfigError
 from training.engines.verl.shared import EPISODE_KEY, TRAINER_MODE, VALIDATION_MARK, AdvantageSettings, WorkerSettings
 from training.engines.verl.workers.backup_pool import BackupPool
 from training.engines.verl.workers.kl_schedule import KLScheduleMixin
-from training.engines.verl.workers.replay_buffer import ZERO_MASK_TAG, SqlAgentReplayBuffer
+from training.engines.verl.workers.replay_buffer import ZERO_MASK_TAG, SqlAgentAsyncReplayBuffer, SqlAgentReplayBuffer
 from training.engines.verl.workers.row_advantages import eval_record, nested_like, phase_aware_advantages, step_record
 from training.engines.verl.workers.run_records import RunRecordsMixin
 from training.engines.verl.workers.stop_on_signal import StopOnSignalMixin
@@ -57,6 +60,7 @@ __all__ = [
     "EPISODE_KEY",
     "AdvantageSettings",
     "SqlAgentTrainer",
+    "SqlAgentTrainerBase",
     "eval_record",
     "phase_aware_advantages",
     "step_record",
@@ -82,12 +86,14 @@ class ValidationRows:
             yield batch
 
 
-@register_trainer(TRAINER_MODE)
-class SqlAgentTrainer(StopOnSignalMixin, RunRecordsMixin, KLScheduleMixin):
-    """veRL's sync trainer with the project's advantages, KL schedule and dynamic sampling,
-    one optimizer step per mini-batch of questions, every requested step, logs that
-    survive a resume, and a checkpoint and stop after the step in progress on SIGTERM or
-    SIGUSR1."""
+class SqlAgentTrainerBase(StopOnSignalMixin, RunRecordsMixin, KLScheduleMixin):
+    """The project's trainer behaviour on any of veRL's v1 trainers (the last base of the
+    registered class): advantages, KL schedule and dynamic sampling, one optimizer step
+    per mini-batch of questions, every requested step, logs that survive a resume, and a
+    checkpoint and stop after the step in progress on SIGTERM or SIGUSR1."""
+
+    verl_mode: ClassVar[str] = "sync"
+    """veRL's mode this trainer runs (veRL branches on ``self.trainer_mode`` with these names)."""
 
     @property
     def settings(self) -> WorkerSettings:
@@ -121,8 +127,10 @@ class SqlAgentTrainer(StopOnSignalMixin, RunRecordsMixin, KLScheduleMixin):
     # ------------------------------------------------------------------ dynamic sampling
 
     def _build_replay_buffer(self) -> Any:
-        # veRL branches on trainer_mode == "sync" (replay buffer, refills, checkpoints).
-        self.trainer_mode = "sync"
+        # veRL branches on its own mode names (replay buffer, refills, checkpoints, warm-up)
+        # and reads the mode's settings from trainer.v1.<mode>, not from our registered name.
+        self.trainer_mode = self.verl_mode
+        self.parameter_sync_step = int(self.config.trainer.v1.get(self.verl_mode, {}).get("parameter_sync_step", 1))
         dynamic = self.settings.dynamic_sampling
         buffer = super()._build_replay_buffer()
         if dynamic.enable and dynamic.refill and buffer.filter_groups_metric is None:
@@ -130,7 +138,14 @@ class SqlAgentTrainer(StopOnSignalMixin, RunRecordsMixin, KLScheduleMixin):
                 "dynamic_sampling.refill=true runs veRL's filter_groups: set algorithm.filter_groups.enable=true "
                 "(the verl engine does when algorithm.dynamic_sampling.enable=true)"
             )
-        return SqlAgentReplayBuffer.from_buffer(buffer, dynamic)
+        if self.verl_mode == "sync":
+            return SqlAgentReplayBuffer.from_buffer(buffer, dynamic)
+        if dynamic.enable and not dynamic.refill:
+            raise ConfigError(
+                f"trainer.mode={self.verl_mode} needs algorithm.dynamic_sampling.refill=true "
+                "(training/engines/verl/checks/async_rules.py)"
+            )
+        return SqlAgentAsyncReplayBuffer.from_buffer(buffer, dynamic)
 
     @SkipManager.annotate_tq(role="rollout_tq", phase="submit")
     def _add_batch_to_generate(self) -> None:
@@ -165,9 +180,11 @@ class SqlAgentTrainer(StopOnSignalMixin, RunRecordsMixin, KLScheduleMixin):
     # ------------------------------------------------------------------ one update per mini-batch
 
     def _mini_batches(self) -> int:
-        """Optimizer steps per epoch over the batch: questions per step / questions per update."""
+        """Optimizer steps per epoch over one sampled batch: its questions / questions per
+        update. A step samples ``parameter_sync_step`` batches (``separate_async``; 1 otherwise)."""
         actor = self.config.actor_rollout_ref.actor
-        return max(1, int(self.config.data.train_batch_size) // int(actor.ppo_mini_batch_size))
+        sampled = int(self.config.data.train_batch_size) // max(1, int(self.parameter_sync_step))
+        return max(1, sampled // int(actor.ppo_mini_batch_size))
 
     def _get_required_batch_multiple(self, dp_size: int) -> int:
         """Rows are padded to a multiple of ``mini_batches x dp``, so each optimizer step
@@ -367,3 +384,8 @@ class SqlAgentTrainer(StopOnSignalMixin, RunRecordsMixin, KLScheduleMixin):
         keep = self.config.trainer.get("max_actor_ckpt_to_keep", None)
         for path in prune_verl_checkpoints(self.config.trainer.default_local_dir, keep):
             log.info("removed %s (trainer.keep_checkpoints=%s)", path, keep)
+
+
+@register_trainer(TRAINER_MODE)
+class SqlAgentTrainer(SqlAgentTrainerBase, PPOTrainerSync):
+    """veRL's sync trainer with the project's behaviour (:class:`SqlAgentTrainerBase`)."""

@@ -54,31 +54,39 @@ so at 2 s most of a test's wall time was spent waiting for the next look."""
 GOLD = {"retoolsql": COUNT_SQL, "think2sql": COUNT_SQL, "trustsql": COUNT_SQL, "dualsql": JOIN_SQL}
 
 
-class CpuTrainer(SqlAgentTrainer):
-    """``SqlAgentTrainer`` with veRL's ``_setup`` minus the GPU pieces (see the module doc)."""
+class CpuSetup:
+    """veRL's ``_setup`` minus the GPU pieces (see the module doc), for any of the
+    project's trainers (``_replicas`` says where the generation server goes)."""
 
     session: FitSession  # set on the instance before init()
+    worker_group_cls: Any = TinyActorWorkerGroup
+    config: Any
+    use_reference_policy: bool
 
     def _setup(self) -> None:
-        self._init_tokenizer()
-        self._init_dataloader()
-        self._init_dump_executor()
+        self._init_tokenizer()  # type: ignore[attr-defined]
+        self._init_dataloader()  # type: ignore[attr-defined]
+        self._init_dump_executor()  # type: ignore[attr-defined]
         model = self.config.actor_rollout_ref.model  # veRL's _setup: LoRA's reference is the actor, adapter off
         lora_rank = model.get("lora", {}).get("rank", 0) or model.get("lora_rank", 0)
         self.ref_in_actor = lora_rank > 0 or model.get("lora_adapter_path") is not None
-        self.actor_rollout_wg = TinyActorWorkerGroup(self.config, dp_size=self.dp_size)
+        self.actor_rollout_wg = self.worker_group_cls(self.config, dp_size=self.dp_size)
         if self.use_reference_policy and not self.ref_in_actor:  # Role.ActorRolloutRef: the reference workers
             self.ref_policy_wg = self.actor_rollout_wg
         self.reward_loop_manager = self.session.rewards
         self.teacher_model_manager = None
         self.distillation_config = None
+        self._replicas()
+        self.checkpoint_manager.sleep_replicas()
+        self._load_checkpoint()  # type: ignore[attr-defined]
+
+    def _replicas(self) -> None:
+        """The colocated (hybrid) replica: veRL's naive checkpoint engine wakes it."""
         self.llm_server_manager = self.session.servers
         self.checkpoint_manager = TinyCheckpointEngine(self.actor_rollout_wg, self.session.servers.server)
-        self.checkpoint_manager.sleep_replicas()
-        self._load_checkpoint()
 
     def _build_replay_buffer(self) -> Any:
-        buffer = super()._build_replay_buffer()
+        buffer = super()._build_replay_buffer()  # type: ignore[misc]
         buffer.poll_interval = POLL_SECONDS
         return buffer
 
@@ -91,6 +99,10 @@ class CpuTrainer(SqlAgentTrainer):
         return self.dp_size
 
 
+class CpuTrainer(CpuSetup, SqlAgentTrainer):
+    """``SqlAgentTrainer`` with veRL's ``_setup`` minus the GPU pieces (see the module doc)."""
+
+
 @dataclass
 class FitSession:
     recipe: str
@@ -100,7 +112,7 @@ class FitSession:
     servers: TinyServerManager
     rewards: Any
     agent_loops: Any
-    runs: list[CpuTrainer] = field(default_factory=list)
+    runs: list[Any] = field(default_factory=list)
 
 
 def tiny_model_dir(root: Path) -> Path:
@@ -209,9 +221,11 @@ def start_session(
     writers: dict[str, str],
     wrong: dict[str, list[str]] | None = None,
     script: dict[str, list[str]] | None = None,
+    client_cls: Any = None,
 ) -> FitSession:
     """Ray, TransferQueue, the generation server, veRL's reward and agent-loop managers.
-    ``script``: the server's scripted turns per role (default: the project design's ``SCRIPTS`` entry)."""
+    ``script``: the server's scripted turns per role (default: the project design's ``SCRIPTS`` entry);
+    ``client_cls``: the agent loops' LLM client (default veRL's ``LLMServerClient``, the sync trainer's)."""
     import transfer_queue as tq
     from verl.experimental.reward_loop import RewardLoopManager
     from verl.trainer.ppo.v1 import AgentLoopManagerTQ
@@ -226,7 +240,7 @@ def start_session(
     rewards = RewardLoopManager(config=base, rm_resource_pool=None)
     agent_loops = AgentLoopManagerTQ.create(
         config=base,
-        llm_client=servers.get_client(),
+        llm_client=servers.get_client(client_cls),
         teacher_client=None,
         reward_loop_worker_handles=rewards.reward_loop_worker_handles,
     )
@@ -259,11 +273,12 @@ def _process_group() -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
 
 
-def run_fit(session: FitSession, config: Any, before_fit: Any = None) -> CpuTrainer:
+def run_fit(session: FitSession, config: Any, before_fit: Any = None, trainer_cls: Any = None) -> Any:
     """``TaskRunnerV1.run`` without its TransferQueue set-up (the module's session holds it);
-    ``before_fit(trainer)`` sees the trainer after ``init()`` (e.g. the resumed weights)."""
+    ``before_fit(trainer)`` sees the trainer after ``init()`` (e.g. the resumed weights);
+    ``trainer_cls``: a :class:`CpuSetup` trainer (default :class:`CpuTrainer`)."""
     os.environ["VERL_FILE_LOGGER_PATH"] = str(Path(config.sqlagent.run_dir) / "verl_metrics.jsonl")
-    trainer = CpuTrainer(config=config)
+    trainer = (trainer_cls or CpuTrainer)(config=config)
     trainer.session = session
     trainer.init()
     if before_fit is not None:

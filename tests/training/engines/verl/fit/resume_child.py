@@ -15,6 +15,11 @@ the optimizer shard is half written (``torch.save`` is writing it), as a preempt
 ``SQLAGENT_TEST_SIGTERM_AT=N`` sends this process SIGTERM in the middle of step N (after its
 rollouts, while the advantages are computed); like ``training.run``, the job then exits with
 the requeue status when the trainer stopped on it (``raise_if_stopped``).
+
+With ``trainer.mode=colocate_async`` / ``separate_async`` among the overrides the job runs
+the async trainer of ``async_harness.py`` (the server double generating with latency), and
+``SQLAGENT_TEST_TRAIN=N`` gives it N training questions in file order: the job prints the
+prompt groups it restored from the checkpoint's TransferQueue state.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 RECIPE = "think2sql"
 OVERRIDES = [
@@ -62,11 +68,9 @@ def kill_mid_save(step: int) -> None:
     torch.save = save
 
 
-def sigterm_in_step(step: int) -> None:
+def sigterm_in_step(step: int, trainer_cls: Any) -> None:
     """SIGTERM to this process once, in the middle of step ``step``."""
-    from tests.training.engines.verl.fit import harness as H
-
-    real = H.CpuTrainer._compute_advantage
+    real = trainer_cls._compute_advantage
 
     def compute_advantage(trainer, batch, metrics):  # type: ignore[no-untyped-def]
         if int(trainer.global_steps) == step and not getattr(trainer, "_test_signalled", False):
@@ -74,7 +78,30 @@ def sigterm_in_step(step: int) -> None:
             os.kill(os.getpid(), signal.SIGTERM)
         return real(trainer, batch, metrics)
 
-    H.CpuTrainer._compute_advantage = compute_advantage  # type: ignore[method-assign]
+    trainer_cls._compute_advantage = compute_advantage
+
+
+def started(trainer: Any) -> None:
+    print(f"[child] fit starts at step {trainer.global_steps}", flush=True)
+    if trainer.trainer_mode != "sync":
+        print(f"[child] restored {restored_examples(trainer)}", flush=True)
+
+
+def restored_examples(trainer: Any) -> str:
+    """The training questions (example ids) of the prompt groups TransferQueue holds at the
+    start (those the checkpoint saved), as JSON."""
+    import json
+
+    import transfer_queue as tq
+
+    from training.engines.verl.shared import example_from_row
+
+    items = (tq.kv_list("train") or {}).get("train", {})
+    uids = [key for key, tag in items.items() if tag.get("is_prompt")]
+    if not uids:
+        return "[]"
+    rows = tq.kv_batch_get(keys=uids, partition_id="train", select_fields=["extra_info"])
+    return json.dumps(sorted(example_from_row(info).id for info in list(rows["extra_info"])))
 
 
 def main(root: Path, changes: list[str]) -> int:
@@ -84,19 +111,32 @@ def main(root: Path, changes: list[str]) -> int:
 
     if os.environ.get("SQLAGENT_TEST_KILL_SAVE_AT"):
         kill_mid_save(int(os.environ["SQLAGENT_TEST_KILL_SAVE_AT"]))
-    if os.environ.get("SQLAGENT_TEST_SIGTERM_AT"):
-        sigterm_in_step(int(os.environ["SQLAGENT_TEST_SIGTERM_AT"]))
     overrides = list({item.split("=")[0]: item for item in [*OVERRIDES, *changes]}.values())
+    mode = dict(item.split("=", 1) for item in overrides).get("trainer.mode", "sync")
+    trainer_cls, client_cls = H.CpuTrainer, None
+    if mode != "sync":
+        from tests.training.engines.verl.fit.async_harness import TRAINERS
+        from training.engines.verl.workers.async_trainers import VersionedAsyncClient
+
+        trainer_cls, client_cls = TRAINERS[mode], VersionedAsyncClient
+    if os.environ.get("SQLAGENT_TEST_SIGTERM_AT"):
+        sigterm_in_step(int(os.environ["SQLAGENT_TEST_SIGTERM_AT"]), trainer_cls)
     run_dir = root / "run"
-    train, val = H.examples(root, RECIPE, n_train=2, n_val=1)
+    train, val = H.examples(root, RECIPE, n_train=int(os.environ.get("SQLAGENT_TEST_TRAIN", "2")), n_val=1)
     cfg = H.project_config(RECIPE, run_dir, [*H.TEST_VERL, *overrides])
     decision = prepare_run_dir(cfg.run_dir, cfg.resume, cfg.fresh, say=print)
     config = H.verl_config(RECIPE, run_dir, H.tiny_model_dir(root), train, val, overrides)
+    if mode != "sync":
+        config = H.with_changes(config, {"data.shuffle": False})
     apply_resume(config, decision)
     _set_logging_env(config, str(run_dir))
-    session = H.start_session(RECIPE, root, config, writers={"0": "script", "1": "sample"})
+    session = H.start_session(RECIPE, root, config, writers={"0": "script", "1": "sample"}, client_cls=client_cls)
+    if mode != "sync":
+        import ray
+
+        ray.get(session.servers.server.set_latency.remote(0.01, 4.0))
     try:
-        trainer = H.run_fit(session, config, before_fit=lambda t: print(f"[child] fit starts at step {t.global_steps}"))
+        trainer = H.run_fit(session, config, before_fit=started, trainer_cls=trainer_cls)
         print(f"[child] fit ended at step {trainer.global_steps}", flush=True)
     finally:
         H.stop_session()

@@ -17,15 +17,27 @@ the part it replaces, read from veRL 0.9.1's source:
   current weights; ``"script"`` / ``"wrong"`` write the design's scripted turn (the
   second with a wrong final SQL) token by token under the same stop and length rules.
   Every token's log-prob is the current weights' in both cases, as vLLM reports it.
+  For the async trainers it also follows ``abort_all_requests`` / ``resume_generation``:
+  an abort closes the admission gate (later requests wait at it, or are answered
+  ``aborted`` with no tokens under ``reject_request``), cuts every request in flight after
+  its current token (answered ``stop_reason="aborted"`` with the tokens so far, as
+  vLLM's ``pause_generation`` does) and returns once none is left; a scripted request sent
+  again with those tokens continues its script where it was cut. A *latency model*
+  (:meth:`TinyServer.set_latency`) sleeps after each token - ``token_seconds`` times a
+  per-request factor drawn from a long-tailed distribution - so generation takes wall
+  time and overlaps the trainer's work, and an update finds requests in flight.
 - :class:`TinyCheckpointEngine` - ``CheckpointEngineManager`` with the naive backend:
   ``update_weights(version)`` copies the weights into the server and wakes it (under
   LoRA the base once, then the adapter, which the server applies with PEFT as vLLM's LoRA
   layers do: ``fsdp_double.TinyActorWorkerGroup.rollout_updates``);
-  ``sleep_replicas()`` puts it to sleep.
+  ``sleep_replicas()`` puts it to sleep; ``abort_replicas`` / ``resume_generation_replicas``
+  pass to the server. ``partial=True`` is the NCCL backend of ``separate_async``'s
+  standalone pool: ``update_weights`` aborts, loads and resumes, the server never sleeping.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 from typing import Any
 
@@ -60,6 +72,13 @@ class TinyServer:
         self.awake = False
         self.rng = random.Random(seed)
         self.calls: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []  # aborts, resumes and weight loads, in order
+        self.token_seconds, self.tail = 0.0, 1.0
+        self._paused = self._rejecting = False
+        self._gate: asyncio.Event | None = None
+        self._cut = 0  # aborts so far: a request started before the latest one stops
+        self._running = 0
+        self._resume_at: dict[str, int] = {}  # request id -> script tokens written before an abort
 
     # ------------------------------------------------------------------ replica control
 
@@ -85,6 +104,34 @@ class TinyServer:
         if global_steps is not None:
             self.global_steps = int(global_steps)
         self.awake = True
+        self.events.append({"event": "update", "version": self.global_steps, "running": self._running})
+
+    def set_latency(self, token_seconds: float, tail: float = 1.0) -> None:
+        """Each token takes ``token_seconds`` x a factor drawn per request, uniform on
+        ``[1, tail]`` for three requests in four and ``tail`` x that for the fourth (the
+        long multi-turn tail)."""
+        self.token_seconds, self.tail = float(token_seconds), float(tail)
+
+    async def abort_all_requests(self, reject_request: bool = False) -> dict[str, Any]:
+        self._paused, self._rejecting = True, bool(reject_request)
+        self._gate_event().clear()
+        self._cut += 1
+        running = self._running
+        while self._running:
+            await asyncio.sleep(0.005)
+        self.events.append({"event": "abort", "version": self.global_steps, "running": running})
+        return {"aborted_count": running}
+
+    async def resume_generation(self) -> None:
+        self._paused = self._rejecting = False
+        self._gate_event().set()
+        self.events.append({"event": "resume", "version": self.global_steps})
+
+    def _gate_event(self) -> asyncio.Event:
+        if self._gate is None:
+            self._gate = asyncio.Event()
+            self._gate.set()
+        return self._gate
 
     def sleep(self) -> None:
         self.awake = False
@@ -95,6 +142,9 @@ class TinyServer:
     def history(self) -> list[dict[str, Any]]:
         return list(self.calls)
 
+    def events_log(self) -> list[dict[str, Any]]:
+        return list(self.events)
+
     # ------------------------------------------------------------------ vLLMHttpServer.generate
 
     async def generate(
@@ -102,6 +152,15 @@ class TinyServer:
     ) -> Any:
         from verl.workers.rollout.replica import TokenOutput
 
+        while self._paused:  # vLLMHttpServer._park_until_admitted
+            if self._rejecting:
+                return TokenOutput(
+                    token_ids=[],
+                    log_probs=None,
+                    stop_reason="aborted",
+                    extra_fields={"global_steps": self.global_steps},
+                )
+            await self._gate_event().wait()
         if not self.awake:
             raise RuntimeError("generate() on a sleeping replica: veRL wakes it with update_weights first")
         prompt_ids = [int(t) for t in prompt_ids]
@@ -119,8 +178,16 @@ class TinyServer:
         max_tokens = max(1, min(int(max_tokens), room))
         temperature = float(params.get("temperature", 1.0))
         writer = self._writer(request_id)
-        forced = None if writer == "sample" else self._scripted(prompt_ids, writer)
-        ids, logps = self._write(prompt_ids, forced, max_tokens, temperature, params)
+        written = self._resume_at.pop(request_id, 0)  # a request cut by an abort, sent again
+        forced = None if writer == "sample" else self._scripted(prompt_ids, writer)[written:]
+        delay = self.token_seconds * self._factor()
+        self._running += 1
+        try:
+            ids, logps, cut = await self._write(prompt_ids, forced, max_tokens, temperature, params, delay)
+        finally:
+            self._running -= 1
+        if cut:
+            self._resume_at[request_id] = written + len(ids)
         self.calls.append(
             {
                 "request_id": request_id,
@@ -129,14 +196,22 @@ class TinyServer:
                 "max_tokens": max_tokens,
                 "n": len(ids),
                 "version": self.global_steps,
+                "aborted": cut,
+                "resumed_at": written,
             }
         )
         return TokenOutput(
             token_ids=ids,
             log_probs=logps if params.get("logprobs") else None,
-            stop_reason="completed",
+            stop_reason="aborted" if cut else "completed",
             extra_fields={"global_steps": self.global_steps, "num_cached_tokens": None},
         )
+
+    def _factor(self) -> float:
+        if self.tail <= 1.0:
+            return 1.0
+        factor = self.rng.uniform(1.0, self.tail)
+        return factor * self.tail if self.rng.random() < 0.25 else factor
 
     def _writer(self, request_id: str) -> str:
         session = request_id.rsplit("-", 1)[-1]
@@ -151,24 +226,31 @@ class TinyServer:
         body = self.tokenizer.encode(turns[min(turn, len(turns) - 1)], add_special_tokens=False)
         return body + [self.tokenizer.eos_token_id]
 
-    def _write(
+    async def _write(
         self,
         prompt_ids: list[int],
         forced: list[int] | None,
         max_tokens: int,
         temperature: float,
         params: dict[str, Any],
-    ) -> tuple[list[int], list[float]]:
+        delay: float = 0.0,
+    ) -> tuple[list[int], list[float], bool]:
         """Token by token under vLLM's stop rules: EOS (kept), a stop string (its tokens
-        kept), or ``max_tokens``; log-probs of the processed distribution."""
+        kept), or ``max_tokens``; log-probs of the processed distribution. ``delay``
+        seconds after each token; an abort meanwhile cuts the request there (True)."""
         stops = list(params.get("stop") or [])
         eos = self.tokenizer.eos_token_id
         ids: list[int] = []
         logps: list[float] = []
         context = torch.tensor([prompt_ids])
         past = None
+        started = self._cut
         with torch.no_grad():
             while len(ids) < max_tokens:
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if self._cut != started:
+                    return ids, logps, True
                 out = self.model(input_ids=context, past_key_values=past, use_cache=True)
                 past = out.past_key_values
                 logits = out.logits[0, -1].float()
@@ -187,7 +269,7 @@ class TinyServer:
                 if stops and any(s in self.tokenizer.decode(ids, skip_special_tokens=True) for s in stops):
                     break
                 context = torch.tensor([[token]])
-        return ids, logps
+        return ids, logps, False
 
     def _sample(self, logp: torch.Tensor, params: dict[str, Any]) -> int:
         probs = logp.exp()
@@ -229,10 +311,10 @@ class TinyServerManager:
             servers={"tiny-server-0": self.server}, full_determinism=bool(rollout.get("full_determinism", False))
         )
 
-    def get_client(self) -> Any:
+    def get_client(self, client_cls: Any = None) -> Any:
         from verl.workers.rollout.llm_server import LLMServerClient
 
-        return LLMServerClient(config=self.config, load_balancer_handle=self.global_load_balancer)
+        return (client_cls or LLMServerClient)(config=self.config, load_balancer_handle=self.global_load_balancer)
 
     def get_replicas(self) -> list[Any]:
         return []
@@ -241,14 +323,30 @@ class TinyServerManager:
 class TinyCheckpointEngine:
     """Stands in for ``CheckpointEngineManager`` (naive backend) between the two doubles."""
 
-    def __init__(self, group: TinyActorWorkerGroup, server: Any) -> None:
-        self.group, self.server = group, server
+    def __init__(self, group: TinyActorWorkerGroup, server: Any, partial: bool = False) -> None:
+        self.group, self.server, self.partial = group, server, partial
         self.versions: list[int | None] = []
 
-    def update_weights(self, global_steps: int | None = None) -> None:
+    def update_weights(self, global_steps: int | None = None) -> dict[str, Any]:
+        if self.server is None:  # no replica of this kind (separate_async without hybrid replicas)
+            return {}
+        if self.partial:
+            self.abort_replicas()
         for state, peft_config, base_sync_done in self.group.rollout_updates():
             ray.get(self.server.update_weights.remote(state, global_steps, peft_config, base_sync_done))
         self.versions.append(global_steps)
+        if self.partial:
+            self.resume_generation_replicas()
+        return {}
 
     def sleep_replicas(self) -> None:
-        ray.get(self.server.sleep.remote())
+        if self.server is not None:
+            ray.get(self.server.sleep.remote())
+
+    def abort_replicas(self, reject_request: bool = False) -> None:
+        if self.server is not None:
+            ray.get(self.server.abort_all_requests.remote(reject_request=reject_request))
+
+    def resume_generation_replicas(self) -> None:
+        if self.server is not None:
+            ray.get(self.server.resume_generation.remote())

@@ -80,6 +80,11 @@ class CpuSeparateAsync(CpuSetup, SqlAgentSeparateAsync):
         self.current_mode = HybridEngineMode.TRAINER
 
 
+LATENCY = (0.002, 3.0)
+"""The server double's latency model for the async trainers (``TinyServer.set_latency``):
+3 ms per token times a per-request factor of 1-4, 4-16 for one request in four; an update
+(well under a second here) still finds the long requests in flight."""
+
 TRAINERS = {"colocate_async": CpuColocateAsync, "separate_async": CpuSeparateAsync}
 
 

@@ -214,6 +214,12 @@ def env_for_workers(repo: Path, cache: Path) -> dict[str, str]:
     }
 
 
+NO_PRESTART = {"prestart_worker_first_driver": False, "enable_worker_prestart": False}
+"""Ray starts one idle worker per CPU for tasks by default; the fit tier runs actors only,
+each in a worker of its own, so those idle workers were interpreters started for nothing
+(9 of 65 s of a TRUST-SQL module alone, more on two busy cores)."""
+
+
 def start_session(
     recipe: str,
     root: Path,
@@ -233,7 +239,13 @@ def start_session(
     cache = root / "cache"
     env = env_for_workers(REPO, cache)
     os.environ.update({k: v for k, v in env.items() if k != "PYTHONPATH"})
-    ray.init(num_cpus=4, include_dashboard=False, runtime_env={"env_vars": env}, log_to_driver=False)
+    ray.init(
+        num_cpus=4,
+        include_dashboard=False,
+        runtime_env={"env_vars": env},
+        log_to_driver=False,
+        _system_config=NO_PRESTART,
+    )
     _process_group()
     tq.init(base.transfer_queue)
     servers = TinyServerManager(base, script if script is not None else SCRIPTS[recipe], writers, wrong)

@@ -115,7 +115,7 @@ def main(root: Path, changes: list[str]) -> int:
     mode = dict(item.split("=", 1) for item in overrides).get("trainer.mode", "sync")
     trainer_cls, client_cls = H.CpuTrainer, None
     if mode != "sync":
-        from tests.training.engines.verl.fit.async_harness import TRAINERS
+        from tests.training.engines.verl.fit.async_harness import LATENCY, TRAINERS
         from training.engines.verl.workers.async_trainers import VersionedAsyncClient
 
         trainer_cls, client_cls = TRAINERS[mode], VersionedAsyncClient
@@ -134,7 +134,7 @@ def main(root: Path, changes: list[str]) -> int:
     if mode != "sync":
         import ray
 
-        ray.get(session.servers.server.set_latency.remote(0.01, 4.0))
+        ray.get(session.servers.server.set_latency.remote(*LATENCY))  # type: ignore[possibly-undefined]
     try:
         trainer = H.run_fit(session, config, before_fit=started, trainer_cls=trainer_cls)
         print(f"[child] fit ended at step {trainer.global_steps}", flush=True)

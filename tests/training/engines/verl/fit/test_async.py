@@ -115,7 +115,7 @@ def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         wrong=wrong_script(recipe),
         client_cls=VersionedAsyncClient,
     )
-    ray.get(session.servers.server.set_latency.remote(0.01, 4.0))
+    ray.get(session.servers.server.set_latency.remote(*A.LATENCY))
     out: dict[str, Any] = {"recipe": recipe}
     try:
         for mode in MODES:

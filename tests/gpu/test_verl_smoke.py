@@ -6,7 +6,10 @@ only this test shows is the real parts: Ray placement groups, the FSDP actor loa
 model with the configured attention (sdpa by default), the checkpoint engine syncing
 weights into vLLM, the vLLM server answering our agent loop's token requests (stop
 strings, per-turn ``max_tokens``, log-probs), and veRL's checkpoints on disk; with LoRA
-(:func:`test_lora_two_steps_then_resume`), PEFT under FSDP and vLLM serving the adapter.
+(:func:`test_lora_two_steps_then_resume`), PEFT under FSDP and vLLM serving the adapter;
+under the async trainers (:func:`test_async_three_steps_then_resume`), vLLM's real
+``pause_generation`` cutting requests at an update, the weight sync to a standalone rollout
+pool (``separate_async``), and a resume from a checkpoint that holds prompts in flight.
 
 Per recipe it checks: the run exits 0; the project-format ``metrics.jsonl`` (records
 ``{"step", "kind", "time", ...}`` written by the trainer subclass) has a train record per
@@ -58,7 +61,9 @@ def tiny_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_tiny_policy(tmp_path_factory.mktemp("tiny_policy"))
 
 
-def run(recipe: str, policy: Path, run_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def run(
+    recipe: str, policy: Path, run_dir: Path, *extra: str, trainer_gpus: int | None = None
+) -> subprocess.CompletedProcess[str]:
     cmd = [
         sys.executable,
         "-m",
@@ -70,7 +75,7 @@ def run(recipe: str, policy: Path, run_dir: Path, *extra: str) -> subprocess.Com
         "logger=[console,jsonl]",
         *SIZES,
         *extra,
-        f"+verl.trainer.n_gpus_per_node={gpus_to_use()}",
+        f"+verl.trainer.n_gpus_per_node={trainer_gpus or gpus_to_use()}",
         "+verl.actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
         "+verl.actor_rollout_ref.rollout.agent.num_workers=1",
         "+verl.reward.num_workers=1",
@@ -156,6 +161,45 @@ def test_lora_two_steps_then_resume(tiny_policy: Path, tmp_path: Path) -> None:
     assert "global_step_2" in proc.stdout + proc.stderr
     train = [r["step"] for r in records(run_dir / "metrics.jsonl") if r.get("kind") == "train"]
     assert train == [1, 2, 3]
+
+
+@pytest.mark.parametrize("mode", ["colocate_async", "separate_async"])
+def test_async_three_steps_then_resume(mode: str, tiny_policy: Path, tmp_path: Path) -> None:
+    """Think2SQL under veRL's async trainers at the default staleness bound (1): every step
+    trains, no trained rollout lags more than one weight version (veRL's metric and the
+    per-turn version tags in ``samples.jsonl``), the checkpoint keeps TransferQueue's
+    prompts in flight, and ``resume=true`` goes on from it. ``separate_async`` splits the
+    visible GPUs into a training half and a rollout half."""
+    visible = gpus_to_use()
+    extra = [f"trainer.mode={mode}"]
+    trainer_gpus = visible
+    if mode == "separate_async":
+        if visible < 2:
+            pytest.skip("separate_async needs two GPUs: one trains, one generates")
+        trainer_gpus = visible // 2
+        extra.append(f"trainer.rollout_gpus={visible - trainer_gpus}")
+    run_dir = tmp_path / "run"
+    run("think2sql", tiny_policy, run_dir, *extra, "trainer.total_steps=3", trainer_gpus=trainer_gpus)
+
+    train = [r["step"] for r in records(run_dir / "metrics.jsonl") if r.get("kind") == "train"]
+    assert train == [1, 2, 3]
+    steps = {
+        r["step"]: r["data"] for r in records(run_dir / "verl_metrics.jsonl") if "training/global_step" in r["data"]
+    }
+    assert sorted(steps) == [1, 2, 3]
+    assert all(data["training/off_policy/trajectory_staleness_worst/max"] <= 1 for data in steps.values())
+    samples = records(run_dir / "samples.jsonl")
+    tagged = [v for s in samples for turn in s["turns"] for _, v in turn["versions"] or []]
+    assert tagged, "no turn recorded the weight version that wrote it"
+    assert all(s["step"] - 1 - v <= 1 for s in samples for turn in s["turns"] for _, v in turn["versions"] or [])
+    assert (run_dir / "checkpoints" / "global_step_3" / "transfer_queue").is_dir()
+
+    proc = run(
+        "think2sql", tiny_policy, run_dir, *extra, "trainer.total_steps=4", "resume=true", trainer_gpus=trainer_gpus
+    )
+    assert "global_step_3" in proc.stdout + proc.stderr
+    train = [r["step"] for r in records(run_dir / "metrics.jsonl") if r.get("kind") == "train"]
+    assert train == [1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("hub_name", sorted(BACKBONES))

@@ -173,8 +173,8 @@ def test_a_verl_sweep_job_launches_in_a_process_of_its_own(tmp_path: Path, monke
     from omegaconf import OmegaConf
 
     from training.config import TrainConfig
-    from training.engines.verl.config import translate as C
     from training.engines.verl import launch as L
+    from training.engines.verl.config import translate as C
 
     run = tmp_path / "trustsql" / "s" / "3"
     with initialize_config_module(config_module="recipes", version_base=None):

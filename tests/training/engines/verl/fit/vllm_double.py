@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from typing import Any
 
 import ray
@@ -74,6 +75,8 @@ class TinyServer:
         self.calls: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []  # aborts, resumes and weight loads, in order
         self.token_seconds, self.tail = 0.0, 1.0
+        self.factors: list[float] = []  # an empirical factor distribution (set_latency), else the tail model
+        self.busy_seconds, self._busy_since = 0.0, 0.0  # wall time with at least one request generating
         self._paused = self._rejecting = False
         self._gate: asyncio.Event | None = None
         self._cut = 0  # aborts so far: a request started before the latest one stops
@@ -106,11 +109,17 @@ class TinyServer:
         self.awake = True
         self.events.append({"event": "update", "version": self.global_steps, "running": self._running})
 
-    def set_latency(self, token_seconds: float, tail: float = 1.0) -> None:
+    def set_latency(self, token_seconds: float, tail: float = 1.0, factors: list[float] | None = None) -> None:
         """Each token takes ``token_seconds`` x a factor drawn per request, uniform on
         ``[1, tail]`` for three requests in four and ``tail`` x that for the fourth (the
-        long multi-turn tail)."""
+        long multi-turn tail); with ``factors``, drawn from that list instead (an empirical
+        distribution: ``benchmarks/bench_async_throughput.py``)."""
         self.token_seconds, self.tail = float(token_seconds), float(tail)
+        self.factors = [float(f) for f in factors or []]
+
+    def busy(self) -> float:
+        """Seconds so far with at least one request generating."""
+        return self.busy_seconds + (time.monotonic() - self._busy_since if self._running else 0.0)
 
     async def abort_all_requests(self, reject_request: bool = False) -> dict[str, Any]:
         self._paused, self._rejecting = True, bool(reject_request)
@@ -181,11 +190,15 @@ class TinyServer:
         written = self._resume_at.pop(request_id, 0)  # a request cut by an abort, sent again
         forced = None if writer == "sample" else self._scripted(prompt_ids, writer)[written:]
         delay = self.token_seconds * self._factor()
+        if not self._running:
+            self._busy_since = time.monotonic()
         self._running += 1
         try:
             ids, logps, cut = await self._write(prompt_ids, forced, max_tokens, temperature, params, delay)
         finally:
             self._running -= 1
+            if not self._running:
+                self.busy_seconds += time.monotonic() - self._busy_since
         if cut:
             self._resume_at[request_id] = written + len(ids)
         self.calls.append(
@@ -208,6 +221,8 @@ class TinyServer:
         )
 
     def _factor(self) -> float:
+        if self.factors:
+            return self.rng.choice(self.factors)
         if self.tail <= 1.0:
             return 1.0
         factor = self.rng.uniform(1.0, self.tail)

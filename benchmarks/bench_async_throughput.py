@@ -114,7 +114,9 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_async_") as tmp:
         for mode in args.modes:
-            row = run_mode(args.recipe, mode, Path(tmp) / mode, args)
+            root = Path(tmp) / mode
+            root.mkdir()
+            row = run_mode(args.recipe, mode, root, args)
             rows.append(row)
             print(f"# {mode}: {row['seconds']:.1f} s", flush=True)
     base = next((r for r in rows if r["mode"] == "sync"), rows[0])

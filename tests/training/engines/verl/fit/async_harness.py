@@ -82,8 +82,8 @@ class CpuSeparateAsync(CpuSetup, SqlAgentSeparateAsync):
 
 LATENCY = (0.002, 3.0)
 """The server double's latency model for the async trainers (``TinyServer.set_latency``):
-3 ms per token times a per-request factor of 1-4, 4-16 for one request in four; an update
-(well under a second here) still finds the long requests in flight."""
+2 ms per token times a per-request factor of 1-3, 3-9 for one request in four (10 ms and 1-4 before:
+the same overlap at a third of the wall time); an update still finds the long requests in flight."""
 
 TRAINERS = {"colocate_async": CpuColocateAsync, "separate_async": CpuSeparateAsync}
 

@@ -56,7 +56,30 @@ def pg_server() -> Iterator[PgServer]:
 # The veRL fit() tier's modules are the longest in the suite (a module-scoped fit each, one to
 # five minutes); run in parallel (`-n`, one file per worker), they go first so that no worker is
 # left with one at the end while the others idle.
-LONG_FIRST = ("tests/training/engines/verl/fit/", "tests/designs/test_outside_design.py")
+FIT_TIER = "tests/training/engines/verl/fit/"
+LONG_FIRST = (FIT_TIER, "tests/designs/test_outside_design.py")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fit_runtime_only_in_the_fit_tier(request: pytest.FixtureRequest) -> None:
+    """The fit tier's modules share one Ray runtime per process (its ``harness.py``); a
+    module of any other kind starts without it (it may start Ray its own way)."""
+    import sys
+
+    harness = sys.modules.get("tests.training.engines.verl.fit.harness")
+    rel = request.path.relative_to(request.config.rootpath).as_posix()
+    if harness is not None and not rel.startswith(FIT_TIER):
+        harness.release_runtime()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fit_runtime_released_at_the_end() -> Iterator[None]:
+    import sys
+
+    yield
+    harness = sys.modules.get("tests.training.engines.verl.fit.harness")
+    if harness is not None:
+        harness.release_runtime()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -363,7 +363,7 @@ def fit_child(root: Path) -> int:
         trainer = H.run_fit(session, config)
         print(f"[fence fit] ended at step {trainer.global_steps}", flush=True)
     finally:
-        H.stop_session()
+        H.release_runtime()
     return 0
 
 

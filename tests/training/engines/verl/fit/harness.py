@@ -21,9 +21,12 @@ checkpoint engine. :class:`CpuTrainer` overrides only ``_setup``: it runs veRL's
 ``TaskRunnerV1.run``'s: resolve the config, build the trainer, ``init()``,
 ``fit(agent_loop_manager)``, ``Tracking.finish``.
 
-One Ray and TransferQueue session per test module (:func:`start_session`): the reward
-and agent-loop workers and the generation server are created once and serve every
-``fit`` of the module; each ``fit`` gets a fresh trainer and worker group.
+One Ray and TransferQueue runtime per test process, shared by the fit tier's modules
+(:func:`start_session`): the generation server, veRL's load balancer and reward worker and
+TransferQueue are created once (each Ray actor's start costs seconds of CPU importing
+veRL); a module gets the server reset to its config and script and its own agent-loop
+workers, which serve every ``fit`` of the module; each ``fit`` gets a fresh trainer and
+worker group. ``tests/conftest.py`` ends the runtime before any other module.
 """
 
 from __future__ import annotations
@@ -220,6 +223,21 @@ each in a worker of its own, so those idle workers were interpreters started for
 (9 of 65 s of a TRUST-SQL module alone, more on two busy cores)."""
 
 
+@dataclass
+class Runtime:
+    """What the fit tier's modules in one process share: Ray, TransferQueue, the
+    generation server (with veRL's load balancer) and veRL's reward workers."""
+
+    pythonpath: str
+    servers: TinyServerManager
+    rewards: Any
+    saved_env: dict[str, str | None]  # this process's values before the runtime set the workers' ones
+
+
+_RUNTIME: Runtime | None = None
+_CURRENT: FitSession | None = None
+
+
 def start_session(
     recipe: str,
     root: Path,
@@ -229,16 +247,60 @@ def start_session(
     script: dict[str, list[str]] | None = None,
     client_cls: Any = None,
 ) -> FitSession:
-    """Ray, TransferQueue, the generation server, veRL's reward and agent-loop managers.
+    """A module's session: the process's :class:`Runtime` (started on first use, or again
+    when the workers need another ``PYTHONPATH``), its server reset to this module's config
+    and script, TransferQueue emptied, and veRL's agent-loop manager for ``base`` (its
+    workers hold the recipe's settings).
     ``script``: the server's scripted turns per role (default: the project design's ``SCRIPTS`` entry);
     ``client_cls``: the agent loops' LLM client (default veRL's ``LLMServerClient``, the sync trainer's)."""
-    import transfer_queue as tq
-    from verl.experimental.reward_loop import RewardLoopManager
     from verl.trainer.ppo.v1 import AgentLoopManagerTQ
 
-    cache = root / "cache"
-    env = env_for_workers(REPO, cache)
-    os.environ.update({k: v for k, v in env.items() if k != "PYTHONPATH"})
+    global _CURRENT
+    script = script if script is not None else SCRIPTS[recipe]
+    runtime = _runtime(root, base, script, writers, wrong)
+    runtime.servers.reconfigure(base, script, writers, wrong)
+    clear_transfer_queue()
+    agent_loops = AgentLoopManagerTQ.create(
+        config=base,
+        llm_client=runtime.servers.get_client(client_cls),
+        teacher_client=None,
+        reward_loop_worker_handles=runtime.rewards.reward_loop_worker_handles,
+    )
+    model_dir = Path(base.actor_rollout_ref.model.path)
+    _CURRENT = FitSession(recipe, root, model_dir, base, runtime.servers, runtime.rewards, agent_loops)
+    return _CURRENT
+
+
+def stop_session() -> None:
+    """The module is done: its agent-loop workers end and TransferQueue is emptied; the
+    runtime stays for the next module (:func:`release_runtime` ends it)."""
+    global _CURRENT
+    if _CURRENT is None:
+        return
+    try:
+        for worker in _CURRENT.agent_loops.agent_loop_workers:
+            ray.kill(worker)
+        clear_transfer_queue()
+    finally:
+        _CURRENT = None
+
+
+def _runtime(
+    root: Path, base: Any, script: dict[str, list[str]], writers: dict[str, str], wrong: dict[str, list[str]] | None
+) -> Runtime:
+    """Each new Ray actor imports veRL (about 9 s of CPU), so the server, its load balancer,
+    the reward worker and TransferQueue's actors are started once per process."""
+    import transfer_queue as tq
+    from verl.experimental.reward_loop import RewardLoopManager
+
+    global _RUNTIME
+    env = env_for_workers(REPO, root / "cache")
+    if _RUNTIME is not None and _RUNTIME.pythonpath == env["PYTHONPATH"]:
+        return _RUNTIME
+    release_runtime()
+    driver_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    saved_env = {k: os.environ.get(k) for k in [*driver_env, "VERL_FILE_LOGGER_PATH"]}  # run_fit sets the last
+    os.environ.update(driver_env)
     ray.init(
         num_cpus=4,
         include_dashboard=False,
@@ -248,27 +310,46 @@ def start_session(
     )
     _process_group()
     tq.init(base.transfer_queue)
-    servers = TinyServerManager(base, script if script is not None else SCRIPTS[recipe], writers, wrong)
+    servers = TinyServerManager(base, script, writers, wrong)
     rewards = RewardLoopManager(config=base, rm_resource_pool=None)
-    agent_loops = AgentLoopManagerTQ.create(
-        config=base,
-        llm_client=servers.get_client(client_cls),
-        teacher_client=None,
-        reward_loop_worker_handles=rewards.reward_loop_worker_handles,
-    )
-    return FitSession(recipe, root, Path(base.actor_rollout_ref.model.path), base, servers, rewards, agent_loops)
+    _RUNTIME = Runtime(env["PYTHONPATH"], servers, rewards, saved_env)
+    return _RUNTIME
 
 
-def stop_session() -> None:
+def release_runtime() -> None:
+    """End the process's runtime (the next module that is not of the fit tier, and the
+    end of the test session, call this)."""
     import torch.distributed as dist
     import transfer_queue as tq
 
+    global _RUNTIME
+    stop_session()
+    if _RUNTIME is None:
+        return
+    runtime, _RUNTIME = _RUNTIME, None
+    for key, value in runtime.saved_env.items():  # later tests (and their subprocesses) see the usual cache
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
     try:
         tq.close()
     finally:
         ray.shutdown()
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def clear_transfer_queue() -> int:
+    """Remove every key of every partition; returns how many."""
+    import transfer_queue as tq
+
+    removed = 0
+    for partition, items in (tq.kv_list() or {}).items():
+        if items:
+            tq.kv_clear(keys=list(items), partition_id=partition)
+            removed += len(items)
+    return removed
 
 
 def _process_group() -> None:

@@ -139,7 +139,7 @@ def main(root: Path, changes: list[str]) -> int:
         trainer = H.run_fit(session, config, before_fit=started, trainer_cls=trainer_cls)
         print(f"[child] fit ended at step {trainer.global_steps}", flush=True)
     finally:
-        H.stop_session()
+        H.release_runtime()
     raise_if_stopped(run_dir)
     return 0
 

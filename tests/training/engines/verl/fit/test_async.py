@@ -1,6 +1,6 @@
 """veRL's real ``fit()`` under the project's async trainers, for every recipe:
-``trainer.mode=colocate_async`` and ``separate_async`` once each, in one Ray session per
-recipe (the agent-loop workers hold the recipe's settings).
+``trainer.mode=colocate_async`` and ``separate_async`` once each, with one agent-loop
+manager per recipe (its workers hold the recipe's settings) on the fit tier's shared runtime.
 
 Smallest settings: B = 2 questions, G = 2, three steps, the recipe's defaults for the
 async keys (``trainer.staleness=1``, one warm-up batch, token-level IS unless the recipe

@@ -61,9 +61,22 @@ class TinyServer:
         wrong: dict[str, list[str]] | None = None,
         seed: int = 0,
     ) -> None:
+        torch.set_num_threads(1)
+        self.reset(model_path, rollout, script, writers, wrong, seed)
+
+    def reset(
+        self,
+        model_path: str,
+        rollout: dict[str, Any],
+        script: dict[str, list[str]],
+        writers: dict[str, str],
+        wrong: dict[str, list[str]] | None = None,
+        seed: int = 0,
+    ) -> None:
+        """A replica as new: the model from ``model_path``, asleep, no latency, no history
+        (the fit tier's next module reuses the server; see ``harness.start_session``)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        torch.set_num_threads(1)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
         self.max_model_len = int(rollout["max_model_len"])
@@ -253,6 +266,8 @@ class TinyServer:
         """Token by token under vLLM's stop rules: EOS (kept), a stop string (its tokens
         kept), or ``max_tokens``; log-probs of the processed distribution. ``delay``
         seconds after each token; an abort meanwhile cuts the request there (True)."""
+        if forced is not None:
+            return await self._write_forced(prompt_ids, forced, max_tokens, temperature, params, delay)
         stops = list(params.get("stop") or [])
         eos = self.tokenizer.eos_token_id
         ids: list[int] = []
@@ -271,9 +286,7 @@ class TinyServer:
                 logits = out.logits[0, -1].float()
                 scaled = logits / temperature if temperature > 0 else logits
                 logp = torch.log_softmax(scaled, dim=-1)
-                if forced is not None:
-                    token = forced[min(len(ids), len(forced) - 1)]
-                elif temperature <= 0:
+                if temperature <= 0:
                     token = int(torch.argmax(logits))
                 else:
                     token = self._sample(logp, params)
@@ -284,6 +297,39 @@ class TinyServer:
                 if stops and any(s in self.tokenizer.decode(ids, skip_special_tokens=True) for s in stops):
                     break
                 context = torch.tensor([[token]])
+        return ids, logps, False
+
+    async def _write_forced(
+        self,
+        prompt_ids: list[int],
+        forced: list[int],
+        max_tokens: int,
+        temperature: float,
+        params: dict[str, Any],
+        delay: float,
+    ) -> tuple[list[int], list[float], bool]:
+        """:meth:`_write` for a scripted request: its tokens are known, so one forward pass
+        over them gives every log-prob (what the token-by-token pass computes, at a
+        fraction of the CPU); the latency and an abort still act after each token."""
+        stops = list(params.get("stop") or [])
+        eos = self.tokenizer.eos_token_id
+        ids: list[int] = []
+        while len(ids) < max_tokens:  # past the script's end: its last token again, as before
+            ids.append(int(forced[min(len(ids), len(forced) - 1)]))
+            if ids[-1] == eos and not params.get("ignore_eos", False):
+                break
+            if stops and any(s in self.tokenizer.decode(ids, skip_special_tokens=True) for s in stops):
+                break
+        with torch.no_grad():
+            logits = self.model(input_ids=torch.tensor([prompt_ids + ids[:-1]]), logits_to_keep=len(ids)).logits
+        scaled = logits[0].float() / temperature if temperature > 0 else logits[0].float()
+        logps = torch.log_softmax(scaled, dim=-1).gather(1, torch.tensor(ids)[:, None])[:, 0].tolist()
+        started = self._cut
+        for n in range(len(ids)):
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if self._cut != started:
+                return ids[:n], logps[:n], True
         return ids, logps, False
 
     def _sample(self, logp: torch.Tensor, params: dict[str, Any]) -> int:
@@ -314,17 +360,34 @@ class TinyServerManager:
     ) -> None:
         from verl.workers.rollout.router import get_router_handle
 
+        self.config = config
+        self.server = TinyServer.remote(*self._server_args(config), script, writers, wrong)
+        self.global_load_balancer = get_router_handle(
+            servers={"tiny-server-0": self.server},
+            full_determinism=bool(config.actor_rollout_ref.rollout.get("full_determinism", False)),
+        )
+
+    def reconfigure(
+        self,
+        config: Any,
+        script: dict[str, list[str]],
+        writers: dict[str, str],
+        wrong: dict[str, list[str]] | None = None,
+    ) -> None:
+        """The same server and load balancer for another module's config and script, the
+        replica reset as new (:meth:`TinyServer.reset`)."""
+        self.config = config
+        ray.get(self.server.reset.remote(*self._server_args(config), script, writers, wrong))
+
+    @staticmethod
+    def _server_args(config: Any) -> tuple[str, dict[str, Any]]:
         rollout = config.actor_rollout_ref.rollout
         values = {
             "max_model_len": rollout.max_model_len,
             "prompt_length": rollout.prompt_length,
             "response_length": rollout.response_length,
         }
-        self.config = config
-        self.server = TinyServer.remote(str(config.actor_rollout_ref.model.path), values, script, writers, wrong)
-        self.global_load_balancer = get_router_handle(
-            servers={"tiny-server-0": self.server}, full_determinism=bool(rollout.get("full_determinism", False))
-        )
+        return str(config.actor_rollout_ref.model.path), values
 
     def get_client(self, client_cls: Any = None) -> Any:
         from verl.workers.rollout.llm_server import LLMServerClient

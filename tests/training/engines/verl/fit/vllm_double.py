@@ -52,17 +52,9 @@ from tests.training.engines.verl.fit.fsdp_double import TinyActorWorkerGroup
 class TinyServer:
     """Stands in for a vLLM server replica; see the module docstring."""
 
-    def __init__(
-        self,
-        model_path: str,
-        rollout: dict[str, Any],
-        script: dict[str, list[str]],
-        writers: dict[str, str],
-        wrong: dict[str, list[str]] | None = None,
-        seed: int = 0,
-    ) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # see reset
         torch.set_num_threads(1)
-        self.reset(model_path, rollout, script, writers, wrong, seed)
+        self.reset(*args, **kwargs)
 
     def reset(
         self,

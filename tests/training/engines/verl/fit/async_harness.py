@@ -80,10 +80,12 @@ class CpuSeparateAsync(CpuSetup, SqlAgentSeparateAsync):
         self.current_mode = HybridEngineMode.TRAINER
 
 
-LATENCY = (0.002, 3.0)
+LATENCY = (0.004, 3.0)
 """The server double's latency model for the async trainers (``TinyServer.set_latency``):
-2 ms per token times a per-request factor of 1-3, 3-9 for one request in four (10 ms and 1-4 before:
-the same overlap at a third of the wall time); an update still finds the long requests in flight."""
+4 ms per token times a per-request factor of 1-3, 3-9 for one request in four, so an
+update finds the long requests in flight. Sleeping costs no CPU; 4 ms because a scripted
+turn's tokens no longer each cost a forward pass (one pass scores the turn): at 2 ms,
+``separate_async``'s updates could find nothing in flight."""
 
 TRAINERS = {"colocate_async": CpuColocateAsync, "separate_async": CpuSeparateAsync}
 

@@ -60,26 +60,27 @@ FIT_TIER = "tests/training/engines/verl/fit/"
 LONG_FIRST = (FIT_TIER, "tests/designs/test_outside_design.py")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _fit_runtime_only_in_the_fit_tier(request: pytest.FixtureRequest) -> None:
-    """The fit tier's modules share one Ray runtime per process (its ``harness.py``); a
-    module of any other kind starts without it (it may start Ray its own way)."""
+def _release_fit_runtime() -> None:
+    """End the fit tier's shared Ray runtime (``harness.py``) if this process started one."""
     import sys
 
     harness = sys.modules.get("tests.training.engines.verl.fit.harness")
-    rel = request.path.relative_to(request.config.rootpath).as_posix()
-    if harness is not None and not rel.startswith(FIT_TIER):
+    if harness is not None:
         harness.release_runtime()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fit_runtime_only_in_the_fit_tier(request: pytest.FixtureRequest) -> None:
+    """The fit tier's modules share one Ray runtime per process; a module of any other
+    kind starts without it (it may start Ray its own way)."""
+    if not request.path.relative_to(request.config.rootpath).as_posix().startswith(FIT_TIER):
+        _release_fit_runtime()
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _fit_runtime_released_at_the_end() -> Iterator[None]:
-    import sys
-
     yield
-    harness = sys.modules.get("tests.training.engines.verl.fit.harness")
-    if harness is not None:
-        harness.release_runtime()
+    _release_fit_runtime()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

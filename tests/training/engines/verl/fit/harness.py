@@ -258,7 +258,6 @@ def start_session(
     global _CURRENT
     script = script if script is not None else SCRIPTS[recipe]
     runtime = _runtime(root, base, script, writers, wrong)
-    runtime.servers.reconfigure(base, script, writers, wrong)
     clear_transfer_queue()
     agent_loops = AgentLoopManagerTQ.create(
         config=base,
@@ -296,6 +295,7 @@ def _runtime(
     global _RUNTIME
     env = env_for_workers(REPO, root / "cache")
     if _RUNTIME is not None and _RUNTIME.pythonpath == env["PYTHONPATH"]:
+        _RUNTIME.servers.reconfigure(base, script, writers, wrong)
         return _RUNTIME
     release_runtime()
     driver_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
@@ -340,16 +340,13 @@ def release_runtime() -> None:
             dist.destroy_process_group()
 
 
-def clear_transfer_queue() -> int:
-    """Remove every key of every partition; returns how many."""
+def clear_transfer_queue() -> None:
+    """Remove every key of every partition."""
     import transfer_queue as tq
 
-    removed = 0
     for partition, items in (tq.kv_list() or {}).items():
         if items:
             tq.kv_clear(keys=list(items), partition_id=partition)
-            removed += len(items)
-    return removed
 
 
 def _process_group() -> None:

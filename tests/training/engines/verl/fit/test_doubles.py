@@ -17,7 +17,7 @@ from verl.utils import tensordict_utils as tu
 from tests.helpers.agent_scripts import THINK2SQL
 from tests.training.engines.verl.fit import harness as H
 from tests.training.engines.verl.fit.fsdp_double import TinyActorWorkerGroup, sequence_logprobs, weights_changed
-from tests.training.engines.verl.fit.vllm_double import TinyServer
+from tests.training.engines.verl.fit.vllm_double import TinyServer, server_args
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -51,13 +51,9 @@ def config(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def make_server(config: Any, writers: dict[str, str]) -> Any:
-    rollout = config.actor_rollout_ref.rollout
-    values = {
-        "max_model_len": rollout.max_model_len,
-        "prompt_length": rollout.prompt_length,
-        "response_length": rollout.response_length,
-    }
-    return TinyServer.__ray_actor_class__(str(config.actor_rollout_ref.model.path), values, THINK2SQL, writers)
+    server = TinyServer.__ray_actor_class__()
+    server.reset(*server_args(config), THINK2SQL, writers)
+    return server
 
 
 def generate(server: Any, prompt: list[int], **params: Any) -> Any:

@@ -52,9 +52,8 @@ from tests.training.engines.verl.fit.fsdp_double import TinyActorWorkerGroup
 class TinyServer:
     """Stands in for a vLLM server replica; see the module docstring."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:  # see reset
+    def __init__(self) -> None:  # the model, script and state come with reset()
         torch.set_num_threads(1)
-        self.reset(*args, **kwargs)
 
     def reset(
         self,
@@ -339,6 +338,17 @@ class TinyServer:
         return int(torch.multinomial(probs / probs.sum(), 1, generator=generator))
 
 
+def server_args(config: Any) -> tuple[str, dict[str, Any]]:
+    """:meth:`TinyServer.reset`'s model path and rollout limits from a veRL config."""
+    rollout = config.actor_rollout_ref.rollout
+    values = {
+        "max_model_len": rollout.max_model_len,
+        "prompt_length": rollout.prompt_length,
+        "response_length": rollout.response_length,
+    }
+    return str(config.actor_rollout_ref.model.path), values
+
+
 class TinyServerManager:
     """Stands in for ``LLMServerManager``: one :class:`TinyServer` replica registered in
     veRL's real global load balancer; clients are veRL's real ``LLMServerClient``."""
@@ -352,8 +362,8 @@ class TinyServerManager:
     ) -> None:
         from verl.workers.rollout.router import get_router_handle
 
-        self.config = config
-        self.server = TinyServer.remote(*self._server_args(config), script, writers, wrong)
+        self.server = TinyServer.remote()
+        self.reconfigure(config, script, writers, wrong)
         self.global_load_balancer = get_router_handle(
             servers={"tiny-server-0": self.server},
             full_determinism=bool(config.actor_rollout_ref.rollout.get("full_determinism", False)),
@@ -366,20 +376,10 @@ class TinyServerManager:
         writers: dict[str, str],
         wrong: dict[str, list[str]] | None = None,
     ) -> None:
-        """The same server and load balancer for another module's config and script, the
-        replica reset as new (:meth:`TinyServer.reset`)."""
+        """The server (reset as new, :meth:`TinyServer.reset`) for ``config`` and ``script``;
+        the fit tier's next module calls it again on the same server and load balancer."""
         self.config = config
-        ray.get(self.server.reset.remote(*self._server_args(config), script, writers, wrong))
-
-    @staticmethod
-    def _server_args(config: Any) -> tuple[str, dict[str, Any]]:
-        rollout = config.actor_rollout_ref.rollout
-        values = {
-            "max_model_len": rollout.max_model_len,
-            "prompt_length": rollout.prompt_length,
-            "response_length": rollout.response_length,
-        }
-        return str(config.actor_rollout_ref.model.path), values
+        ray.get(self.server.reset.remote(*server_args(config), script, writers, wrong))
 
     def get_client(self, client_cls: Any = None) -> Any:
         from verl.workers.rollout.llm_server import LLMServerClient

@@ -49,6 +49,11 @@ def test_nll_is_the_policy_tokens_negative_log_likelihood(examples: list[Example
     assert float(loss) == pytest.approx(hand, rel=1e-4)
 
 
+EPOCHS = {"think2sql": 12, "dualsql": 8}
+"""Enough for the NLL to fall below half its start at lr 1e-2 (DualSQL's long demonstrations,
+the slow case: about a third after 8 epochs, 0.46 after 6; Think2SQL's short ones need 12)."""
+
+
 @pytest.mark.parametrize("name", ["think2sql", pytest.param("dualsql", marks=pytest.mark.slow)])  # dualsql: slow tier
 def test_fine_tuning_lowers_the_demonstrations_nll(name: str, examples: list[Example]) -> None:
     model = tiny_model(seed=1)
@@ -60,13 +65,13 @@ def test_fine_tuning_lowers_the_demonstrations_nll(name: str, examples: list[Exa
     result = supervised_fine_tune(
         model,
         trajectories,
-        WarmStartSettings(epochs=12, lr=1e-2, batch_size=4),
+        WarmStartSettings(epochs=EPOCHS[name], lr=1e-2, batch_size=4),
         pad,
         on_step=lambda i, m: steps.append(m),
     )
     with torch.no_grad():
         end, _ = nll_sum(model, trajectories, pad, "cpu", None)
-    assert result["steps"] == len(steps) == 12 * -(-len(trajectories) // 4)
+    assert result["steps"] == len(steps) == EPOCHS[name] * -(-len(trajectories) // 4)
     assert float(end) < 0.5 * float(start)
     assert result["nll_last"] < result["nll_first"]
 

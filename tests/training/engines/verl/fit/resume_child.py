@@ -19,7 +19,8 @@ the requeue status when the trainer stopped on it (``raise_if_stopped``).
 With ``trainer.mode=colocate_async`` / ``separate_async`` among the overrides the job runs
 the async trainer of ``async_harness.py`` (the server double generating with latency), and
 ``SQLAGENT_TEST_TRAIN=N`` gives it N training questions in file order: the job prints the
-prompt groups it restored from the checkpoint's TransferQueue state.
+prompt groups it restored from the checkpoint's TransferQueue state and how many questions
+the restored dataloader has drawn.
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ def started(trainer: Any) -> None:
     print(f"[child] fit starts at step {trainer.global_steps}", flush=True)
     if trainer.trainer_mode != "sync":
         print(f"[child] restored {restored_examples(trainer)}", flush=True)
+        # async modes draw one prompt per fetch (veRL's gen_batch_size=1): the count is the position
+        print(f"[child] dataloader at {trainer.train_dataloader.state_dict()['_num_yielded']}", flush=True)
 
 
 def restored_examples(trainer: Any) -> str:

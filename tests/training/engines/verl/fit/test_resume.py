@@ -1,15 +1,15 @@
-"""Preemption and requeue through veRL's real ``fit()``: a job sent SIGTERM in the middle
-of a step, the same command again (``resume=auto``) killed with SIGKILL in the middle of a
-checkpoint save, then the same command once more.
+"""Preemption and requeue through veRL's real ``fit()`` under the sync trainer: a job sent
+SIGTERM in the middle of a step, then the same command again (``resume=auto``).
 
-The job (``resume_child.py``, a subprocess in its own session) trains Think2SQL for 4 steps.
-Killed halfway through writing step 4's optimizer shard, ``global_step_2`` (the SIGTERM's
-save) is complete, ``global_step_4`` is half-written and veRL's tracker still says 2. The
-rerun must continue from step 2 (never from the half-written step 4), redo steps 3 and 4,
-and leave every step recorded once in ``metrics.jsonl``, ``samples.jsonl`` and veRL's
-``verl_metrics.jsonl``, two complete checkpoints, ``final/``, and one wandb run id across
-the three processes (veRL's ``Tracking`` reads it from the environment the driver sets).
-One chain of three jobs, where two separate scenarios took four.
+The job (``resume_child.py``, a subprocess in its own session) trains Think2SQL for 4 steps
+with a checkpoint due only at step 4. The SIGTERM's job finishes its step, saves it through
+veRL's ``_save_checkpoint`` and exits with the requeue status; the rerun must continue from
+that step and leave every step recorded once in ``metrics.jsonl``, ``samples.jsonl`` and
+veRL's ``verl_metrics.jsonl``, two complete checkpoints, ``final/``, and one wandb run id
+across the two processes (veRL's ``Tracking`` reads it from the environment the driver
+sets). A SIGKILL in the middle of a checkpoint save, and the rerun that discards the
+half-written step, go through the same ``_save_checkpoint`` and run-directory decision in
+``test_async_resume.py`` (under ``separate_async``, which also saves TransferQueue's state).
 """
 
 from __future__ import annotations
@@ -82,13 +82,9 @@ def records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_sigterm_then_a_kill_mid_save_and_the_same_command_continues_each_time(tmp_path: Path) -> None:
-    """One preempted run, three jobs of the same command (4 steps, a checkpoint due only at
-    step 4): SIGTERM in the middle of step 2 (the job finishes step 2, saves it through
-    veRL's ``_save_checkpoint`` and exits with the requeue status); the requeued job goes on
-    at step 3 and is killed with SIGKILL halfway through writing step 4; the third job
-    discards the half-written step 4, continues from step 2 and ends with every step recorded
-    once."""
+def test_sigterm_in_a_step_then_the_same_command_continues(tmp_path: Path) -> None:
+    """SIGTERM in the middle of step 2 (the job finishes step 2, saves it and exits with the
+    requeue status); the requeued job goes on at step 3 and ends with every step recorded once."""
     run_dir = tmp_path / "run"
     ckpt = run_dir / "checkpoints"
     changes = ("trainer.save_every=4",)
@@ -101,32 +97,33 @@ def test_sigterm_then_a_kill_mid_save_and_the_same_command_continues_each_time(t
     assert not (run_dir / "final").exists()
     wandb_id = (run_dir / "wandb_run_id").read_text().strip()
 
-    killed = job(tmp_path, kill_at=4, changes=changes)  # the requeued job, preempted harder
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    assert "[child] fit starts at step 2" in killed.stdout
-    assert not (run_dir / "stopped.json").exists() and not (run_dir / "stop_requested").exists()
-    assert [(c.step, c.complete) for c in R.verl_step_checkpoints(ckpt)] == [(2, True), (4, False)]
-    assert (ckpt / R.VERL_TRACKER).read_text() == "2"
-    assert sorted(r["step"] for r in records(run_dir / "metrics.jsonl") if r["kind"] == "train") == [1, 2, 3]
-    assert not (run_dir / "final").exists()
-
     again = job(tmp_path, changes=changes)  # the same command once more
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
-    assert "discarding half-written checkpoint" in again.stdout and "global_step_4" in again.stdout
     assert f"continuing from {ckpt / 'global_step_2'} (step 2)" in again.stdout
     assert "[child] fit starts at step 2" in again.stdout and "[child] fit ended at step 4" in again.stdout
+    assert_each_step_recorded_once(run_dir, steps=4)
+    assert (run_dir / "final" / "config.json").is_file() and any((run_dir / "final").glob("*.safetensors"))
+    assert not (run_dir / "stopped.json").exists() and not (run_dir / "stop_requested").exists()
+    assert_one_wandb_run(run_dir, wandb_id, jobs=2)
 
+
+def assert_each_step_recorded_once(run_dir: Path, steps: int) -> None:
+    """Each step once in the project's records and veRL's, the checkpoints complete up to the last."""
+    every = list(range(1, steps + 1))
     train = Counter(r["step"] for r in records(run_dir / "metrics.jsonl") if r["kind"] == "train")
-    assert train == {1: 1, 2: 1, 3: 1, 4: 1}  # the same step count, each step once
+    assert train == dict.fromkeys(every, 1)
     samples = Counter(r["step"] for r in records(run_dir / "samples.jsonl"))
-    assert sorted(samples) == [1, 2, 3, 4] and len(set(samples.values())) == 1
+    assert sorted(samples) == every and len(set(samples.values())) == 1
     verl_steps = Counter(
         r["step"] for r in records(run_dir / "verl_metrics.jsonl") if "training/global_step" in r["data"]
     )
-    assert verl_steps == {1: 1, 2: 1, 3: 1, 4: 1}
-    assert [(c.step, c.complete) for c in R.verl_step_checkpoints(ckpt)] == [(2, True), (4, True)]
-    assert (ckpt / R.VERL_TRACKER).read_text() == "4"
-    assert (run_dir / "final" / "config.json").is_file() and any((run_dir / "final").glob("*.safetensors"))
-    assert not (run_dir / "stopped.json").exists() and not (run_dir / "stop_requested").exists()
+    assert verl_steps == dict.fromkeys(every, 1)
+    ckpt = run_dir / "checkpoints"
+    assert all(c.complete for c in R.verl_step_checkpoints(ckpt)) and R.verl_step_checkpoints(ckpt)[-1].step == steps
+    assert (ckpt / R.VERL_TRACKER).read_text() == str(steps)
+
+
+def assert_one_wandb_run(run_dir: Path, wandb_id: str, jobs: int) -> None:
+    """One offline wandb run per job, all under the run's one id."""
     runs = sorted(p.name for p in (run_dir / "wandb").glob("offline-run-*"))
-    assert len(runs) == 3 and all(name.endswith(f"-{wandb_id}") for name in runs), runs
+    assert len(runs) == jobs and all(name.endswith(f"-{wandb_id}") for name in runs), runs

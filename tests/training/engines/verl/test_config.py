@@ -154,6 +154,19 @@ def test_bad_settings_are_rejected_with_the_fix() -> None:
         C.apply_verl_overrides(C.compose_ppo_trainer(), None, ["trainer.save_freq=2"])
 
 
+def test_each_composition_of_verls_tree_is_the_callers_own_copy() -> None:
+    """veRL's tree is composed once per process: a caller changing its copy changes no other."""
+    from omegaconf import OmegaConf
+
+    first = C.compose_ppo_trainer()
+    fresh = first.trainer.save_freq
+    C.apply_verl_overrides(first, None, [f"verl.trainer.save_freq={fresh + 7}", "verl.sqlagent.probe=1"])
+    second = C.compose_ppo_trainer()
+    assert second.trainer.save_freq == fresh and "sqlagent" not in second
+    assert OmegaConf.is_struct(second) and second is not first
+    assert first.trainer.save_freq == fresh + 7
+
+
 def test_prompt_rows_round_trip(tmp_path: Path) -> None:
     import datasets
 

@@ -6,6 +6,8 @@ validating it as veRL does at start-up, and printing it (moved out of
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import io
 import json
 import logging
@@ -26,12 +28,18 @@ PPO_CONFIG_NAME = "ppo_trainer"
 
 
 def compose_ppo_trainer() -> DictConfig:
-    """veRL's own ``ppo_trainer`` config, composed with Hydra from its package.
+    """veRL's own ``ppo_trainer`` config, composed with Hydra from its package: a copy of
+    the tree composed once per process (the installed package's YAML does not change while
+    it runs; a dry run, a sweep or a check composes it for every job), which the caller may
+    change freely."""
+    return copy.deepcopy(_composed_ppo_trainer())
 
-    Inside the project's ``@hydra.main`` entry point Hydra's global state is already
+
+@functools.cache
+def _composed_ppo_trainer() -> DictConfig:
+    """Inside the project's ``@hydra.main`` entry point Hydra's global state is already
     initialised (with the project's search path); it is set aside for this composition
-    and restored afterwards, so the two configs never mix.
-    """
+    and restored afterwards, so the two configs never mix."""
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from hydra.initialize import get_gh_backup, restore_gh_from_backup

@@ -24,13 +24,25 @@ def _design_recipes() -> None:
 
 @pytest.fixture(scope="session")
 def tiny_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The sweep directory of a real 2 x 2 local sweep (tests/helpers/sweep.py), run once."""
+    """The sweep directory of a real 2 x 2 local sweep (tests/helpers/sweep.py), run once per
+    test run: the parallel workers share it (the first to ask runs it, under a lock in the
+    run's common temporary folder; the tests only read it)."""
+    import fcntl
+    import tempfile
+
     from tests.helpers.sweep import run_tiny_sweep
 
-    sweep, proc = run_tiny_sweep(tmp_path_factory.mktemp("sweep-work"))
-    if proc.returncode != 0:
-        pytest.fail(f"the sweep failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    return sweep
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # xdist: one folder per worker under it
+    done = shared / "tiny-sweep.done"
+    with open(shared / "tiny-sweep.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.exists():
+            sweep, proc = run_tiny_sweep(Path(tempfile.mkdtemp(prefix="tiny-sweep-", dir=shared)))
+            if proc.returncode != 0:
+                pytest.fail(f"the sweep failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+            done.write_text(str(sweep))
+    return Path(done.read_text())
 
 
 @pytest.fixture(scope="session")

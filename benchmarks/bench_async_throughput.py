@@ -16,10 +16,11 @@ simulation because the two costs a GPU run is made of are modelled, not measured
 
 The tiny model's own compute rides on top of both. What it can show is how each trainer
 schedules generation around updates and long turns; what it cannot show is vLLM's batching,
-GPU memory, or NCCL transfer times. Each mode runs in a fresh Ray session::
+GPU memory, or NCCL transfer times. Each mode gets its own agent-loop workers::
 
     python benchmarks/bench_async_throughput.py                       # think2sql, 6 steps
     python benchmarks/bench_async_throughput.py --recipe trustsql --steps 4 --update-s 2
+    python benchmarks/bench_async_throughput.py --recipe trustsql --batch 4 --group 4   # 16 episodes a step
 """
 
 from __future__ import annotations
@@ -66,8 +67,14 @@ def with_update_time(trainer_cls: Any, seconds: float) -> Any:
 
 
 def run_mode(recipe: str, mode: str, root: Path, args: argparse.Namespace) -> dict[str, Any]:
-    steps, batch, group = args.steps, 2, 2
-    changes = [f"trainer.total_steps={steps}", f"trainer.staleness={args.staleness}", f"trainer.mode={mode}"]
+    steps, batch, group = args.steps, args.batch, args.group
+    changes = [
+        f"trainer.total_steps={steps}",
+        f"trainer.staleness={args.staleness}",
+        f"trainer.mode={mode}",
+        f"algorithm.batch_size={batch}",
+        f"algorithm.group_size={group}",
+    ]
     overrides = list({o.split("=")[0]: o for o in [*COMMON, *RECIPES[recipe], *changes]}.values())
     train, val = H.examples(root, recipe, n_train=batch * (steps + 2), n_val=1)
     config = H.verl_config(recipe, root / mode, H.tiny_model_dir(root), train, val, overrides)
@@ -102,12 +109,14 @@ def main() -> None:
     parser.add_argument("--recipe", default="think2sql", choices=sorted(RECIPES))
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--staleness", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=2, help="questions per step (algorithm.batch_size)")
+    parser.add_argument("--group", type=int, default=2, help="episodes per question (algorithm.group_size)")
     parser.add_argument("--token-ms", type=float, default=20.0, help="modelled milliseconds per generated token")
     parser.add_argument("--update-s", type=float, default=1.0, help="modelled seconds per optimizer step")
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     args = parser.parse_args()
     print(
-        f"# SIMULATION: veRL's fit() on CPU with doubles; {args.recipe}, {args.steps} steps, B=2 G=2, "
+        f"# SIMULATION: veRL's fit() on CPU with doubles; {args.recipe}, {args.steps} steps, B={args.batch} G={args.group}, "
         f"staleness {args.staleness}, {args.token_ms:g} ms/token x the main jobs' turn-length spread, "
         f"{args.update_s:g} s per update"
     )

@@ -116,9 +116,9 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     args = parser.parse_args()
     print(
-        f"# SIMULATION: veRL's fit() on CPU with doubles; {args.recipe}, {args.steps} steps, B={args.batch} G={args.group}, "
-        f"staleness {args.staleness}, {args.token_ms:g} ms/token x the main jobs' turn-length spread, "
-        f"{args.update_s:g} s per update"
+        f"# SIMULATION: veRL's fit() on CPU with doubles; {args.recipe}, {args.steps} steps, "
+        f"B={args.batch} G={args.group}, staleness {args.staleness}, {args.token_ms:g} ms/token "
+        f"x the main jobs' turn-length spread, {args.update_s:g} s per update"
     )
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_async_") as tmp:

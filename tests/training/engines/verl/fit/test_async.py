@@ -115,7 +115,8 @@ def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         wrong=wrong_script(recipe),
         client_cls=VersionedAsyncClient,
     )
-    ray.get(session.servers.server.set_latency.remote(*A.LATENCY))
+    latency = A.SHORT_TURN_LATENCY if recipe == "think2sql" else A.LATENCY
+    ray.get(session.servers.server.set_latency.remote(*latency))
     out: dict[str, Any] = {"recipe": recipe}
     try:
         for mode in MODES:

@@ -102,6 +102,7 @@ def test_sigterm_in_a_step_then_the_same_command_continues(tmp_path: Path) -> No
     assert f"continuing from {ckpt / 'global_step_2'} (step 2)" in again.stdout
     assert "[child] fit starts at step 2" in again.stdout and "[child] fit ended at step 4" in again.stdout
     assert_each_step_recorded_once(run_dir, steps=4)
+    assert [(c.step, c.complete) for c in R.verl_step_checkpoints(ckpt)] == [(2, True), (4, True)]
     assert (run_dir / "final" / "config.json").is_file() and any((run_dir / "final").glob("*.safetensors"))
     assert not (run_dir / "stopped.json").exists() and not (run_dir / "stop_requested").exists()
     assert_one_wandb_run(run_dir, wandb_id, jobs=2)

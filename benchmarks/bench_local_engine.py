@@ -1,10 +1,10 @@
 """A local GRPO step against its bare compute, per recipe, with the step-time breakdown.
 
 For each recipe: ``--warmup`` steps first (first-use costs: database profiles, chat
-template probes, gold results), the KL reference loaded (a one-time cost), then one
-measured training step with the laptop profile (or the sizes given below) on the chosen
-model, split into generation, tools (rollout time outside ``generate``: agent steps,
-SQLite, tokenization), rewards, log-prob passes and the update.
+template probes, gold results), then one measured training step with the laptop profile
+(or the sizes given below) on the chosen model, split into generation, tools (rollout time
+outside ``generate``: agent steps, SQLite, tokenization), rewards, log-prob passes and the
+update.
 
 Its bare compute, in the same run on the same tokens: the step's ``generate`` calls
 replayed (same prompts, same sampling parameters, same pre-step weights and RNG state, so
@@ -12,7 +12,8 @@ the same tokens), then forward + backward over the step's update buffer in the e
 micro-batches and one AdamW step per mini-batch, counting only the passes the algorithm
 needs: an old-log-prob forward only with more than one mini-batch (or with the rollout
 correction, whose IS weights and rejection mask need the whole buffer's training
-log-probs before the first optimizer step), a reference forward only while beta > 0.
+log-probs before the first optimizer step), a reference forward only while beta > 0 (on a
+reference kept loaded: the step loads it once per update, which counts as overhead).
 ``step/bare`` is the engine's overhead over that compute (the goal: at most 1.2x), in
 wall-clock seconds and in this process's CPU seconds (``cpu``). On a shared machine the
 load changes between the step and its replay, and ``generate`` dominates both; the
@@ -28,6 +29,7 @@ outside ``generate`` against the bare passes and AdamW. ``driver/bare`` is the r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 import time
@@ -91,9 +93,6 @@ def bench_recipe(recipe: str, args: argparse.Namespace) -> dict[str, float]:
         torch.manual_seed(0)
         for _ in range(args.warmup):
             trainer.train_step()
-        trainer.models.keep_reference(
-            trainer.kl.needs_reference(trainer.step), trainer._reference_path(), step=trainer.step
-        )  # a one-time load, not a step's work
         policy = copy.deepcopy(trainer.model)  # the weights the measured step starts from
         gen_state = {k: v.clone() for k, v in trainer.gen_model.state_dict().items()}
         recorder = RecordingGenerate(trainer.generate)
@@ -105,7 +104,10 @@ def bench_recipe(recipe: str, args: argparse.Namespace) -> dict[str, float]:
         trainer.generate = recorder.inner
         trainer.gen_model.load_state_dict(gen_state)  # replay on the step's own generation weights
         torch.set_rng_state(rng)  # ... and its own samples
-        bare = bare_compute(trainer, policy, recorder, trainer.last_buffer, metrics["kl/beta"])
+        beta = metrics["kl/beta"]
+        with trainer.models.reference() if beta > 0 else contextlib.nullcontext() as ref_model:
+            # the bare passes keep the reference loaded: its load (about 1 s) is the step's own
+            bare = bare_compute(trainer, policy, recorder, trainer.last_buffer, beta, ref_model)
     times = {k[5:]: v for k, v in metrics.items() if k.startswith("time/")}
     times.update(bare)
     times["bare"] = bare["bare_generate"] + bare["bare_passes"] + bare["bare_adamw"]
@@ -120,7 +122,9 @@ def bench_recipe(recipe: str, args: argparse.Namespace) -> dict[str, float]:
     return times
 
 
-def bare_compute(trainer: Any, policy: Any, recorder: RecordingGenerate, buffer: Any, beta: float) -> dict[str, float]:
+def bare_compute(
+    trainer: Any, policy: Any, recorder: RecordingGenerate, buffer: Any, beta: float, ref_model: Any
+) -> dict[str, float]:
     """The step's generate calls replayed, then forward + backward and AdamW on its buffer
     (the passes the algorithm needs, see the module docstring); seconds per part."""
     import torch
@@ -160,7 +164,7 @@ def bare_compute(trainer: Any, policy: Any, recorder: RecordingGenerate, buffer:
         for micro in micro_batches(rows, buffer, size):
             if beta > 0:
                 with torch.no_grad():
-                    forward(models.ref_model, micro)
+                    forward(ref_model, micro)
             batch = buffer.policy_batch(micro, pad)
             logp = forward(policy, micro)
             mask, adv = batch.masks["full"], batch.advantages["full"]  # [micro, resp_len], [micro]

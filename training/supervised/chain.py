@@ -155,17 +155,17 @@ class Chain(DatasetStage):
                 "fingerprint": digest(fp),
             }
         self.say(f"[sft] {len(trajectories)} episodes from {len(rows)} conversations (replay drops: {counts(dropped)})")
-        result: dict[str, Any] = supervised_fine_tune(
-            self.t.model,
-            trajectories,
-            settings,
-            self.t.tokenizer.pad_token_id,
-            self.t.device,
-            self.t.autocast,
-            seed=self.cfg.seed,
-            progress="console" in self.cfg.logger,
-        )
-        self.t._sync_generation_copy()
+        with self.t.models.generation_copy_set_aside():  # refreshed from the new weights after
+            result: dict[str, Any] = supervised_fine_tune(
+                self.t.model,
+                trajectories,
+                settings,
+                self.t.tokenizer.pad_token_id,
+                self.t.device,
+                self.t.autocast,
+                seed=self.cfg.seed,
+                progress="console" in self.cfg.logger,
+            )
         result.update(
             {"conversations": float(len(rows)), "episodes": float(len(trajectories)), "replay_dropped": dropped}
         )

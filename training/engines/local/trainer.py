@@ -332,6 +332,7 @@ class LocalTrainer(TrainStep, Checkpoints):
                     if val_every and self.step % val_every == 0 and self.step < self.total_steps:
                         self._eval_logged("val")
                 self._stop_if_asked(stop)
+                self.updater.release_optimizer_state()  # the last step is checkpointed with it
                 after = self._eval_once("after") if cfg.trainer.eval_before_after else {}
                 if stop.requested:  # what is left (links and the summary) takes a moment
                     self._say("[preempt] training is complete: writing final/ and the summary, then exiting normally")
@@ -353,31 +354,30 @@ class LocalTrainer(TrainStep, Checkpoints):
         raise Preempted(self.step, latest)
 
     def run_warm_start(self) -> dict[str, Any]:
-        """Fine-tune the policy on demonstrations (or reload a finished warm start), then
-        refresh the generation copy (training/engines/local/warm_start.py)."""
+        """Fine-tune the policy on demonstrations (or reload a finished warm start), the
+        generation copy set aside meanwhile and refreshed after (training/engines/local/warm_start.py)."""
         from training.engines.local.warm_start import fingerprint, run_warm_start
         from training.rollout.setup import fixed_subset
 
         cfg, ws = self.cfg, self.cfg.stage.warm_start
-        result = run_warm_start(
-            self.model,
-            self.tokenizer,
-            self.agent,
-            fixed_subset(self.train_examples, ws.examples, cfg.seed),
-            self.limits,
-            ws,
-            run_dir=cfg.run_dir,
-            agent_name=cfg.agent.name,
-            expected=fingerprint(cfg, self.model_source, self.limits),
-            seed=cfg.seed,
-            grad_clip=cfg.optim.grad_clip,
-            device=self.device,
-            autocast=self.autocast,
-            progress="console" in cfg.logger,
-            say=self._say,
-        )
-        self._sync_generation_copy()
-        return result
+        with self.models.generation_copy_set_aside():
+            return run_warm_start(
+                self.model,
+                self.tokenizer,
+                self.agent,
+                fixed_subset(self.train_examples, ws.examples, cfg.seed),
+                self.limits,
+                ws,
+                run_dir=cfg.run_dir,
+                agent_name=cfg.agent.name,
+                expected=fingerprint(cfg, self.model_source, self.limits),
+                seed=cfg.seed,
+                grad_clip=cfg.optim.grad_clip,
+                device=self.device,
+                autocast=self.autocast,
+                progress="console" in cfg.logger,
+                say=self._say,
+            )
 
     def _warm_start(self) -> dict[str, Any]:
         """SFT on demonstrations before GRPO, logged once; EX after it when asked."""

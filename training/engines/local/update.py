@@ -6,7 +6,10 @@ accumulation over micro-batches. Old log-probs come from a forward pass only whe
 can differ from the update's own (more than one mini-batch, or the rollout correction
 needs the whole buffer's before any step); with one mini-batch the policy has not moved
 since the rollout, so they are the detached log-probs of the update's forward pass.
-Reference log-probs are computed only while beta > 0.
+Reference log-probs are computed only while beta > 0, in one pass before the first
+optimizer step (the reference is frozen), with the reference model loaded for that pass
+only. The generation copy is set aside for the whole update and brought back at its end:
+neither sits beside the gradients and AdamW state, where the run's memory peaks.
 """
 
 from __future__ import annotations
@@ -82,16 +85,37 @@ class Updater:
             self.optimizer, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0
         )
 
+    released = False  # AdamW's moments were dropped after the run's last step
+
+    def release_optimizer_state(self) -> None:
+        """Drop AdamW's moments after the run's last step, which is checkpointed with them:
+        the final evaluation's KV caches then take their room (1.0 GiB on SmolLM2-135M, the
+        run's peak otherwise). This process trains no more; a later update is refused."""
+        self.optimizer.state.clear()
+        self.released = True
+        release_free_memory()
+
     def update(self, buffer: StepBuffer, beta: float) -> dict[str, float]:
         """One optimizer pass over the buffer (``mini_batches`` optimizer steps).
 
         With ``algorithm.rollout_correction`` on, the old (fp32 training) log-probs of the
         whole buffer come first, then veRL's IS weights / rejection mask against the
         generating (bf16) model's log-probs; rejected tokens leave every track's mask."""
+        if self.released:
+            raise RuntimeError(
+                "an update after the run's last step: AdamW's moments were released for the final "
+                "evaluation; continue training from the last checkpoint in a new run (resume=auto "
+                "with a larger trainer.total_steps)"
+            )
+        with self.models.generation_copy_set_aside():
+            return self._update(buffer, beta)
+
+    def _update(self, buffer: StepBuffer, beta: float) -> dict[str, float]:
         corr = self.algorithm.rollout_correction
         chunks = _split(list(range(buffer.size)), self.algorithm.mini_batches)
         correct = corr.enabled and all(t.logprobs is not None for t in buffer.trajectories)
         old = self.old_log_probs(buffer) if len(chunks) > 1 or correct else None
+        ref = self.reference_log_probs(buffer, chunks) if beta > 0 else None
         sums: Counter[str] = Counter()
         is_weights: dict[int, torch.Tensor] | None = None
         if correct and old is not None:
@@ -99,7 +123,7 @@ class Updater:
             sums.update(corr_metrics)
             sums = Counter({k: v * len(chunks) for k, v in sums.items()})  # divided by len(chunks) below
         for rows in chunks:
-            sums.update(self._optimizer_step(buffer, rows, beta, old, is_weights))
+            sums.update(self._optimizer_step(buffer, rows, beta, old, is_weights, ref))
         return {k: v / len(chunks) for k, v in sums.items()}
 
     def _optimizer_step(
@@ -109,6 +133,7 @@ class Updater:
         beta: float,
         old: dict[int, torch.Tensor] | None,
         is_weights: dict[int, torch.Tensor] | None = None,
+        ref_log_probs: dict[tuple[int, ...], torch.Tensor] | None = None,
     ) -> dict[str, float]:
         """Accumulate gradients over micro-batches, then clip and step once."""
         m = self.models
@@ -119,7 +144,7 @@ class Updater:
         self.optimizer.zero_grad(set_to_none=True)
         for micro in micro_batches(rows, buffer, self.optim.micro_batch_size):
             batch = buffer.policy_batch(micro, m.tokenizer.pad_token_id)
-            ref = self._ref_log_probs(batch) if beta > 0 else None
+            ref = ref_log_probs[tuple(micro)] if ref_log_probs is not None else None  # [micro, resp_len]
             with self.watch.measure("update"):
                 logp, entropy = lp.response_log_probs(
                     m.model,
@@ -168,7 +193,6 @@ class Updater:
             self.optimizer.step()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
-            m.sync_generation_copy()
         return {**losses, **weighted, "policy/grad_norm": float(norm)}
 
     def old_log_probs(self, buffer: StepBuffer) -> dict[int, torch.Tensor]:
@@ -183,11 +207,17 @@ class Updater:
                     out[i] = logp[j].cpu()
         return out
 
-    def _ref_log_probs(self, batch: lp.PolicyBatch) -> torch.Tensor:
+    def reference_log_probs(self, buffer: StepBuffer, chunks: list[list[int]]) -> dict[tuple[int, ...], torch.Tensor]:
+        """The KL reference's log-probs for each micro-batch the update will run (keyed by its
+        rows; the same batches, so the same padding and values as a pass inside the loop)."""
         m = self.models
+        out: dict[tuple[int, ...], torch.Tensor] = {}
         with self.watch.measure("logprob"), torch.no_grad(), m.reference() as ref_model:
-            logp, _ = lp.response_log_probs(ref_model, batch, m.device, m.autocast)
-        return logp
+            for rows in chunks:
+                for micro in micro_batches(rows, buffer, self.optim.micro_batch_size):
+                    batch = buffer.policy_batch(micro, m.tokenizer.pad_token_id)
+                    out[tuple(micro)], _ = lp.response_log_probs(ref_model, batch, m.device, m.autocast)
+        return out
 
 
 def mismatch_metrics(train_lp: torch.Tensor, rollout_lp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:

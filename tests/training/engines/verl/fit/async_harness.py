@@ -87,11 +87,6 @@ update finds the long requests in flight. Sleeping costs no CPU; 4 ms because a 
 turn's tokens no longer each cost a forward pass (one pass scores the turn): at 2 ms,
 ``separate_async``'s updates could find nothing in flight."""
 
-SHORT_TURN_LATENCY = (0.008, 3.0)
-"""Think2SQL's one short turn (at most 48 tokens in ``test_async.py``) at 8 ms per token: at
-4 ms a ``separate_async`` run could see its only cut requests at the last update, after
-which nothing continues them (one fresh-clone CI run in three)."""
-
 TRAINERS = {"colocate_async": CpuColocateAsync, "separate_async": CpuSeparateAsync}
 
 

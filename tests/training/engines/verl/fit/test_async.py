@@ -9,7 +9,10 @@ design's script, session 1 the same script with a wrong final SQL, so every grou
 spread; ReToolSQL also gets a question no answer can match, whose groups dynamic sampling
 (``refill=true``, the async modes' rule) evicts and replaces. The server double sleeps
 after each token (``TinyServer.set_latency``, a long-tailed per-request factor), so
-requests are in flight when an update aborts them and they continue under the new weights.
+requests are in flight when an update aborts them and they continue under the new weights;
+the first scripted request of each run is held after its first token until an abort cuts
+it (``TinyServer.hold_until_cut``), so that happens at the first update in every run, not
+only when the latency draw allows.
 
 Checked per run: every step ran and wrote the project's records; no trained rollout is
 more than ``trainer.staleness`` versions behind (veRL's metric and the samples' own
@@ -115,13 +118,13 @@ def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         wrong=wrong_script(recipe),
         client_cls=VersionedAsyncClient,
     )
-    latency = A.SHORT_TURN_LATENCY if recipe == "think2sql" else A.LATENCY
-    ray.get(session.servers.server.set_latency.remote(*latency))
+    ray.get(session.servers.server.set_latency.remote(*A.LATENCY))
     out: dict[str, Any] = {"recipe": recipe}
     try:
         for mode in MODES:
             seen = len(ray.get(session.servers.server.history.remote()))
             events = len(ray.get(session.servers.server.events_log.remote()))
+            ray.get(session.servers.server.hold_until_cut.remote(1))  # the first update cuts one request for sure
             start = time.monotonic()
             trainer = H.run_fit(session, configs[mode], trainer_cls=A.TRAINERS[mode])
             seconds = time.monotonic() - start
@@ -193,6 +196,9 @@ def test_updates_cut_requests_that_continue_under_new_weights(runs: dict[str, An
     calls, events = runs[mode]["calls"], runs[mode]["events"]
     cut = [e for e in events if e["event"] == "abort" and e["running"] > 0]
     assert cut, events  # an update found requests in flight (generation overlapped training)
+    start = next(i for i, e in enumerate(events) if e["event"] == "update")  # the run's first weights
+    first_update_abort = next(e for e in events[start:] if e["event"] == "abort")
+    assert first_update_abort["running"] >= 1, events  # the held request, at least
     resumed = [c for c in calls if c["resumed_at"] > 0]
     assert resumed
     by_request: dict[str, list[dict[str, Any]]] = {}

@@ -79,6 +79,7 @@ class TinyServer:
         self.calls: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []  # aborts, resumes and weight loads, in order
         self.token_seconds, self.tail = 0.0, 1.0
+        self._holds_left, self._hold_timeout = 0, 300.0  # fresh requests to hold until an abort cuts them
         self.factors: list[float] = []  # an empirical factor distribution (set_latency), else the tail model
         self.busy_seconds, self._busy_since = 0.0, 0.0  # wall time with at least one request generating
         self._paused = self._rejecting = False
@@ -120,6 +121,13 @@ class TinyServer:
         distribution: ``benchmarks/bench_async_throughput.py``)."""
         self.token_seconds, self.tail = float(token_seconds), float(tail)
         self.factors = [float(f) for f in factors or []]
+
+    def hold_until_cut(self, requests: int = 1, timeout: float = 300.0) -> None:
+        """Hold the next ``requests`` fresh requests after their first token until an abort
+        cuts them, so the first update is sure to find them in flight and the next weights
+        to continue them (without it that depends on the latency draw). ``timeout``: a held
+        request goes on after that many seconds with no abort (a test then fails, not hangs)."""
+        self._holds_left, self._hold_timeout = int(requests), float(timeout)
 
     def busy(self) -> float:
         """Seconds so far with at least one request generating."""
@@ -194,11 +202,13 @@ class TinyServer:
         written = self._resume_at.pop(request_id, 0)  # a request cut by an abort, sent again
         forced = None if writer == "sample" else self._scripted(prompt_ids, writer)[written:]
         delay = self.token_seconds * self._factor()
+        hold = self._holds_left > 0 and forced is not None and not written  # a fresh scripted request
+        self._holds_left -= hold
         if not self._running:
             self._busy_since = time.monotonic()
         self._running += 1
         try:
-            ids, logps, cut = await self._write(prompt_ids, forced, max_tokens, temperature, params, delay)
+            ids, logps, cut = await self._write(prompt_ids, forced, max_tokens, temperature, params, delay, hold)
         finally:
             self._running -= 1
             if not self._running:
@@ -253,12 +263,13 @@ class TinyServer:
         temperature: float,
         params: dict[str, Any],
         delay: float = 0.0,
+        hold: bool = False,
     ) -> tuple[list[int], list[float], bool]:
         """Token by token under vLLM's stop rules: EOS (kept), a stop string (its tokens
         kept), or ``max_tokens``; log-probs of the processed distribution. ``delay``
         seconds after each token; an abort meanwhile cuts the request there (True)."""
         if forced is not None:
-            return await self._write_forced(prompt_ids, forced, max_tokens, temperature, params, delay)
+            return await self._write_forced(prompt_ids, forced, max_tokens, temperature, params, delay, hold)
         stops = list(params.get("stop") or [])
         eos = self.tokenizer.eos_token_id
         ids: list[int] = []
@@ -298,10 +309,12 @@ class TinyServer:
         temperature: float,
         params: dict[str, Any],
         delay: float,
+        hold: bool = False,
     ) -> tuple[list[int], list[float], bool]:
         """:meth:`_write` for a scripted request: its tokens are known, so one forward pass
         over them gives every log-prob (what the token-by-token pass computes, at a
-        fraction of the CPU); the latency and an abort still act after each token."""
+        fraction of the CPU); the latency and an abort still act after each token, and a
+        held request (:meth:`hold_until_cut`) waits after its first token for an abort."""
         stops = list(params.get("stop") or [])
         eos = self.tokenizer.eos_token_id
         ids: list[int] = []
@@ -321,7 +334,14 @@ class TinyServer:
                 await asyncio.sleep(delay)
             if self._cut != started:
                 return ids[:n], logps[:n], True
+            if n == 1 and hold:
+                await self._wait_for_a_cut(started)
         return ids, logps, False
+
+    async def _wait_for_a_cut(self, started: int) -> None:
+        deadline = time.monotonic() + self._hold_timeout
+        while self._cut == started and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
 
     def _sample(self, logp: torch.Tensor, params: dict[str, Any]) -> int:
         probs = logp.exp()

@@ -1,0 +1,159 @@
+"""What the local update keeps in memory: the generation copy is set aside while only the
+policy trains (the update, SFT) and comes back equal to the policy's new weights, failure
+included; the KL reference is loaded for one pass per update, dropped after it, and gives
+the log-probs the update's own micro-batches need."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from agents.types import Example
+from tests.helpers.local_trainer import trainer
+from training.engines.local import policy_models
+from training.engines.local import update as upd
+from training.engines.local.trainer import LocalTrainer
+
+BF16_COPY = ("algorithm.dynamic_sampling.enable=false", "model.generation_dtype=bf16")
+
+
+def copy_size(t: LocalTrainer) -> int:
+    return sum(p.numel() for p in t.gen_model.parameters())
+
+
+def assert_copy_is_the_policy_in_bf16(t: LocalTrainer) -> None:
+    own = dict(t.model.named_parameters())
+    copied = dict(t.gen_model.named_parameters())
+    assert copied.keys() == own.keys()
+    for name, param in copied.items():
+        assert param.dtype == torch.bfloat16 and torch.equal(param, own[name].detach().to(torch.bfloat16)), name
+    ids = torch.randint(3, 500, (1, 12))
+    fresh = policy_models.generation_copy(t.model, "cpu", "bf16", "off")
+    with torch.no_grad():
+        assert torch.equal(t.gen_model(input_ids=ids).logits, fresh(input_ids=ids).logits)
+
+
+def spy_on_optimizer_steps(monkeypatch: pytest.MonkeyPatch, t: LocalTrainer, fail: bool = False) -> list[int]:
+    """The generation copy's size at each optimizer step (its gradient clip, just before)."""
+    sizes: list[int] = []
+    clip = torch.nn.utils.clip_grad_norm_
+
+    def clip_and_look(*args: Any, **kwargs: Any) -> Any:
+        sizes.append(copy_size(t))
+        if fail:
+            raise RuntimeError("the update failed half-way")
+        return clip(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip_and_look)
+    return sizes
+
+
+def test_the_generation_copy_is_set_aside_during_the_update_and_refreshed_after(
+    tmp_path: Path, examples: list[Example], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = trainer("think2sql", tmp_path, examples, *BF16_COPY, "algorithm.mini_batches=2")
+    full = copy_size(t)
+    assert t.gen_model is not t.model and full > 0
+    sizes = spy_on_optimizer_steps(monkeypatch, t)
+    before = {k: v.clone() for k, v in t.model.state_dict().items()}
+    t.train_step()
+    assert sizes == [0, 0]  # two mini-batches: set aside through both optimizer steps
+    assert any(not torch.equal(before[k], v) for k, v in t.model.state_dict().items())  # the weights moved
+    assert copy_size(t) == full
+    assert_copy_is_the_policy_in_bf16(t)
+
+
+def test_a_failed_update_still_brings_the_generation_copy_back(
+    tmp_path: Path, examples: list[Example], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = trainer("think2sql", tmp_path, examples, *BF16_COPY)
+    sizes = spy_on_optimizer_steps(monkeypatch, t, fail=True)
+    with pytest.raises(RuntimeError, match="half-way"):
+        t.train_step()
+    assert sizes == [0]
+    assert_copy_is_the_policy_in_bf16(t)
+
+
+def test_the_warm_start_sets_the_generation_copy_aside(
+    tmp_path: Path, examples: list[Example], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import training.supervised.fine_tune as ft
+
+    t = trainer("think2sql", tmp_path, examples, *BF16_COPY, "stage.warm_start.enable=true")
+    sizes: list[int] = []
+    fine_tune = ft.supervised_fine_tune
+
+    def look_then_fine_tune(*args: Any, **kwargs: Any) -> Any:
+        sizes.append(copy_size(t))
+        return fine_tune(*args, **kwargs)
+
+    monkeypatch.setattr(ft, "supervised_fine_tune", look_then_fine_tune)
+    before = {k: v.clone() for k, v in t.model.state_dict().items()}
+    t.run_warm_start()
+    assert sizes == [0]
+    assert any(not torch.equal(before[k], v) for k, v in t.model.state_dict().items())
+    assert_copy_is_the_policy_in_bf16(t)
+
+
+def test_the_kl_reference_is_loaded_for_one_pass_per_update(
+    tmp_path: Path, examples: list[Example], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Think2SQL with a KL term from step 0, one row per micro-batch: the reference is the
+    given model's initial weights, loaded once per update and gone after; at step 1 the
+    policy is that reference, so the KL of every micro-batch is 0 only if each one got its
+    own rows' reference log-probs; at step 2 the policy has moved."""
+    t = trainer(
+        "think2sql",
+        tmp_path,
+        examples,
+        "algorithm.dynamic_sampling.enable=false",
+        "algorithm.kl_schedule=[[0,0.01]]",
+        "optim.micro_batch_size=1",
+        "trainer.total_steps=2",
+    )
+    loads: list[int] = []
+    initial_policy = policy_models.PolicyModels._initial_policy
+
+    def counted(self: policy_models.PolicyModels, *args: Any, **kwargs: Any) -> Any:
+        loads.append(t.step)
+        return initial_policy(self, *args, **kwargs)
+
+    monkeypatch.setattr(policy_models.PolicyModels, "_initial_policy", counted)
+    kls: list[float] = []
+    grpo_loss = upd.lp.grpo_loss
+
+    def loss_and_keep_kl(*args: Any, **kwargs: Any) -> Any:
+        loss, metrics = grpo_loss(*args, **kwargs)
+        kls.append(metrics["kl"])
+        return loss, metrics
+
+    monkeypatch.setattr(upd.lp, "grpo_loss", loss_and_keep_kl)
+    first = t.train_step()
+    step_one = list(kls)
+    assert t.models.ref_model is None and t.models.reference_on
+    second = t.train_step()
+    assert loads == [0, 1] and t.models.ref_model is None  # one load per update, not per micro-batch
+    assert first["sampling/trajectories_updated"] == len(step_one) > 1  # one row per micro-batch
+    assert step_one == [0.0] * len(step_one)
+    assert max(kls[len(step_one) :]) > 0.0 and second["kl"] > 0.0
+
+
+def test_the_optimizer_state_is_released_after_the_last_checkpointed_step(
+    tmp_path: Path, examples: list[Example]
+) -> None:
+    """AdamW's moments go before the final evaluation (they are in the last checkpoint): a
+    resumed run gets them back; this trainer refuses to train on."""
+    extra = ("algorithm.dynamic_sampling.enable=false", "trainer.eval_before_after=true")
+    t = trainer("think2sql", tmp_path, examples, *extra)
+    t.fit()
+    assert len(t.optimizer.state) == 0
+    with pytest.raises(RuntimeError, match=r"resume=auto"):
+        t.train_step()
+    resumed = trainer("think2sql", tmp_path, examples, *extra, "resume=auto", "trainer.total_steps=2")
+    assert resumed.restore() and resumed.step == 1
+    trainable = [p for p in resumed.model.parameters() if p.requires_grad]
+    assert len(resumed.optimizer.state) == len(trainable)
+    assert all(float(resumed.optimizer.state[p]["exp_avg_sq"].abs().sum()) > 0 for p in trainable[:3])

@@ -74,6 +74,7 @@ class Updater:
     ) -> None:
         self.models, self.optim, self.algorithm = models, optim, algorithm
         self.loss_settings, self.watch = loss_settings, watch
+        self.released = False  # AdamW's moments were dropped after the run's last step
         self.optimizer = torch.optim.AdamW(  # under LoRA the base is frozen: the adapter's weights only
             [p for p in models.model.parameters() if p.requires_grad],
             lr=optim.lr,
@@ -84,8 +85,6 @@ class Updater:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0
         )
-
-    released = False  # AdamW's moments were dropped after the run's last step
 
     def release_optimizer_state(self) -> None:
         """Drop AdamW's moments after the run's last step, which is checkpointed with them:

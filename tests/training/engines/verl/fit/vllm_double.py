@@ -25,7 +25,9 @@ the part it replaces, read from veRL 0.9.1's source:
   again with those tokens continues its script where it was cut. A *latency model*
   (:meth:`TinyServer.set_latency`) sleeps after each token - ``token_seconds`` times a
   per-request factor drawn from a long-tailed distribution - so generation takes wall
-  time and overlaps the trainer's work, and an update finds requests in flight.
+  time and overlaps the trainer's work, and an update finds requests in flight;
+  :meth:`TinyServer.hold_until_cut` makes sure of it, holding fresh scripted requests
+  after their first token until an abort cuts them.
 - :class:`TinyCheckpointEngine` - ``CheckpointEngineManager`` with the naive backend:
   ``update_weights(version)`` copies the weights into the server and wakes it (under
   LoRA the base once, then the adapter, which the server applies with PEFT as vLLM's LoRA
@@ -123,7 +125,7 @@ class TinyServer:
         self.factors = [float(f) for f in factors or []]
 
     def hold_until_cut(self, requests: int = 1, timeout: float = 300.0) -> None:
-        """Hold the next ``requests`` fresh requests after their first token until an abort
+        """Hold the next ``requests`` fresh scripted requests after their first token until an abort
         cuts them, so the first update is sure to find them in flight and the next weights
         to continue them (without it that depends on the latency draw). ``timeout``: a held
         request goes on after that many seconds with no abort (a test then fails, not hangs)."""

@@ -58,11 +58,21 @@ def int8_generation_copy(model: Any) -> Any:
 def refresh_int8_copy(gen: Any, model: Any) -> None:
     """Bring ``gen`` (an :func:`int8_generation_copy`) to ``model``'s current weights: the
     fp32 parameters are copied, each quantised layer is quantised again from its fp32 twin."""
+    copy_parameters(gen, model)
+    _quantise_into(gen, model)
+
+
+def copy_parameters(gen: Any, model: Any) -> None:
+    """Copy ``model``'s parameters into the generation copy ``gen``'s, by name, each in the
+    copy's dtype; a parameter set aside (emptied while only the policy runs) is allocated
+    again (``PolicyModels.generation_copy_set_aside``)."""
     own = dict(model.named_parameters())
     with torch.no_grad():
         for name, param in gen.named_parameters():
-            param.copy_(own[name])
-    _quantise_into(gen, model)
+            if param.numel() == 0:
+                param.data = own[name].detach().to(param.dtype, copy=True)
+            else:
+                param.copy_(own[name])
 
 
 def _quantise_into(gen: Any, model: Any) -> None:

@@ -106,21 +106,12 @@ class PolicyModels:
         weights set aside by :meth:`generation_copy_set_aside` are allocated again."""
         if self.gen_model is self.model:
             return
-        from training.generation.int8_copy import is_int8_copy, refresh_int8_copy
+        from training.generation.int8_copy import copy_parameters, is_int8_copy, refresh_int8_copy
 
-        own = dict(self.model.named_parameters())
-        params = list(self.gen_model.named_parameters())
-        all_set_aside = all(param.numel() == 0 for _, param in params)  # then all copied just below
-        with torch.no_grad():
-            for name, param in params:
-                if param.numel() == 0:  # set aside: a fresh tensor in the copy's dtype
-                    param.data = own[name].detach().to(param.dtype, copy=True)
         if is_int8_copy(self.gen_model):
-            refresh_int8_copy(self.gen_model, self.model)  # the quantised layers, from the policy's
-        elif not all_set_aside:
-            with torch.no_grad():
-                for dst, src in zip(self.gen_model.parameters(), self.model.parameters(), strict=True):
-                    dst.copy_(src)
+            refresh_int8_copy(self.gen_model, self.model)
+        else:
+            copy_parameters(self.gen_model, self.model)
 
     @contextlib.contextmanager
     def generation_copy_set_aside(self) -> Iterator[None]:

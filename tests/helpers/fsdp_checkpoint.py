@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 from pathlib import Path
 
 
@@ -63,12 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM
     from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
 
+    from tests.helpers.process_group import one_rank_process_group
     from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    one_rank_process_group()
     run_dir = Path(args.run_dir)
     source = run_dir / "policy"  # veRL loads the actor from a model directory (architectures, name_or_path)
     tiny_tokenizer().save_pretrained(source)

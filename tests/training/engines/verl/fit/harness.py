@@ -43,6 +43,7 @@ from omegaconf import OmegaConf, open_dict
 
 from tests.helpers.agent_db import COUNT_SQL, JOIN_SQL, make_db
 from tests.helpers.agent_scripts import SCRIPTS
+from tests.helpers.process_group import one_rank_process_group
 from tests.helpers.tiny_model import tiny_model, tiny_tokenizer
 from tests.training.engines.verl.fit.fsdp_double import TinyActorWorkerGroup
 from tests.training.engines.verl.fit.vllm_double import TinyCheckpointEngine, TinyServerManager
@@ -308,7 +309,7 @@ def _runtime(
         log_to_driver=False,
         _system_config=NO_PRESTART,
     )
-    _process_group()
+    one_rank_process_group()
     tq.init(base.transfer_queue)
     servers = TinyServerManager(base, script, writers, wrong)
     rewards = RewardLoopManager(config=base, rm_resource_pool=None)
@@ -347,20 +348,6 @@ def clear_transfer_queue() -> None:
     for partition, items in (tq.kv_list() or {}).items():
         if items:
             tq.kv_clear(keys=list(items), partition_id=partition)
-
-
-def _process_group() -> None:
-    """The one-rank gloo group a worker process has (veRL's checkpoint manager asks it for ranks)."""
-    import socket
-
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        return
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
 
 
 def run_fit(session: FitSession, config: Any, before_fit: Any = None, trainer_cls: Any = None) -> Any:

@@ -161,6 +161,11 @@ class OptimConfig:
     warmup_ratio: float = _f(0.03, "fraction of total steps with linear warmup")
     grad_clip: float = _f(1.0, "max gradient norm")
     micro_batch_size: int = _f(4, "trajectories per forward/backward (gradient accumulation)")
+    spill_state: bool = _f(
+        False,
+        "local engine: AdamW's moments wait on disk (run_dir) while a step generates, and are read "
+        "back for the update (1 GiB of RAM on SmolLM2-135M; the laptop profile turns it on)",
+    )
 
     def __post_init__(self) -> None:
         _need(self.lr > 0, f"optim.lr={self.lr}: must be > 0")

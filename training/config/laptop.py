@@ -49,6 +49,11 @@ class LaptopProfile:
         "-> model.gradient_checkpointing (a warm-start micro-batch of two 4k-token "
         "demonstrations held 9.5 GB of layer activations without it)",
     )
+    spill_optimizer_state: bool = _f(
+        True,
+        "-> optim.spill_state (AdamW's 1 GiB of moments wait on disk while steps 2 and after generate, "
+        "where the RL phase's memory peaked)",
+    )
     warm_start: bool = _f(
         True,
         "-> stage.warm_start.enable (SFT on demonstrations first: without it "

@@ -61,6 +61,7 @@ def apply_laptop_profile(
     put("stage.warm_start.micro_batch_size", p.micro_batch_size)
     put("rollout.generation_rows", p.generation_rows)
     put("model.gradient_checkpointing", p.gradient_checkpointing)
+    put("optim.spill_state", p.spill_optimizer_state)
     # the supervised stages replace the demonstration warm start
     put("stage.warm_start.enable", p.warm_start and cfg.stage.name == "rl")
     put("stage.warm_start.examples", p.warm_start_examples, cap=True)

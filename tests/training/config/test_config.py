@@ -157,12 +157,13 @@ def test_prepare_config_applies_the_profile_on_cpu_and_prints_it() -> None:
     assert cfg.agent.options["linker_max_turns"] == 2 and cfg.algorithm.batch_size == 1
     text = "\n".join(lines)
     assert "laptop profile" in text and "algorithm.group_size: 16 -> 4" in text
+    assert cfg.optim.spill_state and "optim.spill_state: False -> True" in text
     off = prepare_config(
         composed("recipe=dualsql", "engine=local", "engine.device=cpu", "engine.laptop_profile=off"),
         set(),
         lines.append,
     )
-    assert off.algorithm.group_size == 16
+    assert off.algorithm.group_size == 16 and not off.optim.spill_state
 
 
 def test_yaml_tree_round_trips() -> None:

@@ -120,15 +120,16 @@ class PolicyModels:
         copy is not used meanwhile and is refreshed after every weight change anyway, so
         this costs one allocation per refresh and lowers the run's peak memory by the
         copy's size (0.27 GB bf16 on SmolLM2-135M). The int8 copy's quantised layers stay."""
+        from training.runs.usage import release_free_memory
+
         if self.gen_model is not self.model:
             for param in self.gen_model.parameters():
                 param.data = torch.empty(0, dtype=param.dtype, device=param.device)
-            from training.runs.usage import release_free_memory
-
             release_free_memory()
         try:
             yield
         finally:
+            release_free_memory()  # what the block freed (SFT's AdamW state), before the copy comes back
             self.sync_generation_copy()
 
     def remember_initial(self) -> None:

@@ -68,15 +68,16 @@ class TrainStep:
         from training.rollout import run_episodes
 
         requests = [(ex, get_database(ex.db_path), g) for ex in examples for g in range(group_size)]
-        return run_episodes(
-            agent,
-            requests,
-            self.tokenizer,
-            TimedGenerate(self.generate, self.watch),
-            sampling,
-            self.limits,
-            progress=progress,
-        )
+        with self.updater.moments_set_aside():  # optim.spill_state: nothing reads them while generating
+            return run_episodes(
+                agent,
+                requests,
+                self.tokenizer,
+                TimedGenerate(self.generate, self.watch),
+                sampling,
+                self.limits,
+                progress=progress,
+            )
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, Any]:

@@ -223,7 +223,7 @@ class LocalTrainer(TrainStep, Checkpoints):
             entropy_coeff=a.entropy_coeff,
         )
         self.watch = Stopwatch()
-        self.updater = Updater(self.models, cfg.optim, a, loss, self.total_steps, self.watch)
+        self.updater = Updater(self.models, cfg.optim, a, loss, self.total_steps, self.watch, spill_dir=cfg.run_dir)
         self.sampler = CandidatePool(st.DataSampler(len(self.train_examples), seed=cfg.seed))
         self.generate = self.inputs.generate or hf_generate(
             self.gen_model,

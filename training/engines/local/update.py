@@ -14,6 +14,7 @@ neither sits beside the gradients and AdamW state, where the run's memory peaks.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections import Counter, defaultdict
@@ -25,6 +26,7 @@ import torch
 from training.config import AlgorithmConfig, OptimConfig, warmup_steps
 from training.engines.local import loss as lp
 from training.engines.local.buffer import StepBuffer
+from training.engines.local.optimizer_spill import moments_on_disk
 from training.engines.local.policy_models import PolicyModels
 from training.runs.usage import release_free_memory
 
@@ -71,9 +73,11 @@ class Updater:
         loss_settings: lp.LossSettings,
         total_steps: int,
         watch: Stopwatch,
+        spill_dir: str | None = None,
     ) -> None:
         self.models, self.optim, self.algorithm = models, optim, algorithm
         self.loss_settings, self.watch = loss_settings, watch
+        self.spill_dir = spill_dir if optim.spill_state else None
         self.released = False  # AdamW's moments were dropped after the run's last step
         self.optimizer = torch.optim.AdamW(  # under LoRA the base is frozen: the adapter's weights only
             [p for p in models.model.parameters() if p.requires_grad],
@@ -85,6 +89,11 @@ class Updater:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0
         )
+
+    def moments_set_aside(self) -> contextlib.AbstractContextManager[None]:
+        """AdamW's moments on disk for the block (``optim.spill_state``; a no-op when it is off,
+        and before the first optimizer step): training/engines/local/optimizer_spill.py."""
+        return moments_on_disk(self.optimizer, self.spill_dir)
 
     def release_optimizer_state(self) -> None:
         """Drop AdamW's moments after the run's last step, which is checkpointed with them:

@@ -157,3 +157,49 @@ def test_the_optimizer_state_is_released_after_the_last_checkpointed_step(
     trainable = [p for p in resumed.model.parameters() if p.requires_grad]
     assert len(resumed.optimizer.state) == len(trainable)
     assert all(float(resumed.optimizer.state[p]["exp_avg_sq"].abs().sum()) > 0 for p in trainable[:3])
+
+
+def test_adamw_moments_wait_on_disk_while_a_step_generates(tmp_path: Path, examples: list[Example]) -> None:
+    """optim.spill_state: from the second step's rollout on (the first optimizer step made
+    the moments), every generate call sees no optimizer state and the spill file; the update
+    after it gets the same moments back, bit for bit, and the file is gone."""
+    from training.engines.local.optimizer_spill import SPILL_NAME
+
+    t = trainer("think2sql", tmp_path, examples, "algorithm.dynamic_sampling.enable=false", "optim.spill_state=true")
+    spill = tmp_path / SPILL_NAME
+    seen: list[tuple[int, bool]] = []
+    generate = t.generate
+
+    def look_then_generate(*args: Any, **kwargs: Any) -> Any:
+        seen.append((len(t.optimizer.state), spill.exists()))
+        return generate(*args, **kwargs)
+
+    t.generate = look_then_generate
+    t.train_step()
+    assert seen and set(seen) == {(0, False)}  # before the first optimizer step: nothing to spill
+    moments = {p: {k: v.clone() for k, v in s.items()} for p, s in t.optimizer.state.items()}
+    assert moments
+    seen.clear()
+    with t.updater.moments_set_aside():
+        assert len(t.optimizer.state) == 0 and spill.exists()
+    assert not spill.exists() and t.optimizer.state.keys() == moments.keys()
+    for p, state in moments.items():
+        assert all(torch.equal(v, t.optimizer.state[p][k]) for k, v in state.items())
+    t.train_step()
+    assert seen and set(seen) == {(0, True)}  # every generate call of step 2
+    assert not spill.exists() and len(t.optimizer.state) == len(moments)
+    assert all(int(t.optimizer.state[p]["step"]) == 2 for p in moments)  # the update continued from them
+
+
+def test_a_failed_rollout_still_brings_the_moments_back(tmp_path: Path, examples: list[Example]) -> None:
+    t = trainer("think2sql", tmp_path, examples, "algorithm.dynamic_sampling.enable=false", "optim.spill_state=true")
+    t.train_step()
+    count = len(t.optimizer.state)
+
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("generation failed")
+
+    t.generate = fail
+    with pytest.raises(RuntimeError, match="generation failed"):
+        t.train_step()
+    assert len(t.optimizer.state) == count and not list(tmp_path.glob("*.spill"))

@@ -165,6 +165,7 @@ class Chain(DatasetStage):
                 self.t.autocast,
                 seed=self.cfg.seed,
                 progress="console" in self.cfg.logger,
+                spill_dir=self.t.updater.spill_dir,
             )
         result.update(
             {"conversations": float(len(rows)), "episodes": float(len(trajectories)), "replay_dropped": dropped}

@@ -20,11 +20,13 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from training.engines.local import loss as lp
+from training.engines.local.optimizer_spill import MomentSpill
 from training.runs.usage import release_free_memory
 
 Say = Callable[[str], None]
@@ -77,13 +79,17 @@ def supervised_fine_tune(
     seed: int = 0,
     progress: bool = False,
     on_step: Callable[[int, dict[str, float]], None] | None = None,
+    spill_dir: str | Path | None = None,
 ) -> dict[str, float]:
-    """Fine-tune ``model`` in place; returns first/last-step NLL, steps, tokens and duration_s (seconds)."""
+    """Fine-tune ``model`` in place; returns first/last-step NLL, steps, tokens and duration_s (seconds).
+    ``spill_dir``: AdamW's moments wait there during each step's forward and backward passes
+    (training/engines/local/optimizer_spill.py)."""
     if not trajectories:
         raise ValueError("no demonstrations to fine-tune on")
     batches = _batches(len(trajectories), settings.batch_size, settings.epochs, seed)
     trainable = [p for p in model.parameters() if p.requires_grad]  # under LoRA: the adapter
     optimizer = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=settings.weight_decay)
+    spill = MomentSpill(optimizer, spill_dir)
     warm = math.ceil(len(batches) * settings.warmup_ratio)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0)
     model.train()
@@ -94,11 +100,12 @@ def supervised_fine_tune(
         total = float(sum(sum(t.response_mask) for t in items)) or 1.0
         optimizer.zero_grad(set_to_none=True)
         step_loss = 0.0
-        for k in range(0, len(items), settings.micro_batch_size):
-            loss_sum, _ = nll_sum(model, items[k : k + settings.micro_batch_size], pad_id, device, autocast)
-            (loss_sum / total).backward()
-            release_free_memory()
-            step_loss += float(loss_sum.detach()) / total
+        with spill.away():  # a long demonstration's activations peak here, not beside the moments
+            for k in range(0, len(items), settings.micro_batch_size):
+                loss_sum, _ = nll_sum(model, items[k : k + settings.micro_batch_size], pad_id, device, autocast)
+                (loss_sum / total).backward()
+                release_free_memory()
+                step_loss += float(loss_sum.detach()) / total
         norm = torch.nn.utils.clip_grad_norm_(trainable, settings.grad_clip)
         optimizer.step()
         scheduler.step()

@@ -68,7 +68,7 @@ class TrainStep:
         from training.rollout import run_episodes
 
         requests = [(ex, get_database(ex.db_path), g) for ex in examples for g in range(group_size)]
-        with self.updater.moments_set_aside():  # optim.spill_state: nothing reads them while generating
+        with self.updater.moments_set_aside():  # a no-op inside train_step's; an evaluation's own
             return run_episodes(
                 agent,
                 requests,
@@ -81,7 +81,12 @@ class TrainStep:
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, Any]:
-        """Roll out, score, filter, update; returns the step's metrics."""
+        """Roll out, score, filter, update; returns the step's metrics. AdamW's moments wait on
+        disk meanwhile, back only for the optimizer steps (``optim.spill_state``)."""
+        with self.updater.moments_set_aside():
+            return self._train_step()
+
+    def _train_step(self) -> dict[str, Any]:
         a = self.cfg.algorithm
         self.watch.reset()
         start = time.perf_counter()

@@ -377,6 +377,7 @@ class LocalTrainer(TrainStep, Checkpoints):
                 autocast=self.autocast,
                 progress="console" in cfg.logger,
                 say=self._say,
+                spill_dir=self.updater.spill_dir,
             )
 
     def _warm_start(self) -> dict[str, Any]:

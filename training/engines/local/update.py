@@ -26,7 +26,7 @@ import torch
 from training.config import AlgorithmConfig, OptimConfig, warmup_steps
 from training.engines.local import loss as lp
 from training.engines.local.buffer import StepBuffer
-from training.engines.local.optimizer_spill import moments_on_disk
+from training.engines.local.optimizer_spill import MomentSpill
 from training.engines.local.policy_models import PolicyModels
 from training.runs.usage import release_free_memory
 
@@ -77,7 +77,7 @@ class Updater:
     ) -> None:
         self.models, self.optim, self.algorithm = models, optim, algorithm
         self.loss_settings, self.watch = loss_settings, watch
-        self.spill_dir = spill_dir if optim.spill_state else None
+        self.spill_dir = spill_dir if optim.spill_state else None  # the warm start's SFT spills there too
         self.released = False  # AdamW's moments were dropped after the run's last step
         self.optimizer = torch.optim.AdamW(  # under LoRA the base is frozen: the adapter's weights only
             [p for p in models.model.parameters() if p.requires_grad],
@@ -85,15 +85,17 @@ class Updater:
             betas=(optim.betas[0], optim.betas[1]),
             weight_decay=optim.weight_decay,
         )
+        self.spill = MomentSpill(self.optimizer, self.spill_dir)
         warm = warmup_steps(total_steps * algorithm.mini_batches, optim.warmup_ratio)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0
         )
 
     def moments_set_aside(self) -> contextlib.AbstractContextManager[None]:
-        """AdamW's moments on disk for the block (``optim.spill_state``; a no-op when it is off,
-        and before the first optimizer step): training/engines/local/optimizer_spill.py."""
-        return moments_on_disk(self.optimizer, self.spill_dir)
+        """AdamW's moments on disk for the block but for its optimizer steps (``optim.spill_state``;
+        a no-op when it is off, before the first optimizer step, and nested):
+        training/engines/local/optimizer_spill.py."""
+        return self.spill.away()
 
     def release_optimizer_state(self) -> None:
         """Drop AdamW's moments after the run's last step, which is checkpointed with them:
@@ -198,7 +200,8 @@ class Updater:
             norm = torch.nn.utils.clip_grad_norm_(
                 [p for p in m.model.parameters() if p.requires_grad], self.optim.grad_clip
             )
-            self.optimizer.step()
+            with self.spill.back():
+                self.optimizer.step()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
         return {**losses, **weighted, "policy/grad_norm": float(norm)}

@@ -68,6 +68,7 @@ def run_warm_start(
     autocast: Any = None,
     progress: bool = False,
     say: Callable[[str], None] = print,
+    spill_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Fine-tune ``model`` on demonstrations of ``agent`` on ``examples`` (or reload the
     finished warm start in ``run_dir`` when its fingerprint is ``expected``)."""
@@ -103,7 +104,15 @@ def run_warm_start(
         grad_clip=grad_clip,
     )
     result = supervised_fine_tune(
-        model, demos.trajectories, settings, tokenizer.pad_token_id, device, autocast, seed=seed, progress=progress
+        model,
+        demos.trajectories,
+        settings,
+        tokenizer.pad_token_id,
+        device,
+        autocast,
+        seed=seed,
+        progress=progress,
+        spill_dir=spill_dir,
     )
     result.update(
         {

@@ -159,27 +159,37 @@ def test_the_optimizer_state_is_released_after_the_last_checkpointed_step(
     assert all(float(resumed.optimizer.state[p]["exp_avg_sq"].abs().sum()) > 0 for p in trainable[:3])
 
 
-def test_adamw_moments_wait_on_disk_while_a_step_generates(tmp_path: Path, examples: list[Example]) -> None:
-    """optim.spill_state: from the second step's rollout on (the first optimizer step made
-    the moments), every generate call sees no optimizer state and the spill file; the update
-    after it gets the same moments back, bit for bit, and the file is gone."""
+def test_adamw_moments_wait_on_disk_but_for_the_optimizer_step(
+    tmp_path: Path, examples: list[Example], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """optim.spill_state: from the second step on (the first optimizer step made the
+    moments), every generate call and the update's backward passes (up to the gradient clip)
+    see no optimizer state and the spill file; the optimizer step gets the same moments back,
+    bit for bit, and the file is gone after the step."""
     from training.engines.local.optimizer_spill import SPILL_NAME
 
     t = trainer("think2sql", tmp_path, examples, "algorithm.dynamic_sampling.enable=false", "optim.spill_state=true")
     spill = tmp_path / SPILL_NAME
     seen: list[tuple[int, bool]] = []
-    generate = t.generate
+    clipped: list[tuple[int, bool]] = []
+    generate, clip = t.generate, torch.nn.utils.clip_grad_norm_
 
     def look_then_generate(*args: Any, **kwargs: Any) -> Any:
         seen.append((len(t.optimizer.state), spill.exists()))
         return generate(*args, **kwargs)
 
+    def look_then_clip(*args: Any, **kwargs: Any) -> Any:
+        clipped.append((len(t.optimizer.state), spill.exists()))
+        return clip(*args, **kwargs)
+
     t.generate = look_then_generate
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", look_then_clip)
     t.train_step()
-    assert seen and set(seen) == {(0, False)}  # before the first optimizer step: nothing to spill
+    assert seen and set(seen) == {(0, False)} and clipped == [(0, False)]  # no moments yet: nothing to spill
     moments = {p: {k: v.clone() for k, v in s.items()} for p, s in t.optimizer.state.items()}
     assert moments
     seen.clear()
+    clipped.clear()
     with t.updater.moments_set_aside():
         assert len(t.optimizer.state) == 0 and spill.exists()
     assert not spill.exists() and t.optimizer.state.keys() == moments.keys()
@@ -187,8 +197,9 @@ def test_adamw_moments_wait_on_disk_while_a_step_generates(tmp_path: Path, examp
         assert all(torch.equal(v, t.optimizer.state[p][k]) for k, v in state.items())
     t.train_step()
     assert seen and set(seen) == {(0, True)}  # every generate call of step 2
+    assert clipped == [(0, True)]  # the backward passes too
     assert not spill.exists() and len(t.optimizer.state) == len(moments)
-    assert all(int(t.optimizer.state[p]["step"]) == 2 for p in moments)  # the update continued from them
+    assert all(int(t.optimizer.state[p]["step"]) == 2 for p in moments)  # the step continued from them
 
 
 def test_a_failed_rollout_still_brings_the_moments_back(tmp_path: Path, examples: list[Example]) -> None:
@@ -203,3 +214,32 @@ def test_a_failed_rollout_still_brings_the_moments_back(tmp_path: Path, examples
     with pytest.raises(RuntimeError, match="generation failed"):
         t.train_step()
     assert len(t.optimizer.state) == count and not list(tmp_path.glob("*.spill"))
+
+
+def test_the_warm_start_spills_its_moments_and_trains_the_same_weights(
+    tmp_path: Path, examples: list[Example], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SFT's own AdamW: on disk during each step's forward and backward passes after the
+    first; the fine-tuned weights equal those of the same warm start without spilling."""
+    import training.supervised.fine_tune as ft
+    from training.engines.local.optimizer_spill import SPILL_NAME
+
+    warm = ("algorithm.dynamic_sampling.enable=false", "stage.warm_start.enable=true")
+    small_steps = ("stage.warm_start.batch_size=2", "stage.warm_start.micro_batch_size=1")
+    nll_sum = ft.nll_sum
+    weights = {}
+    for spill in (False, True):
+        run_dir = tmp_path / f"spill_{spill}"
+        t = trainer("think2sql", run_dir, examples, *warm, *small_steps, f"optim.spill_state={spill}")
+        seen: list[bool] = []
+
+        def look_then_nll(*args: Any, **kwargs: Any) -> Any:
+            seen.append((run_dir / SPILL_NAME).exists())  # noqa: B023 - called within this iteration
+            return nll_sum(*args, **kwargs)
+
+        monkeypatch.setattr(ft, "nll_sum", look_then_nll)
+        t.run_warm_start()
+        assert len(seen) >= 4 and seen[:2] == [False, False]  # the first step has no moments yet
+        assert set(seen[2:]) == {spill} and not (run_dir / SPILL_NAME).exists()
+        weights[spill] = {k: v.clone() for k, v in t.model.state_dict().items()}
+    assert all(torch.equal(v, weights[True][k]) for k, v in weights[False].items())

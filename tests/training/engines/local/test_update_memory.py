@@ -203,7 +203,12 @@ def test_adamw_moments_wait_on_disk_but_for_the_optimizer_step(
 
 
 def test_a_failed_rollout_still_brings_the_moments_back(tmp_path: Path, examples: list[Example]) -> None:
+    """...and a spill file a killed run left behind is deleted by the next run's trainer."""
+    from training.engines.local.optimizer_spill import SPILL_NAME
+
+    tmp_path.joinpath(SPILL_NAME).write_bytes(b"moments of a run killed during its rollout")
     t = trainer("think2sql", tmp_path, examples, "algorithm.dynamic_sampling.enable=false", "optim.spill_state=true")
+    assert not tmp_path.joinpath(SPILL_NAME).exists()
     t.train_step()
     count = len(t.optimizer.state)
 

@@ -15,6 +15,7 @@ import torch
 from verl.utils import tensordict_utils as tu
 
 from tests.helpers.agent_scripts import THINK2SQL
+from tests.helpers.process_group import one_rank_process_group
 from tests.training.engines.verl.fit import harness as H
 from tests.training.engines.verl.fit.fsdp_double import TinyActorWorkerGroup, sequence_logprobs, weights_changed
 from tests.training.engines.verl.fit.vllm_double import TinyServer, server_args
@@ -45,7 +46,7 @@ def config(tmp_path_factory: pytest.TempPathFactory) -> Any:
             "logger=[]",
         ],
     )
-    H._process_group()
+    one_rank_process_group()
     yield H.with_changes(cfg, {"actor_rollout_ref.actor.optim.total_training_steps": 10})
     dist.destroy_process_group()
 

@@ -163,8 +163,9 @@ class OptimConfig:
     micro_batch_size: int = _f(4, "trajectories per forward/backward (gradient accumulation)")
     spill_state: bool = _f(
         False,
-        "local engine: AdamW's moments wait on disk (run_dir) while a step generates, and are read "
-        "back for the update (1 GiB of RAM on SmolLM2-135M; the laptop profile turns it on)",
+        "local engine: AdamW's moments wait on disk (run_dir) through each step's rollout and passes, and "
+        "the warm start's SFT steps, in memory only for optimizer.step() (1 GiB of RAM on SmolLM2-135M; "
+        "the laptop profile turns it on)",
     )
 
     def __post_init__(self) -> None:

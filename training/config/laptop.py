@@ -51,8 +51,8 @@ class LaptopProfile:
     )
     spill_optimizer_state: bool = _f(
         True,
-        "-> optim.spill_state (AdamW's 1 GiB of moments wait on disk while steps 2 and after generate, "
-        "where the RL phase's memory peaked)",
+        "-> optim.spill_state (AdamW's 1 GiB of moments wait on disk but for optimizer.step(): the warm "
+        "start's long rows and the second step's rollout peaked beside them)",
     )
     warm_start: bool = _f(
         True,

@@ -159,8 +159,10 @@ def test_hostile_battery_changes_nothing_on_postgres(pg: PgData) -> None:
     assert isinstance(db, PostgresDatabase)
     assert isinstance(execute(db, "SELECT 1", QueryLimits()), QueryResult)  # the session to keep alive
     before = content_dump(pg.admin)
-    for preset, limits in sorted(SHORT.items()):
+    for preset in sorted(SHORT):
         for sql, kinds in pg_hostile(pg.outside):
+            # the 0.5 s deadline only where a timeout is the answer: a refusal must not race it on a loaded machine
+            limits = SHORT[preset] if "timeout" in kinds else LIMITS[preset]
             out = execute(db, sql, limits)
             assert isinstance(out, ToolError), (preset, sql, out)
             assert out.kind in kinds, (preset, sql, out)

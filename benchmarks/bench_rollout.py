@@ -64,13 +64,14 @@ def _matmul_decode(trainer: Any) -> Any:
 
 
 def _int8_copy(trainer: Any) -> Any:
-    """Prefix reuse on the int8 generation copy (training/generation/int8_copy.py) of the
-    fp32 policy: what a CPU without native bf16 runs (``--generation-dtype fp32`` makes the
-    other arms that CPU's fp32 path)."""
+    """Prefix reuse on the int8 generation copy of the fp32 policy, built as the engine
+    builds it (``generation_copy``: the hybrid decode attention with
+    ``model.decode_attention=auto``): what a CPU without native bf16 runs
+    (``--generation-dtype fp32`` makes the other arms that CPU's fp32 path)."""
+    from training.engines.local.policy_models import generation_copy
     from training.generation.hf import hf_generate
-    from training.generation.int8_copy import int8_generation_copy
 
-    model = int8_generation_copy(trainer.model)
+    model = generation_copy(trainer.model, "cpu", "int8", trainer.cfg.model.decode_attention)
     chunk = generation_rows(trainer.cfg)
     return hf_generate(model, trainer.tokenizer, trainer.device, None, chunk, logprobs=True, prefix_reuse=True)
 

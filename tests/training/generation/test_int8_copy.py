@@ -16,6 +16,7 @@ from tests.helpers.tiny_model import tiny_model
 from tools.errors import ConfigError
 from training.engines.local import policy_models as P
 from training.engines.local.trainer import LocalTrainer
+from training.generation.cpu_attention import NAME as HYBRID
 from training.generation.int8_copy import int8_generation_copy, is_int8_copy, quantised_names, refresh_int8_copy
 
 
@@ -90,7 +91,11 @@ def test_auto_picks_int8_only_on_a_cpu_without_native_bf16(monkeypatch: pytest.M
     with pytest.raises(ConfigError, match=r"generation_dtype=int8 on cuda.*auto or bf16"):
         P.generation_kind("int8", "cuda")
     model = tiny_model()
-    assert is_int8_copy(P.generation_copy(model, "cpu", "auto", "auto"))
+    gen = P.generation_copy(model, "cpu", "auto", "auto")
+    assert is_int8_copy(gen)
+    # the copy decodes with the hybrid CPU attention, as the bf16 copy does; the policy keeps sdpa
+    assert gen.config._attn_implementation == HYBRID and model.config._attn_implementation == "sdpa"
+    assert P.generation_copy(model, "cpu", "int8", "off").config._attn_implementation == "sdpa"
     assert P.generation_copy(model, "cpu", "fp32", "auto") is model
 
 

@@ -137,7 +137,8 @@ def test_finished_episodes_caches_are_freed_each_round_and_all_at_the_end() -> N
     assert gen.store == [] and gen.cached_tokens() == 0  # type: ignore[attr-defined]
 
 
-def test_a_question_s_samples_prefill_their_shared_prompt_once() -> None:
+@pytest.mark.parametrize("alone", [True, False], ids=["cpu_one_by_one", "batched"])
+def test_a_question_s_samples_prefill_their_shared_prompt_once(alone: bool) -> None:
     model = lively_model()
     text = TOK.apply_chat_template([{"role": "user", "content": "How many schools?"}], tokenize=False)
     prompt = TOK.encode(text + "<|im_start|>assistant\n", add_special_tokens=False)
@@ -145,10 +146,19 @@ def test_a_question_s_samples_prefill_their_shared_prompt_once() -> None:
     prompts = [list(prompt)] * 3 + [list(other)]
     params = SamplingParams(temperature=0.0, max_new_tokens=6)
     gen = hf_generate(model, TOK, chunk=8, prefix_reuse=True)
+    assert gen.prefill_alone  # type: ignore[attr-defined] # the default on CPU
+    gen.prefill_alone = alone  # type: ignore[attr-defined] # False: what other devices do
+    prefilled: list[int] = []
+    prefill = gen._prefill  # type: ignore[attr-defined]
+    gen._prefill = lambda rows: prefilled.append(len(rows)) or prefill(rows)  # type: ignore[attr-defined]
     outputs = gen(prompts, params)
-    # the three samples reuse the one prefill, and so does the prompt that extends theirs
-    assert gen.reused_tokens == 4 * (len(prompt) - 1)  # type: ignore[attr-defined]
-    assert len(gen.store) == 4  # type: ignore[attr-defined] # one row each; the shared prefill is not kept
+    if alone:  # every distinct first prompt alone, once for the chunk (not once per row)
+        assert prefilled == [1, 1]
+        assert gen.reused_tokens == 3 * (len(prompt) - 1) + len(other) - 1  # type: ignore[attr-defined]
+    else:  # only the shared prompt, once; the prompt that extends it reuses it too
+        assert prefilled == [1]
+        assert gen.reused_tokens == 4 * (len(prompt) - 1)  # type: ignore[attr-defined]
+    assert len(gen.store) == 4  # type: ignore[attr-defined] # one row each; the first prefills are not kept
     assert outputs == hf_generate(model, TOK, chunk=8)(prompts, params)
 
 

@@ -210,11 +210,12 @@ def generation_copy(model: Any, device: str, generation_dtype: str, decode_atten
     if kind == "int8":
         from training.generation.int8_copy import int8_generation_copy
 
-        return int8_generation_copy(model)
-    gen = copy.deepcopy(model).to(torch.bfloat16).eval()
-    for p in gen.parameters():
-        p.requires_grad_(False)
-    if device == "cpu" and decode_attention == "auto":
+        gen = int8_generation_copy(model)
+    else:
+        gen = copy.deepcopy(model).to(torch.bfloat16).eval()
+        for p in gen.parameters():
+            p.requires_grad_(False)
+    if device == "cpu" and decode_attention == "auto":  # a copy: the policy's own passes keep sdpa
         from training.generation.cpu_attention import use_hybrid_cpu_attention
 
         use_hybrid_cpu_attention(gen)

@@ -155,12 +155,12 @@ class PrefixReuseGenerate(ChunkedGenerate):
 
     def _prefill_first_prompts(self, arrays: list[np.ndarray]) -> list[RowCache]:
         """Prefill the prompts no stored row continues (all but their last token), for the
-        chunk's rows to reuse; these caches live for this chunk. On CPU every such prompt
-        (``prefill_alone``) is prefilled alone: unpadded, sdpa runs its causal kernel with the KV heads shared,
-        where a padded batch takes the masked math path with the KV heads copied (8 rows of
-        ~1,300 tokens on SmolLM2-135M, one core: 39 s batched, 20 s one by one). Elsewhere
-        only a prompt several rows share (a question's samples) is prefilled, once, and the
-        distinct ones together."""
+        chunk's rows to reuse; these caches live for this chunk. On CPU (``prefill_alone``)
+        every such prompt is prefilled alone: unpadded, sdpa runs its causal kernel with the
+        KV heads shared, where a padded batch takes the masked math path with the KV heads
+        copied (8 rows of ~1,300 tokens on SmolLM2-135M, one core: 39 s batched, 20 s one by
+        one). Elsewhere only the prompts several rows share (a question's samples) are
+        prefilled here, each once, in one padded batch."""
         counts: dict[bytes, int] = {}
         for a in arrays:
             if self._match(a)[1] == 0 and len(a) > 1:

@@ -152,6 +152,22 @@ def test_dualsql_recipe_runs_sequence_masked_is_with_a_bf16_generation_copy(
     assert "rollout_corr/rollout_is_mean" in metrics and "rollout_corr/rejected_tokens" in metrics
 
 
+def test_an_update_whose_every_sequence_is_rejected_leaves_the_weights(tmp_path: Path, examples: list[Example]) -> None:
+    """DualSQL's sequence rejection with a band no sequence falls in (the int8 copy's main
+    job met this: every row rejected): the step ends and no weight moves."""
+    t = _model_generate_trainer(
+        tmp_path,
+        examples,
+        "model.generation_dtype=bf16",
+        "model.autocast=off",
+        "algorithm.rollout_correction.rollout_rs_threshold='1e-9_2e-9'",
+    )
+    before = {k: v.clone() for k, v in t.model.state_dict().items()}
+    metrics = t.train_step()
+    assert metrics["rollout_corr/rejected_tokens"] > 0 and metrics["sampling/trajectories_updated"] > 0
+    assert all(torch.equal(v, before[k]) for k, v in t.model.state_dict().items())
+
+
 def test_over_long_prompts_leave_the_group(tmp_path: Path, examples: list[Example]) -> None:
     t = trainer(
         "think2sql", tmp_path, examples, "algorithm.dynamic_sampling.enable=false", "rollout.max_prompt_tokens=50"

@@ -196,7 +196,9 @@ class PolicyModels:
 
 def generation_copy(model: Any, device: str, generation_dtype: str, decode_attention: str) -> Any:
     """The weights ``generate`` runs on: a bf16 copy where bf16 is native, an int8 copy on
-    a CPU without it (training/generation/int8_copy.py), else the policy (``fp32``).
+    a CPU without it (training/generation/int8_copy.py), else the policy (``fp32``). On CPU
+    either copy decodes with the hybrid attention (``decode_attention=auto``,
+    training/generation/cpu_attention.py); the policy itself keeps its own.
 
     Measured on 2 shared cores (8 rows, 600-token prompts): bf16 weights decode at
     0.10 s/step and prefill in 6 s, fp32 at 1.03 s/step and 23 s; autocast over fp32

@@ -184,7 +184,8 @@ class Updater:
                     entropy=entropy,
                     rollout_is_weights=isw,
                 )
-                loss.backward()
+                if loss.requires_grad:  # constant when rejection masked every token of the update
+                    loss.backward()
             release_free_memory()
             full = batch.masks["full"].to(logp.device)  # [micro, resp_len]
             share = float(full.sum()) / n_full

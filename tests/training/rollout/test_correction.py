@@ -203,3 +203,54 @@ def test_dynamic_sampling_hands_unkept_candidates_back_to_the_pool(
     assert state["returned"] == t.sampler.returned  # part of the checkpoint
     if returned:
         assert [examples[i].id for i in t.sampler.take(2)] == [examples[i].id for i in state["returned"]]
+
+
+@pytest.mark.slow
+def test_the_update_s_held_forwards_give_the_separate_passes_weights(
+    tmp_path: Path, examples: list[Example], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DualSQL's sequence correction with one mini-batch and gradient checkpointing: the old
+    log-probs come from the update's own forward passes (held until the rejection mask is
+    known), not from a pass of their own, and the step moves the weights exactly as the
+    separate pass does (the same buffer, the same starting weights)."""
+    from training.engines.local import update as U
+
+    def run(hold_bytes: float) -> tuple[dict[str, torch.Tensor], dict[str, float], int]:
+        monkeypatch.setattr(U, "HELD_FORWARD_BYTES", hold_bytes)
+        t = _model_generate_trainer(
+            tmp_path / str(hold_bytes),
+            examples,
+            "model.generation_dtype=bf16",
+            "model.autocast=off",
+            "model.gradient_checkpointing=true",
+        )
+        passes = []
+        real = t.updater.old_log_probs
+        monkeypatch.setattr(t.updater, "old_log_probs", lambda buffer: passes.append(1) or real(buffer))
+        metrics = t.train_step()
+        return {k: v.clone() for k, v in t.model.state_dict().items()}, metrics, len(passes)
+
+    held_weights, held_metrics, held_passes = run(U.HELD_FORWARD_BYTES)
+    separate_weights, separate_metrics, separate_passes = run(0.0)  # nothing may be held: the separate pass
+    assert (held_passes, separate_passes) == (0, 1)
+    assert held_metrics["time/logprob"] == 0.0 < separate_metrics["time/logprob"]
+    assert held_metrics["rollout_corr/rollout_is_mean"] == separate_metrics["rollout_corr/rollout_is_mean"]
+    assert held_metrics["rollout_corr/kl"] != 0.0  # bf16 generation: real IS weights and rejection tests
+    initial = tiny_model().state_dict()
+    assert any(not torch.equal(held_weights[k], initial[k]) for k in initial)  # the step trained
+    for key, value in held_weights.items():
+        assert torch.allclose(value, separate_weights[key], atol=1e-7, rtol=0), key
+
+
+def test_a_model_without_gradient_checkpointing_holds_no_forwards(tmp_path: Path, examples: list[Example]) -> None:
+    from training.engines.local.update import held_forward_bytes
+
+    t = trainer("dualsql", tmp_path, examples, "algorithm.dynamic_sampling.enable=false")
+    trajectories = t.rollout(examples[:1], 2, t.agent, t.sampling)
+    rewards = [t._score(tr, examples[0]) for tr in trajectories]
+    buffer = build_buffer(trajectories, rewards, t.cfg, target_questions=1)
+    t.model.gradient_checkpointing_disable()
+    assert held_forward_bytes(t.model, buffer) == math.inf  # every activation would be held
+    t.model.gradient_checkpointing_enable()
+    tokens = sum(buffer.length(i) for i in range(buffer.size))
+    assert held_forward_bytes(t.model, buffer) == 4 * 64 * (2 + 2) * tokens  # the tiny model: hidden 64, 2 layers

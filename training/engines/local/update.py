@@ -2,10 +2,13 @@
 over one step's buffer.
 
 One optimizer pass per buffer: ``algorithm.mini_batches`` optimizer steps, gradient
-accumulation over micro-batches. Old log-probs come from a forward pass only when they
-can differ from the update's own (more than one mini-batch, or the rollout correction
-needs the whole buffer's before any step); with one mini-batch the policy has not moved
-since the rollout, so they are the detached log-probs of the update's forward pass.
+accumulation over micro-batches. Old log-probs come from a forward pass of their own only
+when they can differ from the update's (more than one mini-batch); with one mini-batch the
+policy has not moved since the rollout, so they are the detached log-probs of the update's
+forward pass. The rollout correction needs the whole buffer's before the first backward
+(its rejection mask changes every loss normaliser): with one mini-batch and gradient
+checkpointing the update then runs every micro-batch's forward first and holds their
+graphs (the layer inputs only, ``HELD_FORWARD_BYTES`` at most), so no extra pass runs.
 Reference log-probs are computed only while beta > 0, in one pass before the first
 optimizer step (the reference is frozen), with the reference model loaded for that pass
 only. The generation copy is set aside for the whole update and brought back at its end:
@@ -124,8 +127,13 @@ class Updater:
         corr = self.algorithm.rollout_correction
         chunks = _split(list(range(buffer.size)), self.algorithm.mini_batches)
         correct = corr.enabled and all(t.logprobs is not None for t in buffer.trajectories)
-        old = self.old_log_probs(buffer) if len(chunks) > 1 or correct else None
         ref = self.reference_log_probs(buffer, chunks) if beta > 0 else None
+        held = self._held_forwards(buffer) if correct and len(chunks) == 1 else None
+        old: dict[int, torch.Tensor] | None
+        if held is not None:  # the update's own forward passes give the old log-probs
+            old = {i: logp[j].detach().cpu() for micro, (logp, _) in held.items() for j, i in enumerate(micro)}
+        else:
+            old = self.old_log_probs(buffer) if len(chunks) > 1 or correct else None
         sums: Counter[str] = Counter()
         is_weights: dict[int, torch.Tensor] | None = None
         if correct and old is not None:
@@ -133,7 +141,7 @@ class Updater:
             sums.update(corr_metrics)
             sums = Counter({k: v * len(chunks) for k, v in sums.items()})  # divided by len(chunks) below
         for rows in chunks:
-            sums.update(self._optimizer_step(buffer, rows, beta, old, is_weights, ref))
+            sums.update(self._optimizer_step(buffer, rows, beta, old, is_weights, ref, held))
         return {k: v / len(chunks) for k, v in sums.items()}
 
     def _optimizer_step(
@@ -144,8 +152,10 @@ class Updater:
         old: dict[int, torch.Tensor] | None,
         is_weights: dict[int, torch.Tensor] | None = None,
         ref_log_probs: dict[tuple[int, ...], torch.Tensor] | None = None,
+        held: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor | None]] | None = None,
     ) -> dict[str, float]:
-        """Accumulate gradients over micro-batches, then clip and step once."""
+        """Accumulate gradients over micro-batches, then clip and step once (``held``: the
+        micro-batches' forward passes, already run by ``_held_forwards``)."""
         m = self.models
         totals = lp.track_totals(buffer.mask_tensors(rows))
         losses: Counter[str] = Counter()  # per-micro losses are already globally normalised: sum them
@@ -156,14 +166,7 @@ class Updater:
             batch = buffer.policy_batch(micro, m.tokenizer.pad_token_id)
             ref = ref_log_probs[tuple(micro)] if ref_log_probs is not None else None  # [micro, resp_len]
             with self.watch.measure("update"):
-                logp, entropy = lp.response_log_probs(
-                    m.model,
-                    batch,
-                    m.device,
-                    m.autocast,
-                    with_entropy=True,
-                    entropy_grad=self.loss_settings.entropy_coeff > 0,
-                )  # [micro, resp_len] x2
+                logp, entropy = held.pop(tuple(micro)) if held is not None else self._forward(batch)
                 old_lp = (
                     torch.stack([_pad_to(old[i], logp.shape[1]) for i in micro]).to(logp.device)
                     if old
@@ -207,6 +210,29 @@ class Updater:
             self.optimizer.zero_grad(set_to_none=True)
         return {**losses, **weighted, "policy/grad_norm": float(norm)}
 
+    def _forward(self, batch: lp.PolicyBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The update's forward pass of one micro-batch: log-probs and entropy, [micro, resp_len] each."""
+        m = self.models
+        return lp.response_log_probs(
+            m.model, batch, m.device, m.autocast, with_entropy=True, entropy_grad=self.loss_settings.entropy_coeff > 0
+        )
+
+    def _held_forwards(
+        self, buffer: StepBuffer
+    ) -> dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor | None]] | None:
+        """Every micro-batch's forward pass of a one-mini-batch update, graphs held for the
+        backward passes that follow the rollout correction; None when holding them would
+        cost more than ``HELD_FORWARD_BYTES`` (then a separate pass gives the old log-probs)."""
+        m = self.models
+        if held_forward_bytes(m.model, buffer) > HELD_FORWARD_BYTES:
+            return None
+        out: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor | None]] = {}
+        with self.watch.measure("update"):
+            for micro in micro_batches(list(range(buffer.size)), buffer, self.optim.micro_batch_size):
+                out[tuple(micro)] = self._forward(buffer.policy_batch(micro, m.tokenizer.pad_token_id))
+                release_free_memory()  # the pass's freed temporaries, between the held layer inputs
+        return out
+
     def old_log_probs(self, buffer: StepBuffer) -> dict[int, torch.Tensor]:
         """Log-probs of the rollout policy, before any optimizer step of this buffer."""
         m = self.models
@@ -230,6 +256,25 @@ class Updater:
                     batch = buffer.policy_batch(micro, m.tokenizer.pad_token_id)
                     out[tuple(micro)], _ = lp.response_log_probs(ref_model, batch, m.device, m.autocast)
         return out
+
+
+HELD_FORWARD_BYTES = 1 << 30
+"""Most memory the held forward passes of one update may take (``Updater._held_forwards``):
+SmolLM2-135M keeps ~74 KB per token under gradient checkpointing (a 576-wide fp32 input to
+each of its 30 layers and the head), so DualSQL's laptop step of 8 rows of ~900 tokens holds ~0.5 GB."""
+
+
+def held_forward_bytes(model: Any, buffer: StepBuffer) -> float:
+    """Estimated bytes of the buffer's forward graphs held at once: each layer's input per
+    token under gradient checkpointing; without it, every activation (infinite: not held)."""
+    if not getattr(model, "is_gradient_checkpointing", False):
+        return math.inf
+    config = getattr(model, "config", None)
+    hidden, layers = getattr(config, "hidden_size", None), getattr(config, "num_hidden_layers", None)
+    if hidden is None or layers is None:  # a model of another shape: not estimated, not held
+        return math.inf
+    per_token = 4 * int(hidden) * (int(layers) + 2)  # fp32 layer inputs, the final norm's and the head's
+    return float(per_token * sum(buffer.length(i) for i in range(buffer.size)))
 
 
 def mismatch_metrics(train_lp: torch.Tensor, rollout_lp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:

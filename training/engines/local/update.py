@@ -9,6 +9,8 @@ forward pass. The rollout correction needs the whole buffer's before the first b
 (its rejection mask changes every loss normaliser): with one mini-batch and gradient
 checkpointing the update then runs every micro-batch's forward first and holds their
 graphs (the layer inputs only, ``HELD_FORWARD_BYTES`` at most), so no extra pass runs.
+A micro-batch whose loss has no gradient (zero advantage or mask on every weighted track,
+no KL or entropy term) skips its backward pass; the optimizer still steps on the zeros.
 Reference log-probs are computed only while beta > 0, in one pass before the first
 optimizer step (the reference is frozen), with the reference model loaded for that pass
 only. The generation copy is set aside for the whole update and brought back at its end:
@@ -162,6 +164,7 @@ class Updater:
         weighted: defaultdict[str, float] = defaultdict(float)  # token-weighted averages (clip fraction, entropy)
         n_full = totals.tokens.get("full", 0.0) or 1.0
         self.optimizer.zero_grad(set_to_none=True)
+        stepped = False  # a loss depended on the weights: the optimizer steps on its (maybe zero) gradient
         for micro in micro_batches(rows, buffer, self.optim.micro_batch_size):
             batch = buffer.policy_batch(micro, m.tokenizer.pad_token_id)
             ref = ref_log_probs[tuple(micro)] if ref_log_probs is not None else None  # [micro, resp_len]
@@ -188,7 +191,9 @@ class Updater:
                     rollout_is_weights=isw,
                 )
                 if loss.requires_grad:  # constant when rejection masked every token of the update
-                    loss.backward()
+                    stepped = True
+                    if self._moves_weights(batch, beta, ref):
+                        loss.backward()
             release_free_memory()
             full = batch.masks["full"].to(logp.device)  # [micro, resp_len]
             share = float(full.sum()) / n_full
@@ -201,14 +206,30 @@ class Updater:
             if entropy is not None:
                 weighted["policy/entropy"] += float((entropy.detach() * full).sum()) / n_full
         with self.watch.measure("update"):
-            norm = torch.nn.utils.clip_grad_norm_(
-                [p for p in m.model.parameters() if p.requires_grad], self.optim.grad_clip
-            )
+            trainable = [p for p in m.model.parameters() if p.requires_grad]
+            if stepped:  # the gradient the skipped backward passes would have added: zeros
+                for p in trainable:
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
+            norm = torch.nn.utils.clip_grad_norm_(trainable, self.optim.grad_clip)
             with self.spill.back():
                 self.optimizer.step()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
         return {**losses, **weighted, "policy/grad_norm": float(norm)}
+
+    def _moves_weights(self, batch: lp.PolicyBatch, beta: float, ref: torch.Tensor | None) -> bool:
+        """Whether the micro-batch's loss has a non-zero gradient: with no KL or entropy term,
+        a policy-gradient term is advantage x mask per token, so a micro-batch whose every
+        weighted track is zero there (zero-variance groups, rejected rows) adds exactly zero
+        and its backward pass (~3 forward passes under checkpointing) is skipped."""
+        if self.loss_settings.entropy_coeff != 0.0 or (beta > 0 and ref is not None):
+            return True
+        weights = dict(self.loss_settings.track_weights)
+        return any(
+            weights.get(track, 0.0) != 0.0 and bool((batch.advantages[track].unsqueeze(-1) * mask).abs().sum() > 0)
+            for track, mask in batch.masks.items()
+        )
 
     def _forward(self, batch: lp.PolicyBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The update's forward pass of one micro-batch: log-probs and entropy, [micro, resp_len] each."""

@@ -155,3 +155,50 @@ def test_several_mini_batches_use_old_log_probs_and_clip(tmp_path: Path, example
     assert metrics["time/logprob"] > 0.0
     assert metrics["policy/ppo_kl"] != 0.0
     assert changed(before, t.model) > 0
+
+
+def test_micro_batches_without_a_gradient_skip_their_backward(
+    tmp_path: Path, examples: list[Example], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows with zero advantage (a zero-variance group) add exactly zero gradient when
+    no KL or entropy term is on: their backward passes are skipped, and the weights after the
+    step equal those of the update that runs every backward pass; so do they after a second
+    update with no advantage at all (no backward pass, the optimizer steps on zeros)."""
+    from training.engines.local import update as U
+
+    def run(skip: bool) -> tuple[dict[str, torch.Tensor], int]:
+        t = trainer(
+            "think2sql",
+            tmp_path / str(skip),
+            examples,
+            "algorithm.dynamic_sampling.enable=false",
+            "optim.micro_batch_size=1",
+        )
+        trajectories = t.rollout(examples[:2], 4, t.agent, t.sampling)
+        rewards = [t._score(tr, examples[int(tr.example_id[1:])]) for tr in trajectories]
+        buffer = build_buffer(trajectories, rewards, t.cfg, target_questions=2)
+        last = buffer.trajectories[-1].example_id  # its group is made zero-variance (the scripted
+        for per_row in buffer.advantages.values():  # policy's second question already is)
+            for i, tr in enumerate(buffer.trajectories):
+                per_row[i] = 0.0 if tr.example_id == last else per_row[i]
+        if not skip:
+            monkeypatch.setattr(U.Updater, "_moves_weights", lambda *_: True)
+        calls = []
+        real = torch.Tensor.backward
+        monkeypatch.setattr(torch.Tensor, "backward", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+        t.update(buffer, 0.0)
+        after_first = weights(t.model)
+        for per_row in buffer.advantages.values():  # nothing to learn: AdamW's momentum still moves the
+            per_row[:] = [0.0] * len(per_row)  # weights, on the zero gradient the skipped passes leave
+        t.update(buffer, 0.0)
+        monkeypatch.setattr(torch.Tensor, "backward", real)
+        assert changed(after_first, t.model) > 0.0
+        return weights(t.model), len(calls)
+
+    skipped, skipped_calls = run(skip=True)
+    every, every_calls = run(skip=False)
+    assert 0 < skipped_calls < every_calls  # the other group's rows still train
+    initial = tiny_model().state_dict()
+    assert any(not torch.equal(skipped[k], initial[k]) for k in initial)
+    for key, value in skipped.items():
+        assert torch.allclose(value, every[key], atol=1e-7, rtol=0), key

@@ -220,6 +220,26 @@ def track_totals(masks: Mapping[str, torch.Tensor]) -> TrackTotals:
     )
 
 
+def loss_has_gradient(
+    masks: Mapping[str, torch.Tensor],  # track -> [batch, resp_len]
+    advantages: Mapping[str, torch.Tensor],  # track -> [batch]
+    settings: LossSettings,
+    beta: float = 0.0,
+    ref_log_probs: torch.Tensor | None = None,
+) -> bool:
+    """Whether ``grpo_loss`` on these rows can have a non-zero gradient. With no KL or entropy
+    term each weighted track's term is advantage x mask per token (clipped or not), so rows
+    whose every weighted track is zero there (zero-variance groups, rejected rows) add exactly
+    zero: the update skips their backward pass."""
+    if settings.entropy_coeff != 0.0 or (beta > 0 and ref_log_probs is not None):
+        return True
+    weights = dict(settings.track_weights)
+    return any(
+        weights.get(track, 0.0) != 0.0 and bool((advantages[track].unsqueeze(-1) * mask).abs().sum() > 0)
+        for track, mask in masks.items()
+    )
+
+
 def grpo_loss(
     log_probs: torch.Tensor,  # [batch, resp_len]
     old_log_probs: torch.Tensor,  # [batch, resp_len]

@@ -192,7 +192,7 @@ class Updater:
                 )
                 if loss.requires_grad:  # constant when rejection masked every token of the update
                     stepped = True
-                    if self._moves_weights(batch, beta, ref):
+                    if lp.loss_has_gradient(batch.masks, batch.advantages, self.loss_settings, beta, ref):
                         loss.backward()
             release_free_memory()
             full = batch.masks["full"].to(logp.device)  # [micro, resp_len]
@@ -217,19 +217,6 @@ class Updater:
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
         return {**losses, **weighted, "policy/grad_norm": float(norm)}
-
-    def _moves_weights(self, batch: lp.PolicyBatch, beta: float, ref: torch.Tensor | None) -> bool:
-        """Whether the micro-batch's loss has a non-zero gradient: with no KL or entropy term,
-        a policy-gradient term is advantage x mask per token, so a micro-batch whose every
-        weighted track is zero there (zero-variance groups, rejected rows) adds exactly zero
-        and its backward pass (~3 forward passes under checkpointing) is skipped."""
-        if self.loss_settings.entropy_coeff != 0.0 or (beta > 0 and ref is not None):
-            return True
-        weights = dict(self.loss_settings.track_weights)
-        return any(
-            weights.get(track, 0.0) != 0.0 and bool((batch.advantages[track].unsqueeze(-1) * mask).abs().sum() > 0)
-            for track, mask in batch.masks.items()
-        )
 
     def _forward(self, batch: lp.PolicyBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The update's forward pass of one micro-batch: log-probs and entropy, [micro, resp_len] each."""

@@ -63,6 +63,15 @@ def _matmul_decode(trainer: Any) -> Any:
     return hf_generate(model, trainer.tokenizer, trainer.device, None, chunk, logprobs=True, prefix_reuse=True)
 
 
+def _int8_copy_concat(trainer: Any) -> Any:
+    """``prefix+int8`` with transformers' own KV cache, which copies every layer's keys and
+    values at each decode step (the engine's default writes them in place:
+    training/generation/growing_cache.py)."""
+    generate = _int8_copy(trainer)
+    generate.growing_cache = False
+    return generate
+
+
 def _int8_copy(trainer: Any) -> Any:
     """Prefix reuse on the int8 generation copy of the fp32 policy, built as the engine
     builds it (``generation_copy``: the hybrid decode attention with
@@ -83,6 +92,7 @@ ARMS: dict[str, Callable[[Any], Any]] = {
     "prefix_reuse": _hf(prefix_reuse=True),
     "prefix+matmul": _matmul_decode,
     "prefix+int8": _int8_copy,
+    "prefix+int8+concat": _int8_copy_concat,
 }
 
 
@@ -192,14 +202,14 @@ def main() -> None:
         results = {name: run_arm(trainer, name, requests, agent, sampling, args.seed) for name in args.arms}
     base = results[args.arms[0]]
     print(
-        f"\n{'arm':<14} {'seconds':>8} {'generate':>9} {'speed-up':>9} {'same tokens':>12} "
+        f"\n{'arm':<20} {'seconds':>8} {'generate':>9} {'speed-up':>9} {'same tokens':>12} "
         f"{'turns':>6} {'policy tok':>10} {'prompt tok':>10} {'reused tok':>10}"
     )
     for name, r in results.items():
         same = sum(a == b for a, b in zip(r["tokens"], base["tokens"], strict=True))
         same_text = f"{same}/{len(r['tokens'])}"
         print(
-            f"{name:<14} {r['seconds']:>8.1f} {r['generate']:>9.1f} {base['seconds'] / r['seconds']:>8.2f}x "
+            f"{name:<20} {r['seconds']:>8.1f} {r['generate']:>9.1f} {base['seconds'] / r['seconds']:>8.2f}x "
             f"{same_text:>12} {r['turns']:>6} {r['policy']:>10} {r['prompt']:>10} {r['reused']:>10}"
         )
 

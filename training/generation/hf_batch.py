@@ -125,8 +125,10 @@ class GenerateCall:
         top_k: int,
         stop: Sequence[str],
         logprobs: bool,
+        growing_cache: bool = True,
     ) -> None:
         self.model, self.tokenizer, self.stop = model, tokenizer, stop
+        self.max_new_tokens, self.growing_cache = max_new_tokens, growing_cache
         self.eos_ids = stop_token_ids(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
         self.kwargs: dict[str, Any] = {
@@ -150,7 +152,15 @@ class GenerateCall:
     def run(self, device: str, autocast: AutocastDtype, **inputs: Any) -> Any:
         """``model.generate`` in eval mode under ``no_grad``; tensors in ``inputs`` go to
         ``device``. Returns the sequences, or the whole output when ``inputs`` ask for it
-        (``return_dict_in_generate``)."""
+        (``return_dict_in_generate``). Without a cache in ``inputs`` the call gets a
+        :func:`~training.generation.growing_cache.growing_cache` (``growing_cache=False``:
+        transformers' own, which copies the whole cache at every step)."""
+        if "past_key_values" not in inputs and self.growing_cache:
+            from training.generation.growing_cache import growing_cache  # imports transformers
+
+            cache = growing_cache(self.model, inputs["input_ids"].shape[1] + self.max_new_tokens)
+            if cache is not None:
+                inputs["past_key_values"] = cache
         inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
         was_training = self.model.training
         self.model.eval()
@@ -204,6 +214,9 @@ def trim_row(row: list[int], eos_ids: Sequence[int], pad_id: int, tokenizer: Any
 class ChunkedGenerate:
     """The plain batched ``GenerateFn``: every call prefills each prompt whole."""
 
+    growing_cache = True
+    """Generate with :mod:`training.generation.growing_cache` (False: transformers' own cache)."""
+
     def __init__(self, model: Any, tokenizer: Any, device: str, autocast: Any, chunk: int, logprobs: bool) -> None:
         self.model, self.tokenizer, self.device, self.autocast = model, tokenizer, device, autocast
         self.chunk, self.logprobs = chunk, logprobs
@@ -224,6 +237,7 @@ class ChunkedGenerate:
                 top_k=max(params.top_k, 0),
                 stop=params.stop,
                 logprobs=self.logprobs and params.temperature > 0,
+                growing_cache=self.growing_cache,
             )
             rows = self._rows([prompts[i] for i in idx], call)
             for i, row in zip(idx, rows, strict=True):

@@ -59,20 +59,9 @@ class RowCache:
 def supports_prefix_reuse(model: Any) -> bool:
     """Whether every layer of ``model``'s cache is a plain growing one (full attention):
     sliding windows, recurrent states and encoder-decoders keep the plain path."""
-    from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
+    from training.generation.growing_cache import growing_cache
 
-    config = model.config
-    if (
-        getattr(config, "is_encoder_decoder", False)
-        or not getattr(model, "_supports_default_dynamic_cache", lambda: True)()
-    ):
-        return False
-    try:
-        cache = DynamicCache(config=config)
-    except Exception:  # a config DynamicCache cannot read: not a standard decoder
-        return False
-    return bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)
+    return growing_cache(model, 1) is not None
 
 
 def common_prefix(a: np.ndarray, b: np.ndarray) -> int:

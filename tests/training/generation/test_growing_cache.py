@@ -14,7 +14,7 @@ import torch
 from tests.helpers.lively_model import lively_model
 from tests.helpers.scripted_rollout import TOK
 from tests.helpers.tiny_model import tiny_model
-from tests.training.generation.test_prefix_reuse import LIMITS, REQUESTS, TurnsAgent
+from tests.training.generation.test_prefix_reuse import LIMITS, REQUESTS, TurnsAgent, windowed_model
 from training.generation.cpu_attention import use_hybrid_cpu_attention
 from training.generation.growing_cache import GROW_TOKENS, GrowingLayer, growing_cache
 from training.generation.hf import hf_generate
@@ -108,18 +108,5 @@ def test_a_cropped_or_reselected_layer_continues_from_what_it_holds() -> None:
 
 
 def test_models_with_sliding_windows_keep_transformers_cache() -> None:
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    config = Qwen2Config(
-        vocab_size=len(TOK),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        use_sliding_window=True,
-        sliding_window=16,
-        max_window_layers=0,
-    )
-    assert growing_cache(Qwen2ForCausalLM(config), 64) is None
+    assert growing_cache(windowed_model(), 64) is None
     assert growing_cache(tiny_model(), 64) is not None

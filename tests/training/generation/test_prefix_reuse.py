@@ -162,7 +162,8 @@ def test_a_question_s_samples_prefill_their_shared_prompt_once(alone: bool) -> N
     assert outputs == hf_generate(model, TOK, chunk=8)(prompts, params)
 
 
-def test_models_with_sliding_windows_keep_the_plain_path() -> None:
+def windowed_model():  # type: ignore[no-untyped-def]
+    """A tiny Qwen2 whose every layer has a sliding window."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(
@@ -176,7 +177,11 @@ def test_models_with_sliding_windows_keep_the_plain_path() -> None:
         sliding_window=16,
         max_window_layers=0,
     )
-    windowed = Qwen2ForCausalLM(config)
+    return Qwen2ForCausalLM(config)
+
+
+def test_models_with_sliding_windows_keep_the_plain_path() -> None:
+    windowed = windowed_model()
     assert supports_prefix_reuse(tiny_model()) and not supports_prefix_reuse(windowed)
     assert type(hf_generate(windowed, TOK, prefix_reuse=True)) is ChunkedGenerate
 

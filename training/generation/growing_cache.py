@@ -10,6 +10,10 @@ buffer instead; the attention reads the same numbers (greedy tokens and log-prob
 the concatenating cache's, tests/training/generation/test_growing_cache.py). Figures:
 ``benchmarks/bench_rollout.py`` (arm ``prefix+int8+concat``, the copying cache).
 
+Memory: a buffer sized for ``max_new_tokens`` more columns than the prompt is what the
+concatenating cache reaches when a row runs to the cap (and it held two copies during each
+step's concatenation); the main jobs' peaks were unchanged with it (docs/results.md).
+
 Only for caches whose every layer is a plain ``DynamicLayer`` (full attention); anything
 else (sliding windows, recurrent states) keeps transformers' own cache.
 """

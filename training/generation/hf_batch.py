@@ -152,13 +152,11 @@ class GenerateCall:
     def run(self, device: str, autocast: AutocastDtype, **inputs: Any) -> Any:
         """``model.generate`` in eval mode under ``no_grad``; tensors in ``inputs`` go to
         ``device``. Returns the sequences, or the whole output when ``inputs`` ask for it
-        (``return_dict_in_generate``). Without a cache in ``inputs`` the call gets a
-        :func:`~training.generation.growing_cache.growing_cache` (``growing_cache=False``:
-        transformers' own, which copies the whole cache at every step)."""
-        if "past_key_values" not in inputs and self.growing_cache:
-            from training.generation.growing_cache import growing_cache  # imports transformers
-
-            cache = growing_cache(self.model, inputs["input_ids"].shape[1] + self.max_new_tokens)
+        (``return_dict_in_generate``). Without a cache in ``inputs`` the call gets
+        :meth:`cache`'s (``growing_cache=False``: transformers' own, which copies the whole
+        cache at every step)."""
+        if "past_key_values" not in inputs:
+            cache = self.cache(inputs["input_ids"].shape[1] + self.max_new_tokens)
             if cache is not None:
                 inputs["past_key_values"] = cache
         inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
@@ -169,6 +167,19 @@ class GenerateCall:
                 return self.model.generate(**inputs, **self.kwargs)
         finally:
             self.model.train(was_training)
+
+    def cache(self, length: int, data: Sequence[tuple[torch.Tensor, torch.Tensor]] = ()) -> Any:
+        """The call's KV cache holding ``data`` (per layer: keys, values): a growing one with
+        room for ``length`` columns, or transformers' own when the call (``growing_cache``) or
+        the model rules that out (None then if there is nothing to hold: ``generate`` makes it)."""
+        from transformers import DynamicCache
+
+        from training.generation.growing_cache import growing_cache
+
+        cache = growing_cache(self.model, length, data) if self.growing_cache else None
+        if cache is None and data:
+            cache = DynamicCache(ddp_cache_data=data, config=self.model.config)
+        return cache
 
     def rows(self, new_t: torch.Tensor) -> list[RawGeneration]:
         """The rows of ``new_t`` ([batch, new_len], the generated columns), trimmed."""

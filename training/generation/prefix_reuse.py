@@ -128,8 +128,9 @@ class PrefixReuseGenerate(ChunkedGenerate):
         ids, mask, cached = _layout(arrays, ks, call.pad_id)
         inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "return_dict_in_generate": True}
         if cached:
-            length = ids.shape[1] + call.max_new_tokens
-            inputs["past_key_values"] = self._batch_cache(matches, cached, length, call)
+            data = self._batch_keys_values(matches, cached)
+            inputs["past_key_values"] = call.cache(ids.shape[1] + call.max_new_tokens, data)
+            del data
         self._release([row for row, _ in matches])  # the batch cache holds copies: free what is done
         del matches
         out = call.run(self.device, self.autocast, **inputs)
@@ -181,15 +182,9 @@ class PrefixReuseGenerate(ChunkedGenerate):
         width = inputs["input_ids"].shape[1]
         return [RowCache(a, _gather(out.past_key_values, i, [(width - len(a), width)])) for i, a in enumerate(prompts)]
 
-    def _batch_cache(
-        self, matches: list[tuple[RowCache | None, int]], cached: int, length: int, call: GenerateCall
-    ) -> Any:
-        """The rows' caches cropped to their reused prefix and left-padded to ``cached``, in a
-        cache with room for ``length`` columns (a growing one unless ``call`` says otherwise)."""
-        from transformers import DynamicCache
-
-        from training.generation.growing_cache import growing_cache
-
+    def _batch_keys_values(self, matches: list[tuple[RowCache | None, int]], cached: int) -> KeyValues:
+        """The rows' caches cropped to their reused prefix and left-padded to ``cached``:
+        per layer, keys and values [batch, kv_heads, cached, head_dim]."""
         template = next(row.layers for row, k in matches if row is not None and k)
         data = []
         for layer, (k0, v0) in enumerate(template):
@@ -201,8 +196,7 @@ class PrefixReuseGenerate(ChunkedGenerate):
                     keys[i, :, cached - k :] = row.layers[layer][0][:, :k]
                     values[i, :, cached - k :] = row.layers[layer][1][:, :k]
             data.append((keys, values))
-        cache = growing_cache(self.model, length, data) if call.growing_cache else None
-        return cache if cache is not None else DynamicCache(ddp_cache_data=data, config=self.model.config)
+        return data
 
 
 def _layout(arrays: Sequence[np.ndarray], ks: Sequence[int], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, int]:

@@ -259,7 +259,7 @@ def launch(cfg: DictConfig, stop: StopSignals | None = None) -> None:
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
     from verl.utils.device import auto_set_device
 
-    import training.engines.verl.workers.plugin  # noqa: F401  (agent loop + trainer registered here too)
+    import training.engines.verl.workers.plugin  # noqa: F401  (registers the agent loop + trainers here too, at once if veRL's registries are loaded)
 
     auto_set_device(cfg)
     real_init = ray.init

@@ -2,8 +2,9 @@
 
 veRL imports every plugin inside ``import verl`` and swallows import errors at debug
 level, so a broken plugin would only surface on a GPU node as "agent loop not
-registered". A fresh interpreter (as a Ray worker is) imports ``verl`` only, never the
-plugin module by name, and must find both registrations.
+registered". A fresh interpreter (as a Ray worker is) imports ``verl`` and veRL's own
+modules only, never the plugin module by name, and must find both registrations; one that
+imports only what a load balancer or reward worker imports must not pay for them.
 """
 
 from __future__ import annotations
@@ -52,11 +53,55 @@ def test_import_verl_registers_agent_loop_and_trainer() -> None:
         "sqlagent_colocate_async": "training.engines.verl.workers.async_trainers.SqlAgentColocateAsync",
         "sqlagent_separate_async": "training.engines.verl.workers.async_trainers.SqlAgentSeparateAsync",
     }
-    # the designs are loaded in the worker by ``import verl`` alone (an outside one too:
-    # tests/designs/test_outside_design.py)
+    # the designs are loaded in the worker with veRL's registries, nothing imported by name
+    # (an outside one too: tests/designs/test_outside_design.py)
     designs = project_designs()
     assert set(designs) <= set(seen["designs"])
     assert set(seen["design_agents"]) >= {f"designs.{name}.agent" for name in designs}
+
+
+LIGHT_PROBE = """
+import json, sys
+import verl.workers.rollout.router  # veRL's load balancer: no agent loop, no trainer
+print(json.dumps(sorted(m for m in sys.modules if m.startswith(("training.engines.verl.workers.", "designs.")))))
+"""
+
+
+@pytest.mark.slow
+def test_a_process_without_veRLs_registries_imports_neither_the_agent_loop_nor_the_trainers() -> None:
+    proc = subprocess.run([sys.executable, "-c", LIGHT_PROBE], capture_output=True, text=True, check=False, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["training.engines.verl.workers.plugin"]
+
+
+ORDER_PROBE = """
+import json, os, sys
+if os.environ.get("REGISTRY_FIRST"):  # veRL's registries imported before the plugin (launch.py's order)
+    os.environ["VERL_USE_EXTERNAL_PLUGINS"] = "none"
+    import verl.trainer.ppo.v1, verl.experimental.agent_loop
+    import training.engines.verl.workers.plugin
+else:  # the project's sync trainer first: it imports veRL's trainers, which fire the plugin's hook
+    import training.engines.verl.workers.sync_trainer
+    import training.engines.verl.workers.async_trainers
+from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+print(json.dumps({"agent_loop": "sqlagent" in _agent_loop_registry, "trainers": sorted(TRAINER_REGISTRY)}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("registry_first", [True, False])
+def test_registrations_whichever_is_imported_first(registry_first: bool) -> None:
+    import os
+
+    env = {**os.environ, "REGISTRY_FIRST": "1" if registry_first else ""}
+    proc = subprocess.run(
+        [sys.executable, "-c", ORDER_PROBE], capture_output=True, text=True, check=False, timeout=180, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["agent_loop"] is True
+    assert {"sqlagent_sync", "sqlagent_colocate_async", "sqlagent_separate_async"} <= set(seen["trainers"])
 
 
 @pytest.mark.slow

@@ -9,6 +9,8 @@ as ``training.run`` would: 0 when done, the requeue status when a signal stopped
 that order, in the middle of step N (after its rollouts, before its update), so a test
 knows exactly where they land however fast the machine is; just before, it prints the
 SHA-256 of every file of the latest checkpoint (``checkpoint-hashes {json}``).
+``SIGNALS_IN_STEP=before:SIGTERM``: in the middle of the evaluation before training (its
+episodes done, its record not yet written).
 """
 
 from __future__ import annotations
@@ -27,6 +29,18 @@ def _signal_in_step(trainer: Any, spec: str) -> None:
 
     step, names = spec.split(":")
     signals = [getattr(signal, name) for name in names.split(",")]
+    if step == "before":
+        evaluate = trainer.evaluate
+
+        def evaluate_then_signal(tag: str) -> Any:
+            result = evaluate(tag)
+            if tag == "before":
+                for sig in signals:
+                    os.kill(os.getpid(), sig)
+            return result
+
+        trainer.evaluate = evaluate_then_signal
+        return
     update = trainer.update
 
     def update_then_maybe_signal(*args: Any, **kwargs: Any) -> Any:

@@ -133,3 +133,34 @@ def test_a_second_signal_exits_at_once_and_keeps_the_last_checkpoint(tmp_path: P
     after = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in latest.iterdir() if p.is_file()}
     assert before and after == before  # the last complete checkpoint, byte for byte
     assert train_steps(run_dir) == [1]
+
+
+@pytest.mark.slow
+def test_sigterm_in_the_evaluation_before_training_stops_before_the_warm_start(tmp_path: Path) -> None:
+    """The evaluation finishes and is recorded, the job exits with the requeue status at once
+    (no warm start begun, which a cluster's grace period could cut half-way); the rerun takes
+    the recorded evaluation and goes on with the warm start and the steps."""
+    db = make_db(tmp_path / "schools.sqlite")
+    examples = school_examples(db)
+    run_dir = tmp_path / "run"
+    extra = ("trainer.eval_before_after=true", "stage.warm_start.enable=true", "stage.warm_start.eval_after=false")
+    child = run_child(run_dir, db, "before:SIGTERM", *extra)
+    out = child.stdout + child.stderr
+    assert child.returncode == REQUEUE_EXIT_STATUS, out[-3000:]
+    assert "SIGTERM received" in out and "[warm start]" not in out, out[-3000:]
+    assert [r["kind"] for r in rows(run_dir) if r["kind"] != "config"] == ["eval_before"]
+    assert st.latest_checkpoint(run_dir) is None
+
+    resumed = trainer("think2sql", run_dir, examples, *extra, "resume=auto", seed=5)
+    tags: list[str] = []
+    evaluate = resumed.evaluate
+
+    def counted(tag: str) -> Any:
+        tags.append(tag)
+        return evaluate(tag)
+
+    resumed.evaluate = counted  # type: ignore[method-assign]
+    summary = resumed.fit()
+    assert summary["steps"] == 1 and tags == ["after"]  # the evaluation before is the recorded one
+    kinds = [r["kind"] for r in rows(run_dir)]
+    assert kinds.count("eval_before") == 1 and "warm_start" in kinds and train_steps(run_dir) == [1]

@@ -2,7 +2,7 @@
 
 A backend is one database: ``tools.db.connection.Database`` (SQLite, a ``.sqlite`` / ``.db``
 file) or ``tools.db.duckdb_backend.DuckDBDatabase`` (DuckDB, a ``.duckdb`` file);
-``tools.get_database`` picks one by the file's suffix (``BACKEND_SUFFIXES``). Every backend
+``tools.get_database`` picks one by the file's first bytes, else its suffix (``dialect_of``). Every backend
 gives what the layers above use, and only that:
 
 * ``run(sql, limits, as_written)``: one read-only statement under ``QueryLimits`` (row cap,
@@ -41,11 +41,28 @@ if TYPE_CHECKING:
     from tools.schema.profile import DatabaseProfile
 
 BACKEND_SUFFIXES: dict[str, str] = {".duckdb": "duckdb"}
-"""File suffixes read by a backend other than SQLite (every other file is read as SQLite)."""
+"""File suffixes read by a backend other than SQLite, for a file whose first bytes say
+neither (a file not written yet): every other such file is read as SQLite."""
+SQLITE_HEADER = b"SQLite format 3\x00"
+"""The first 16 bytes of every SQLite 3 database file."""
+DUCKDB_MAGIC = b"DUCK"
+"""DuckDB's file signature, at byte 8 of the file."""
 
 
 def dialect_of(path: str | Path) -> str:
-    """The dialect of the database file at ``path``, by its suffix: ``"duckdb"`` or ``"sqlite"``."""
+    """The dialect of the database file at ``path``, ``"duckdb"`` or ``"sqlite"``: by its first
+    bytes (SQLite's header, DuckDB's signature), so a DuckDB file named ``.db`` opens as DuckDB;
+    by its suffix when they say neither (no such file yet, an empty or foreign one, whose
+    backend then names the problem)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(SQLITE_HEADER))
+    except OSError:  # missing, a folder, unreadable: the backend's own check says which
+        head = b""
+    if head == SQLITE_HEADER:
+        return "sqlite"
+    if head[8:12] == DUCKDB_MAGIC:
+        return "duckdb"
     return BACKEND_SUFFIXES.get(Path(path).suffix.lower(), "sqlite")
 
 

@@ -169,7 +169,8 @@ _DATABASES_LOCK = threading.Lock()
 def get_database(path: str | os.PathLike[str], db_id: str | None = None) -> Backend:
     """The process-wide backend for ``path`` (one object per path and db_id): a
     ``PostgresDatabase`` for a ``postgresql://…#schema`` locator, a ``DuckDBDatabase`` for a
-    ``.duckdb`` file, a SQLite ``Database`` for any other."""
+    DuckDB file (by its signature, whatever its name; by a ``.duckdb`` suffix if it has none),
+    a SQLite ``Database`` for any other."""
     if is_postgres_locator(path):
         locator = str(path)
         with _DATABASES_LOCK:

@@ -58,7 +58,7 @@ DIALECTS: dict[str, Dialect] = {}
 
 def database_dialect(path: str | Path) -> str:
     """The dialect of the database at ``path`` (a file or a ``postgresql://`` locator) without
-    opening it: ``"postgres"`` for a locator, else by the file's suffix (``dialect_of``)."""
+    opening it: ``"postgres"`` for a locator, else by the file's first bytes or suffix (``dialect_of``)."""
     return "postgres" if is_postgres_locator(path) else dialect_of(path)
 
 

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tools.db.backend import Backend
+from tools.db.backend import DUCKDB_MAGIC, Backend
 from tools.db.budget import collect_result
 from tools.db.guards import WATCHDOG, Run
 from tools.db.limits import INTERNAL_LIMITS, QueryLimits
@@ -56,8 +56,7 @@ MEMORY_LIMIT = "2GB"
 fails with an out-of-memory error instead of swapping the machine)."""
 THREADS = 2
 """Worker threads per database (project choice: rollouts run many queries at once)."""
-MAGIC = b"DUCK"
-"""DuckDB's file signature, at byte 8 of the file."""
+MAGIC = DUCKDB_MAGIC
 
 READ_ONLY_CONFIG: dict[str, str | bool | int] = {
     "enable_external_access": False,

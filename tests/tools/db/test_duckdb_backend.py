@@ -3,6 +3,7 @@ schema and fingerprint, on a DuckDB copy of the tool tests' SQLite database."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -13,6 +14,8 @@ from eval.data.duckdb_copy import copy_sqlite_to_duckdb
 from tests.tools.conftest import make_school_db
 from tests.tools.db.test_connection import LIMITS, _fingerprint
 from tools import Backend, QueryLimits, QueryResult, ToolError, execute, get_database
+from tools.db.backend import dialect_of
+from tools.db.dialects import database_dialect
 from tools.db.duckdb_backend import DuckDBDatabase, to_sqlite_value
 from tools.errors import DataError
 
@@ -189,6 +192,23 @@ def test_bad_duckdb_files_raise_clear_errors(tmp_path: Path) -> None:
     fake.write_bytes(b"SQLite format 3\x00" + bytes(100))
     with pytest.raises(DataError, match="not a DuckDB database"):
         DuckDBDatabase(fake)
+
+
+def test_the_file_not_its_name_picks_the_backend(tmp_path: Path, duck_school: Path) -> None:
+    """A DuckDB file named ``.db`` opens as DuckDB and a SQLite file named ``.duckdb`` as
+    SQLite (their first bytes); a path with no file behind it goes by its suffix."""
+    renamed = tmp_path / "school_copy.db"
+    shutil.copyfile(duck_school, renamed)
+    db = get_database(renamed)
+    assert isinstance(db, DuckDBDatabase) and database_dialect(renamed) == "duckdb"
+    counted = execute(db, "SELECT count(*) FROM scores WHERE year = 2015", QueryLimits())
+    assert isinstance(counted, QueryResult) and counted.rows == ((8,),)
+    misnamed = tmp_path / "school_sqlite.duckdb"
+    shutil.copyfile(tmp_path / "school.sqlite", misnamed)
+    other = get_database(misnamed)
+    assert other.dialect == "sqlite" and database_dialect(misnamed) == "sqlite"
+    assert other.schema() == db.schema()
+    assert dialect_of(tmp_path / "new.duckdb") == "duckdb" and dialect_of(tmp_path / "new.db") == "sqlite"
 
 
 def test_each_thread_has_its_own_cursor(duck_school: Path) -> None:

@@ -17,10 +17,12 @@ import json
 import logging
 import os
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import ijson
 
 from agents.types import Example
 from eval.data.gold_refs import GoldCache
@@ -249,29 +251,49 @@ def _read_all(layout: Layout, spec: Kind, problems: Problems, limit: int | None,
     records: list[Record] = []
     offset = 0
     for path in layout.question_files:
-        raw, size = _read_jsonl(path, problems) if spec.reader == "jsonl" else _read_json(path, problems)
-        for where, index, item in raw:
+        size: int | None = None
+        raw: Iterable[tuple[str, int, Any]]
+        if spec.reader == "jsonl":
+            raw, size = _read_jsonl(path, problems)
+        else:
+            raw = _stream_json(path, problems)
+        seen = 0
+        for where, index, item in raw if limit is None or len(records) < limit else ():
+            seen = index + 1
             if offset + index < skip:
                 continue
-            if limit is not None and len(records) >= limit:
-                return records
             rec = _record(item, offset + index, where, spec.fields, problems)
             if rec is not None:
                 records.append(rec)
-        offset += size
+            if limit is not None and len(records) >= limit:
+                return records  # before the next entry is parsed
+        offset += seen if size is None else size
     return records
 
 
-def _read_json(path: Path, problems: Problems) -> tuple[list[tuple[str, int, Any]], int]:
+def _stream_json(path: Path, problems: Problems) -> Iterator[tuple[str, int, Any]]:
+    """The entries of a JSON list file, parsed one at a time (ijson): SynSQL-2.5M's
+    ``data.json`` is one list of 2.5 million entries, and a ``limit`` stops reading it early
+    instead of holding the whole document. A syntax error ends the file there (the entries
+    before it are read; the error is a problem, unless a limit stopped reading before it)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        handle = path.open("rb")
+    except OSError as err:
         problems.add(f"{path}: cannot read the questions file ({err})")
-        return [], 0
-    if not isinstance(data, list):
-        problems.add(f"{path}: expected a JSON list of question objects, found {type(data).__name__}")
-        return [], 0
-    return [(f"{path}[{i}]", i, item) for i, item in enumerate(data)], len(data)
+        return
+    with handle:
+        first = handle.read(4096).lstrip()[:1]
+        if first != b"[":
+            found = {b"{": "an object", b"": "an empty file"}.get(first, "a single value")
+            problems.add(f"{path}: expected a JSON list of question objects, found {found}")
+            return
+        handle.seek(0)
+        index = -1
+        try:
+            for index, item in enumerate(ijson.items(handle, "item", use_float=True)):
+                yield f"{path}[{index}]", index, item
+        except (ijson.JSONError, UnicodeDecodeError, OSError) as err:
+            problems.add(f"{path}: cannot read the questions file after entry {index + 1} ({err})")
 
 
 def _read_jsonl(path: Path, problems: Problems) -> tuple[list[tuple[str, int, Any]], int]:

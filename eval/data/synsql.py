@@ -8,8 +8,9 @@ position in ``data.json``, so ids stay stable while the file does. ``external_kn
 the example's evidence and ``sql_complexity`` its difficulty (lower-cased: ``highly complex``).
 
 SynSQL is a training set with one split, ``train``; ``data.root`` is the release folder (or
-its parent, where the folder is named ``SynSQL-2.5M``). ``data.json`` is one JSON document, so
-reading it parses the whole file even with ``limit`` (about 2.5 million entries).
+its parent, where the folder is named ``SynSQL-2.5M``). ``data.json`` is one JSON list of about
+2.5 million entries; the loader parses it one entry at a time (``loaders._stream_json``), so a
+``limit`` reads only the head of the file.
 """
 
 from __future__ import annotations

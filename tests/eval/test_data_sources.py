@@ -95,6 +95,24 @@ def test_synsql_refuses_other_splits_and_a_missing_databases_folder(tmp_path: Pa
         load_examples("synsql", folder, "train")
 
 
+def test_a_limit_reads_only_the_head_of_synsqls_data_json(tmp_path: Path) -> None:
+    """data.json is read one entry at a time: with a limit, a file whose tail is cut off (as a
+    download can be) still gives its first entries, which shows the rest was never parsed;
+    without one the cut is named with the entry it came after, and earlier errors stop the
+    read at the same place."""
+    folder = write_synsql(tmp_path)
+    data = folder / "data.json"
+    whole = data.read_text()
+    data.write_text(whole[: whole.index('"Complex"') + 5])  # cut inside the third entry
+    head = load_examples("synsql", folder, "train", limit=2)
+    assert [e.id for e in head] == ["0", "1"] and head[1].evidence.startswith("Performed after 2018")
+    with pytest.raises(DataError, match=r"data\.json: cannot read the questions file after entry 2"):
+        load_examples("synsql", folder, "train")
+    data.write_text(json.dumps({"entries": []}))
+    with pytest.raises(DataError, match="expected a JSON list of question objects, found an object"):
+        load_examples("synsql", folder, "train", limit=2)
+
+
 def test_the_difficulty_filter_maps_each_datasets_labels_onto_birds_scale(tmp_path: Path) -> None:
     rows = [
         {"id": str(i), "db_id": "music", "question": f"q{i}", "sql": "SELECT name FROM singer", "difficulty": d}

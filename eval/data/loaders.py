@@ -17,7 +17,7 @@ import json
 import logging
 import os
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -251,12 +251,8 @@ def _read_all(layout: Layout, spec: Kind, problems: Problems, limit: int | None,
     records: list[Record] = []
     offset = 0
     for path in layout.question_files:
-        size: int | None = None
-        raw: Iterable[tuple[str, int, Any]]
-        if spec.reader == "jsonl":
-            raw, size = _read_jsonl(path, problems)
-        else:
-            raw = _stream_json(path, problems)
+        lines = [0]  # JSONL: lines read so far, blank ones included (ids are line numbers)
+        raw = _stream_jsonl(path, problems, lines) if spec.reader == "jsonl" else _stream_json(path, problems)
         seen = 0
         for where, index, item in raw if limit is None or len(records) < limit else ():
             seen = index + 1
@@ -267,7 +263,7 @@ def _read_all(layout: Layout, spec: Kind, problems: Problems, limit: int | None,
                 records.append(rec)
             if limit is not None and len(records) >= limit:
                 return records  # before the next entry is parsed
-        offset += seen if size is None else size
+        offset += lines[0] if spec.reader == "jsonl" else seen
     return records
 
 
@@ -296,21 +292,28 @@ def _stream_json(path: Path, problems: Problems) -> Iterator[tuple[str, int, Any
             problems.add(f"{path}: cannot read the questions file after entry {index + 1} ({err})")
 
 
-def _read_jsonl(path: Path, problems: Problems) -> tuple[list[tuple[str, int, Any]], int]:
+def _stream_jsonl(path: Path, problems: Problems, lines: list[int]) -> Iterator[tuple[str, int, Any]]:
+    """The entries of a JSONL file, one line at a time (a limit stops reading early); a line
+    that is not JSON is a problem and the reading goes on. ``lines[0]``: lines read so far."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
+        handle = path.open(encoding="utf-8")
+    except OSError as err:
         problems.add(f"{path}: cannot read the questions file ({err})")
-        return [], 0
-    out = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+        return
+    with handle:
         try:
-            out.append((f"{path}:{number}", number - 1, json.loads(line)))
-        except json.JSONDecodeError as err:
-            problems.add(f"{path}:{number}: not valid JSON ({err.msg})")
-    return out, len(lines)
+            for number, line in enumerate(handle, start=1):
+                lines[0] = number
+                if not line.strip():
+                    continue
+                try:
+                    item = json.loads(line)
+                except json.JSONDecodeError as err:
+                    problems.add(f"{path}:{number}: not valid JSON ({err.msg})")
+                    continue
+                yield f"{path}:{number}", number - 1, item
+        except UnicodeDecodeError as err:
+            problems.add(f"{path}: cannot read the questions file after line {lines[0]} ({err})")
 
 
 def _get(item: Mapping[str, Any], keys: tuple[str, ...]) -> Any:

@@ -285,6 +285,24 @@ def test_jsonl_problems(tmp_path: Path) -> None:
     assert "dev.jsonl:4 (example 3): gold SQL does not parse" in message
 
 
+def test_jsonl_is_read_line_by_line(tmp_path: Path) -> None:
+    """A limit stops before a broken line further down (the rest is never read); a line
+    separator inside a JSON string (U+2028, valid JSON) stays inside its line; ids are line
+    numbers, blank lines counted, and keep counting across files."""
+    make_music_db(tmp_path / "music.sqlite")
+    rows = [
+        {"db_id": "music", "question": f"Count singers\u2028{i}.", "sql": "SELECT COUNT(*) FROM singer"}
+        for i in range(3)
+    ]
+    text = "\n".join(json.dumps(r, ensure_ascii=False) for r in rows)
+    (tmp_path / "dev.jsonl").write_text(text + "\n\n{cut off")
+    head = load_examples("jsonl", root=tmp_path, split="dev", limit=3)
+    assert [e.id for e in head] == ["0", "1", "2"] and head[2].question == "Count singers\u20282."
+    with pytest.raises(DataError, match=r"dev\.jsonl:5: not valid JSON"):
+        load_examples("jsonl", root=tmp_path, split="dev")
+    assert [e.id for e in load_examples("jsonl", root=tmp_path, split="dev", limit=1, offset=2)] == ["2"]
+
+
 # ----------------------------------------------------------------- config and command
 
 

@@ -1,9 +1,9 @@
 """The one interface every database engine gives the tools, rewards and metrics.
 
-A backend is one database: ``tools.db.connection.Database`` (SQLite, a ``.sqlite`` / ``.db``
-file) or ``tools.db.duckdb_backend.DuckDBDatabase`` (DuckDB, a ``.duckdb`` file);
-``tools.get_database`` picks one by the file's first bytes, else its suffix (``dialect_of``). Every backend
-gives what the layers above use, and only that:
+A backend is one database: ``tools.db.connection.Database`` (a SQLite file) or
+``tools.db.duckdb_backend.DuckDBDatabase`` (a DuckDB file); ``tools.get_database`` picks one
+by the file's first bytes, else its suffix (``dialect_of``). Every backend gives what the
+layers above use, and only that:
 
 * ``run(sql, limits, as_written)``: one read-only statement under ``QueryLimits`` (row cap,
   cell cap, result budget, wall-clock deadline, and a work budget where the engine has one),

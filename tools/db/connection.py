@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tools.db.backend import Backend, dialect_of
+from tools.db.backend import SQLITE_HEADER, Backend, dialect_of
 from tools.db.budget import collect_result
 from tools.db.duckdb_backend import DuckDBDatabase
 from tools.db.guards import WATCHDOG, Run, Slot, lenient_text, open_readonly
@@ -193,7 +193,7 @@ def _check_sqlite_file(path: Path) -> None:
         raise DataError(f"no SQLite database at {path}; pass the path of an existing .sqlite file")
     with path.open("rb") as handle:
         header = handle.read(16)
-    if header and header != b"SQLite format 3\x00":
+    if header and header != SQLITE_HEADER:
         raise DataError(f"{path} is not a SQLite 3 database (bad header {header[:16]!r})")
 
 

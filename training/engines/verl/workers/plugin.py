@@ -3,8 +3,8 @@
 ``import verl`` imports this module in every process, Ray workers included. What veRL looks
 up by name is registered when veRL's own registry is imported in that process, not before
 (wrapt's post-import hooks): a process that never builds an agent loop or a trainer - the
-load balancer, the reward workers, a vLLM server - does not pay the ~2.5 s of CPU that
-importing veRL's agent loop, the project's trainers and the designs costs.
+load balancer, the reward workers, a vLLM server - does not pay the ~1.3 s of CPU that
+importing veRL's agent loop, the project's trainers and the designs costs there.
 
 - after ``verl.experimental.agent_loop`` (veRL's agent-loop registry, imported by
   ``AgentLoopWorker``'s module): the agent loop ``sqlagent`` (``agent_loop.SqlAgentLoop``),
@@ -70,7 +70,8 @@ def register_trainers(_registry: ModuleType | None = None) -> None:
     if hasattr(sync_trainer, "SqlAgentTrainerBase"):
         importlib.import_module(ASYNC_TRAINERS_MODULE)
     # else sync_trainer is itself being imported (it imports veRL's trainers first): it
-    # registers its trainer when done, and async_trainers, which needs it, is imported then.
+    # registers its trainer when done; async_trainers, which needs it whole, registers the
+    # async ones when its importer imports it after (as the tests' harness does).
     load_designs()
 
 

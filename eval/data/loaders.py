@@ -251,10 +251,12 @@ def _read_all(layout: Layout, spec: Kind, problems: Problems, limit: int | None,
     records: list[Record] = []
     offset = 0
     for path in layout.question_files:
+        if limit is not None and len(records) >= limit:
+            return records
         lines = [0]  # JSONL: lines read so far, blank ones included (ids are line numbers)
         raw = _stream_jsonl(path, problems, lines) if spec.reader == "jsonl" else _stream_json(path, problems)
         seen = 0
-        for where, index, item in raw if limit is None or len(records) < limit else ():
+        for where, index, item in raw:
             seen = index + 1
             if offset + index < skip:
                 continue

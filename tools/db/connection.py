@@ -192,9 +192,9 @@ def _check_sqlite_file(path: Path) -> None:
     if not path.is_file():
         raise DataError(f"no SQLite database at {path}; pass the path of an existing .sqlite file")
     with path.open("rb") as handle:
-        header = handle.read(16)
+        header = handle.read(len(SQLITE_HEADER))
     if header and header != SQLITE_HEADER:
-        raise DataError(f"{path} is not a SQLite 3 database (bad header {header[:16]!r})")
+        raise DataError(f"{path} is not a SQLite 3 database (bad header {header!r})")
 
 
 # --------------------------------------------------------------------------- execute

@@ -56,7 +56,6 @@ MEMORY_LIMIT = "2GB"
 fails with an out-of-memory error instead of swapping the machine)."""
 THREADS = 2
 """Worker threads per database (project choice: rollouts run many queries at once)."""
-MAGIC = DUCKDB_MAGIC
 
 READ_ONLY_CONFIG: dict[str, str | bool | int] = {
     "enable_external_access": False,
@@ -243,8 +242,8 @@ def _check_duckdb_file(path: Path) -> None:
         raise DataError(f"no DuckDB database at {path}; pass the path of an existing .duckdb file")
     with path.open("rb") as handle:
         header = handle.read(12)
-    if header[8:12] != MAGIC:
-        raise DataError(f"{path} is not a DuckDB database (no {MAGIC!r} signature at byte 8)")
+    if header[8:12] != DUCKDB_MAGIC:
+        raise DataError(f"{path} is not a DuckDB database (no {DUCKDB_MAGIC!r} signature at byte 8)")
 
 
 # --------------------------------------------------------------------------- values

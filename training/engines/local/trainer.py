@@ -318,9 +318,8 @@ class LocalTrainer(TrainStep, Checkpoints):
         with StopSignals(self._say) as stop:  # SIGTERM / SIGUSR1: stop after the step in progress
             try:
                 before = self._eval_once("before") if cfg.trainer.eval_before_after and self.step == 0 else {}
-                self._stop_if_asked(
-                    stop
-                )  # a signal in the evaluation: it is recorded; the warm start waits for the rerun
+                # a signal during that evaluation: it is recorded, the warm start waits for the rerun
+                self._stop_if_asked(stop)
                 warm = self._warm_start() if cfg.stage.warm_start.enable and self.step == 0 else {}
                 self.logger.start_progress()
                 while self.step < self.total_steps:

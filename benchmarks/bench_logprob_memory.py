@@ -1,5 +1,5 @@
 """Peak memory and time of one log-prob forward + backward on the embedded model, the
-plain path (full response logits) against the chunked LM head (training/engines/local/chunked_logprobs.py).
+plain path (full response logits) against the chunked LM head (training/engines/local/logprobs/chunked.py).
 
 The batch is what a ReToolSQL laptop update sees at its longest: ``--rows`` trajectories of
 ``--prompt`` prompt tokens and ``--response`` response tokens (random ids, fixed seed). Each

@@ -76,3 +76,20 @@ def tiny_model(seed: int = 0, vocab_size: int | None = None):
         tie_word_embeddings=True,
     )
     return Qwen2ForCausalLM(config)
+
+
+def soft_capped_model():
+    """A one-layer random Gemma 2, whose logits are soft-capped (its head is not plain)."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    config = Gemma2Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        final_logit_softcapping=30.0,
+    )
+    return Gemma2ForCausalLM(config)

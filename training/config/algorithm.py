@@ -167,6 +167,12 @@ class OptimConfig:
         "the warm start's SFT steps, in memory only for optimizer.step() (1 GiB of RAM on SmolLM2-135M; "
         "the laptop profile turns it on)",
     )
+    share_prefix: bool = _f(
+        True,
+        "local engine: rows whose prompts share a long prefix (a GRPO group, demonstrations behind one "
+        "system prompt) train in one packed pass with the prefix computed once, where its cost model says "
+        "that is cheaper (training/engines/local/logprobs/shared_prefix.py); the same log-probs and gradients",
+    )
 
     def __post_init__(self) -> None:
         _need(self.lr > 0, f"optim.lr={self.lr}: must be > 0")

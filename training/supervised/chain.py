@@ -166,6 +166,7 @@ class Chain(DatasetStage):
                 seed=self.cfg.seed,
                 progress="console" in self.cfg.logger,
                 spill_dir=self.t.updater.spill_dir,
+                share_prefix=self.cfg.optim.share_prefix,
             )
         result.update(
             {"conversations": float(len(rows)), "episodes": float(len(trajectories)), "replay_dropped": dropped}

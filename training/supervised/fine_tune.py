@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from training.engines.local import loss as lp
+from training.engines.local.logprobs.shared_prefix import model_share, plan_micro_batches, worth_packing
 from training.engines.local.optimizer_spill import MomentSpill
 from training.runs.usage import release_free_memory
 
@@ -44,20 +45,27 @@ class WarmStartSettings:
 
 
 def nll_sum(
-    model: Any, trajectories: Sequence[Any], pad_id: int, device: str, autocast: Any
+    model: Any, trajectories: Sequence[Any], pad_id: int, device: str, autocast: Any, share: float | None = None
 ) -> tuple[torch.Tensor, float]:
-    """Summed NLL over the policy tokens of ``trajectories`` and how many tokens that is."""
+    """Summed NLL over the policy tokens of ``trajectories`` and how many tokens that is
+    (``share``: ``shared_prefix.model_share`` of the model, to pack rows behind a shared prefix)."""
     masks = [[float(m) for m in t.response_mask] for t in trajectories]
+    prompts = [t.prompt_ids for t in trajectories]
     batch = lp.build_policy_batch(
-        [t.prompt_ids for t in trajectories],
+        prompts,
         [t.response_ids for t in trajectories],
         {"full": masks},
         {"full": [0.0] * len(trajectories)},
         pad_id,
+        pack=worth_packing(prompts, [_length(t) for t in trajectories], share),
     )
-    logp, _ = lp.response_log_probs(model, batch, device, autocast)  # [batch, resp_len]
+    logp, _ = lp.response_log_probs(model, batch, device, autocast, recompute_head=False)  # backward follows
     mask = batch.masks["full"].to(logp.device)  # [batch, resp_len]
     return -(logp * mask).sum(), float(mask.sum())
+
+
+def _length(trajectory: Any) -> int:
+    return len(trajectory.prompt_ids) + len(trajectory.response_ids)
 
 
 def _batches(n: int, size: int, epochs: int, seed: int) -> list[list[int]]:
@@ -80,10 +88,12 @@ def supervised_fine_tune(
     progress: bool = False,
     on_step: Callable[[int, dict[str, float]], None] | None = None,
     spill_dir: str | Path | None = None,
+    share_prefix: bool = True,
 ) -> dict[str, float]:
     """Fine-tune ``model`` in place; returns first/last-step NLL, steps, tokens and duration_s (seconds).
     ``spill_dir``: AdamW's moments wait there during each step's forward and backward passes
-    (training/engines/local/optimizer_spill.py)."""
+    (training/engines/local/optimizer_spill.py). ``share_prefix``: a step's demonstrations that
+    share a prompt prefix train in one packed pass where that is cheaper (``optim.share_prefix``)."""
     if not trajectories:
         raise ValueError("no demonstrations to fine-tune on")
     batches = _batches(len(trajectories), settings.batch_size, settings.epochs, seed)
@@ -92,17 +102,22 @@ def supervised_fine_tune(
     spill = MomentSpill(optimizer, spill_dir)
     warm = math.ceil(len(batches) * settings.warmup_ratio)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0)
+    share = model_share(model) if share_prefix else None
     model.train()
     start, losses, tokens_seen = time.perf_counter(), [], 0.0
     bar = _bar(len(batches)) if progress else None
     for step, rows in enumerate(batches):
-        items = sorted((trajectories[i] for i in rows), key=lambda t: len(t.prompt_ids) + len(t.response_ids))
+        items = [trajectories[i] for i in rows]
         total = float(sum(sum(t.response_mask) for t in items)) or 1.0
         optimizer.zero_grad(set_to_none=True)
         step_loss = 0.0
+        prompts, lengths = [t.prompt_ids for t in items], [_length(t) for t in items]
+        micros = plan_micro_batches(
+            range(len(items)), prompts.__getitem__, lengths.__getitem__, settings.micro_batch_size, share
+        )
         with spill.away():  # a long demonstration's activations peak here, not beside the moments
-            for k in range(0, len(items), settings.micro_batch_size):
-                loss_sum, _ = nll_sum(model, items[k : k + settings.micro_batch_size], pad_id, device, autocast)
+            for micro in micros:
+                loss_sum, _ = nll_sum(model, [items[k] for k in micro], pad_id, device, autocast, share)
                 (loss_sum / total).backward()
                 release_free_memory()
                 step_loss += float(loss_sum.detach()) / total

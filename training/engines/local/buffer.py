@@ -18,6 +18,7 @@ from agents.types import ERROR_TURN_MASK, TrainingSpec
 from training.algorithm.advantages import dynamic_sampling_filter
 from training.algorithm.assembly import assemble, trajectory_groups
 from training.algorithm.reward_trust import decision_values
+from training.engines.local.logprobs.shared_prefix import worth_packing
 from training.engines.local.loss import PolicyBatch, build_policy_batch
 
 
@@ -55,8 +56,11 @@ class StepBuffer:
             out[track] = mask
         return out
 
-    def policy_batch(self, rows: Sequence[int], pad_id: int) -> PolicyBatch:
+    def policy_batch(self, rows: Sequence[int], pad_id: int, share: float | None = None) -> PolicyBatch:
+        """The rows' tensors; packed behind their shared prompt prefix when that is cheaper
+        (``share``: ``shared_prefix.model_share`` of the model, None: never)."""
         trajs = [self.trajectories[i] for i in rows]
+        pack = worth_packing([t.prompt_ids for t in trajs], [self.length(i) for i in rows], share)
         return build_policy_batch(
             [t.prompt_ids for t in trajs],
             [t.response_ids for t in trajs],
@@ -65,6 +69,7 @@ class StepBuffer:
             pad_id,
             rows=rows,
             rollout_log_probs=[t.logprobs for t in trajs],
+            pack=pack,
         )
 
 

@@ -20,7 +20,8 @@ from typing import Any
 
 import torch
 
-from training.engines.local.chunked_logprobs import chunked_response_log_probs, plain_head
+from training.engines.local.logprobs.chunked import chunked_response_log_probs, plain_head, trained_positions
+from training.engines.local.logprobs.shared_prefix import packed_inputs, use_packed_attention
 from training.generation.hf import AutocastDtype, autocast_context, left_pad
 
 # ----------------------------------------------------------------------------- generation
@@ -31,25 +32,29 @@ from training.generation.hf import AutocastDtype, autocast_context, left_pad
 
 @dataclass
 class PolicyBatch:
-    """Tensors of a micro-batch of trajectories (responses right-aligned in ``input_ids``).
+    """Tensors of a micro-batch of trajectories (responses right-aligned in ``input_ids``,
+    or packed behind their shared prompt prefix: training/engines/local/logprobs/shared_prefix.py).
 
     ``masks`` hold one 0/1 float mask per advantage track (``full``: policy tokens; the
     schema track: policy tokens up to the propose turn), all [batch, resp_len], with
     response token j of row i at column j (right padding within the response block).
     """
 
-    input_ids: torch.Tensor  # [batch, seq_len] left-padded prompt + response
-    attention_mask: torch.Tensor  # [batch, seq_len]
-    position_ids: torch.Tensor  # [batch, seq_len]
+    input_ids: torch.Tensor  # [batch, seq_len] left-padded prompt + response; packed: [1, T]
+    attention_mask: torch.Tensor  # [batch, seq_len]; packed: [1, 1, T, T] bool block mask
+    position_ids: torch.Tensor  # [batch, seq_len]; packed: [1, T]
     responses: torch.Tensor  # [batch, resp_len] response ids, right-padded with pad_id
     resp_lens: torch.Tensor  # [batch]
     masks: dict[str, torch.Tensor]  # track -> [batch, resp_len]
     advantages: dict[str, torch.Tensor]  # track -> [batch]
+    state_index: torch.Tensor  # [batch, resp_len] flat index of the state predicting each response token
     old_log_probs: torch.Tensor | None = None  # [batch, resp_len]
     ref_log_probs: torch.Tensor | None = None  # [batch, resp_len]
     rollout_log_probs: torch.Tensor | None = None  # [batch, resp_len] the generating model's, 0 beyond
     rollout_is_weights: torch.Tensor | None = None  # [batch, resp_len] IS correction weights
     rows: list[int] = field(default_factory=list)  # indices into the step's trajectory list
+    packed: bool = False
+    segments: tuple[int, tuple[int, ...]] | None = None  # packed: the prefix's length and each remainder's
 
 
 def build_policy_batch(
@@ -60,14 +65,25 @@ def build_policy_batch(
     pad_id: int,
     rows: Sequence[int] = (),
     rollout_log_probs: Sequence[Sequence[float] | None] | None = None,
+    pack: bool = False,
 ) -> PolicyBatch:
-    """Pack trajectories so that every response ends at the last column (left padding).
-    ``rollout_log_probs``: per row, the generating model's log-probs (or None for all
-    rows when any row lacks them)."""
-    seqs = [list(p) + list(r) for p, r in zip(prompts, responses, strict=True)]
-    input_ids, attention_mask = left_pad(seqs, pad_id)  # [batch, seq_len]
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [batch, seq_len]
+    """Pack trajectories so that every response ends at the last column (left padding), or
+    with ``pack`` into one sequence behind their shared prompt prefix (shared_prefix.py; the
+    chunked LM-head path reads it). ``rollout_log_probs``: per row, the generating model's
+    log-probs (or None for all rows when any row lacks them)."""
     resp_len = max(1, max(len(r) for r in responses))
+    resp_lens = torch.tensor([len(r) for r in responses], dtype=torch.long)  # [batch]
+    if pack:
+        inputs = packed_inputs(prompts, responses)
+        input_ids, attention_mask = inputs["input_ids"], inputs["attention_mask"]
+        position_ids, state_index = inputs["position_ids"], inputs["state_index"]
+        segments = inputs["segments"]
+    else:
+        seqs = [list(p) + list(r) for p, r in zip(prompts, responses, strict=True)]
+        input_ids, attention_mask = left_pad(seqs, pad_id)  # [batch, seq_len]
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [batch, seq_len]
+        state_index = _padded_state_index(resp_lens, resp_len, input_ids.shape[1])
+        segments = None
     resp = torch.full((len(responses), resp_len), pad_id, dtype=torch.long)  # [batch, resp_len]
     for i, r in enumerate(responses):
         resp[i, : len(r)] = torch.tensor(list(r), dtype=torch.long)
@@ -78,16 +94,27 @@ def build_policy_batch(
         attention_mask=attention_mask,
         position_ids=position_ids,
         responses=resp,
-        resp_lens=torch.tensor([len(r) for r in responses], dtype=torch.long),
+        resp_lens=resp_lens,
         masks=packed,
         advantages=adv,
         rows=list(rows),
+        state_index=state_index,
+        packed=pack,
+        segments=segments,
         rollout_log_probs=(
             _pad_float(rollout_log_probs, resp_len)  # type: ignore[arg-type]
             if rollout_log_probs is not None and all(r is not None for r in rollout_log_probs)
             else None
         ),
     )
+
+
+def _padded_state_index(resp_lens: torch.Tensor, resp_len: int, seq_len: int) -> torch.Tensor:
+    """[batch, resp_len]: row i's response token j sits at column seq_len - L_i + j of its
+    left-padded row, predicted by the state one before it (flat index over [batch, seq_len])."""
+    j = torch.arange(resp_len).unsqueeze(0)  # [1, resp_len]
+    column = (seq_len - 1 - resp_lens.unsqueeze(1) + j).clamp(min=0)  # [batch, resp_len]
+    return torch.arange(len(resp_lens)).unsqueeze(1) * seq_len + column
 
 
 def _pad_float(rows: Sequence[Sequence[float]], width: int) -> torch.Tensor:
@@ -105,16 +132,23 @@ def response_log_probs(
     autocast: AutocastDtype = None,
     with_entropy: bool = False,
     entropy_grad: bool = False,
+    recompute_head: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of the response tokens under ``model`` (and entropy if asked).
 
-    Returns ([batch, resp_len], [batch, resp_len] | None), zero beyond each response. Models
-    whose logits are ``lm_head(hidden)`` run the LM head in chunks (chunked_logprobs.py), so
+    Returns ([batch, resp_len], [batch, resp_len] | None), zero beyond each response and at
+    the positions no track's mask trains (``chunked.trained_positions``). Models
+    whose logits are ``lm_head(hidden)`` run the LM head in chunks (logprobs/chunked.py), so
     no [batch, resp_len, vocab] tensor is held; others take the plain path.
+    ``recompute_head=False``: the backward pass follows at once (a single chunk keeps its logits).
     """
     parts = plain_head(model)
     if parts is not None:
-        return chunked_response_log_probs(*parts, batch, device, autocast, with_entropy, entropy_grad)
+        if batch.packed:
+            use_packed_attention(parts[0])
+        return chunked_response_log_probs(
+            *parts, batch, device, autocast, with_entropy, entropy_grad, recompute_head=recompute_head
+        )
     return plain_response_log_probs(model, batch, device, autocast, with_entropy, entropy_grad)
 
 
@@ -127,6 +161,8 @@ def plain_response_log_probs(
     entropy_grad: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``response_log_probs`` through the model's own forward and full response logits."""
+    if batch.packed:
+        raise ValueError("a packed micro-batch needs the chunked LM-head path (logprobs.chunked.plain_head)")
     resp_len = batch.responses.shape[1]
     keep = resp_len + 1  # logits at position t predict token t+1
     with autocast_context(device, autocast):
@@ -145,7 +181,7 @@ def plain_response_log_probs(
     targets = batch.responses.to(logits.device)  # [batch, resp_len]
     log_norm = torch.logsumexp(logits, dim=-1)  # [batch, resp_len]
     picked = torch.gather(logits, -1, targets.unsqueeze(-1)).squeeze(-1)  # [batch, resp_len]
-    valid = _length_mask(batch.resp_lens, resp_len).to(logits.device)  # [batch, resp_len]
+    valid = trained_positions(batch).float().to(logits.device)  # [batch, resp_len]
     log_probs = (picked - log_norm) * valid  # [batch, resp_len]
     entropy = None
     if with_entropy:
@@ -165,10 +201,6 @@ def _response_columns(resp_lens: torch.Tensor, resp_len: int, seq_len: int, keep
     j = torch.arange(resp_len).unsqueeze(0)  # [1, resp_len]
     cols = keep - 1 - resp_lens.unsqueeze(1) + j  # [batch, resp_len]
     return cols.clamp(0, keep - 2)
-
-
-def _length_mask(resp_lens: torch.Tensor, resp_len: int) -> torch.Tensor:
-    return (torch.arange(resp_len).unsqueeze(0) < resp_lens.unsqueeze(1)).float()  # [batch, resp_len]
 
 
 # ----------------------------------------------------------------------------- loss

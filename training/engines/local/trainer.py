@@ -380,6 +380,7 @@ class LocalTrainer(TrainStep, Checkpoints):
                 progress="console" in cfg.logger,
                 say=self._say,
                 spill_dir=self.updater.spill_dir,
+                share_prefix=cfg.optim.share_prefix,
             )
 
     def _warm_start(self) -> dict[str, Any]:

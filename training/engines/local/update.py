@@ -31,6 +31,7 @@ import torch
 from training.config import AlgorithmConfig, OptimConfig, warmup_steps
 from training.engines.local import loss as lp
 from training.engines.local.buffer import StepBuffer
+from training.engines.local.logprobs.shared_prefix import model_share, plan_micro_batches
 from training.engines.local.optimizer_spill import MomentSpill
 from training.engines.local.policy_models import PolicyModels
 from training.runs.usage import release_free_memory
@@ -91,6 +92,7 @@ class Updater:
             weight_decay=optim.weight_decay,
         )
         self.spill = MomentSpill(self.optimizer, self.spill_dir)
+        self.share = model_share(models.model) if optim.share_prefix else None  # None: rows never packed
         warm = warmup_steps(total_steps * algorithm.mini_batches, optim.warmup_ratio)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0
@@ -165,11 +167,11 @@ class Updater:
         n_full = totals.tokens.get("full", 0.0) or 1.0
         self.optimizer.zero_grad(set_to_none=True)
         stepped = False  # a loss depended on the weights: the optimizer steps on its (maybe zero) gradient
-        for micro in micro_batches(rows, buffer, self.optim.micro_batch_size):
-            batch = buffer.policy_batch(micro, m.tokenizer.pad_token_id)
+        for micro in micro_batches(rows, buffer, self.optim.micro_batch_size, self.share):
+            batch = buffer.policy_batch(micro, m.tokenizer.pad_token_id, self.share)
             ref = ref_log_probs[tuple(micro)] if ref_log_probs is not None else None  # [micro, resp_len]
             with self.watch.measure("update"):
-                logp, entropy = held.pop(tuple(micro)) if held is not None else self._forward(batch)
+                logp, entropy = held.pop(tuple(micro)) if held is not None else self._forward(batch, held=False)
                 old_lp = (
                     torch.stack([_pad_to(old[i], logp.shape[1]) for i in micro]).to(logp.device)
                     if old
@@ -218,11 +220,19 @@ class Updater:
             self.optimizer.zero_grad(set_to_none=True)
         return {**losses, **weighted, "policy/grad_norm": float(norm)}
 
-    def _forward(self, batch: lp.PolicyBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The update's forward pass of one micro-batch: log-probs and entropy, [micro, resp_len] each."""
+    def _forward(self, batch: lp.PolicyBatch, held: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The update's forward pass of one micro-batch: log-probs and entropy, [micro, resp_len] each.
+        ``held``: its graph waits for the other micro-batches' passes, so the LM head's logits are
+        recomputed in the backward pass rather than kept."""
         m = self.models
         return lp.response_log_probs(
-            m.model, batch, m.device, m.autocast, with_entropy=True, entropy_grad=self.loss_settings.entropy_coeff > 0
+            m.model,
+            batch,
+            m.device,
+            m.autocast,
+            with_entropy=True,
+            entropy_grad=self.loss_settings.entropy_coeff > 0,
+            recompute_head=held,
         )
 
     def _held_forwards(
@@ -236,8 +246,10 @@ class Updater:
             return None
         out: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor | None]] = {}
         with self.watch.measure("update"):
-            for micro in micro_batches(list(range(buffer.size)), buffer, self.optim.micro_batch_size):
-                out[tuple(micro)] = self._forward(buffer.policy_batch(micro, m.tokenizer.pad_token_id))
+            for micro in micro_batches(list(range(buffer.size)), buffer, self.optim.micro_batch_size, self.share):
+                out[tuple(micro)] = self._forward(
+                    buffer.policy_batch(micro, m.tokenizer.pad_token_id, self.share), held=True
+                )
                 release_free_memory()  # the pass's freed temporaries, between the held layer inputs
         return out
 
@@ -246,8 +258,8 @@ class Updater:
         m = self.models
         out: dict[int, torch.Tensor] = {}
         with self.watch.measure("logprob"), torch.no_grad():
-            for micro in micro_batches(list(range(buffer.size)), buffer, self.optim.micro_batch_size):
-                batch = buffer.policy_batch(micro, m.tokenizer.pad_token_id)
+            for micro in micro_batches(list(range(buffer.size)), buffer, self.optim.micro_batch_size, self.share):
+                batch = buffer.policy_batch(micro, m.tokenizer.pad_token_id, self.share)
                 logp, _ = lp.response_log_probs(m.model, batch, m.device, m.autocast)
                 for j, i in enumerate(micro):
                     out[i] = logp[j].cpu()
@@ -260,8 +272,8 @@ class Updater:
         out: dict[tuple[int, ...], torch.Tensor] = {}
         with self.watch.measure("logprob"), torch.no_grad(), m.reference() as ref_model:
             for rows in chunks:
-                for micro in micro_batches(rows, buffer, self.optim.micro_batch_size):
-                    batch = buffer.policy_batch(micro, m.tokenizer.pad_token_id)
+                for micro in micro_batches(rows, buffer, self.optim.micro_batch_size, self.share):
+                    batch = buffer.policy_batch(micro, m.tokenizer.pad_token_id, self.share)
                     out[tuple(micro)], _ = lp.response_log_probs(ref_model, batch, m.device, m.autocast)
         return out
 
@@ -350,10 +362,11 @@ def _split(rows: list[int], parts: int) -> list[list[int]]:
     return [rows[i : i + size] for i in range(0, len(rows), size)]
 
 
-def micro_batches(rows: list[int], buffer: StepBuffer, size: int) -> list[list[int]]:
-    """Rows grouped by total length (less padding), ``size`` per micro-batch."""
-    ordered = sorted(rows, key=buffer.length)
-    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
+def micro_batches(rows: list[int], buffer: StepBuffer, size: int, share: float | None = None) -> list[list[int]]:
+    """Rows packed behind a shared prompt prefix where that is cheaper (``share``:
+    training/engines/local/logprobs/shared_prefix.py), the others grouped by total length (less
+    padding), ``size`` per micro-batch."""
+    return plan_micro_batches(rows, lambda i: buffer.trajectories[i].prompt_ids, buffer.length, size, share)
 
 
 def _pad_to(t: torch.Tensor, width: int) -> torch.Tensor:

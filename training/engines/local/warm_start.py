@@ -69,6 +69,7 @@ def run_warm_start(
     progress: bool = False,
     say: Callable[[str], None] = print,
     spill_dir: str | Path | None = None,
+    share_prefix: bool = True,
 ) -> dict[str, Any]:
     """Fine-tune ``model`` on demonstrations of ``agent`` on ``examples`` (or reload the
     finished warm start in ``run_dir`` when its fingerprint is ``expected``)."""
@@ -113,6 +114,7 @@ def run_warm_start(
         seed=seed,
         progress=progress,
         spill_dir=spill_dir,
+        share_prefix=share_prefix,
     )
     result.update(
         {

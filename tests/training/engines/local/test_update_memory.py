@@ -98,13 +98,15 @@ def test_the_warm_start_sets_the_generation_copy_aside(
     assert_copy_is_the_policy_in_bf16(t)
 
 
+@pytest.mark.parametrize("share_prefix", [False, True], ids=["one row per pass", "each group packed"])
 def test_the_kl_reference_is_loaded_for_one_pass_per_update(
-    tmp_path: Path, examples: list[Example], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, examples: list[Example], monkeypatch: pytest.MonkeyPatch, share_prefix: bool
 ) -> None:
-    """Think2SQL with a KL term from step 0, one row per micro-batch: the reference is the
-    given model's initial weights, loaded once per update and gone after; at step 1 the
-    policy is that reference, so the KL of every micro-batch is 0 only if each one got its
-    own rows' reference log-probs; at step 2 the policy has moved."""
+    """Think2SQL with a KL term from step 0, one row per micro-batch (or each group's rows
+    packed behind their prompt): the reference is the given model's initial weights, loaded
+    once per update and gone after; at step 1 the policy is that reference, so the KL of every
+    micro-batch is 0 only if each one got its own rows' reference log-probs; at step 2 the
+    policy has moved."""
     t = trainer(
         "think2sql",
         tmp_path,
@@ -112,6 +114,7 @@ def test_the_kl_reference_is_loaded_for_one_pass_per_update(
         "algorithm.dynamic_sampling.enable=false",
         "algorithm.kl_schedule=[[0,0.01]]",
         "optim.micro_batch_size=1",
+        f"optim.share_prefix={str(share_prefix).lower()}",
         "trainer.total_steps=2",
     )
     loads: list[int] = []
@@ -136,7 +139,8 @@ def test_the_kl_reference_is_loaded_for_one_pass_per_update(
     assert t.models.ref_model is None and t.models.reference_on
     second = t.train_step()
     assert loads == [0, 1] and t.models.ref_model is None  # one load per update, not per micro-batch
-    assert first["sampling/trajectories_updated"] == len(step_one) > 1  # one row per micro-batch
+    groups = first["sampling/trajectories_updated"] / t.cfg.algorithm.group_size
+    assert len(step_one) == (groups if share_prefix else first["sampling/trajectories_updated"]) > 1
     assert step_one == [0.0] * len(step_one)
     assert max(kls[len(step_one) :]) > 0.0 and second["kl"] > 0.0
 
@@ -230,7 +234,11 @@ def test_the_warm_start_spills_its_moments_and_trains_the_same_weights(
     from training.engines.local.optimizer_spill import SPILL_NAME
 
     warm = ("algorithm.dynamic_sampling.enable=false", "stage.warm_start.enable=true")
-    small_steps = ("stage.warm_start.batch_size=2", "stage.warm_start.micro_batch_size=1")
+    small_steps = (  # one pass per demonstration, two per step
+        "stage.warm_start.batch_size=2",
+        "stage.warm_start.micro_batch_size=1",
+        "optim.share_prefix=false",
+    )
     nll_sum = ft.nll_sum
     weights = {}
     for spill in (False, True):

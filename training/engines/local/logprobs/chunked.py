@@ -9,7 +9,15 @@ response token (the real ones only, not padding), and the LM head runs on chunks
 positions under activation checkpointing: a chunk's logits live only while its log-probs are
 computed, and again while its gradient is, so the peak holds one chunk's logits instead of
 the whole response's. The values are the LM head's own (same weights, same autocast), so
-log-probs agree with the plain path to float rounding (tests/training/engines/local/test_chunked_logprobs.py).
+log-probs agree with the plain path to float rounding (tests/training/engines/local/logprobs/test_chunked.py).
+
+The head runs only at the positions some track's mask trains (``trained_positions``): an
+observation's or a template's tokens carry no loss, weight or metric, and in a multi-turn
+demonstration they are half of the response (TRUST-SQL's laptop warm start: 8,044 of 15,011
+positions). Their log-probs are 0, as beyond a response. A single chunk whose backward pass
+follows at once (``recompute_head=False``: the warm start, an update's own micro-batch) keeps
+its logits instead of recomputing them: the backward pass would rebuild the same tensor at
+the same moment, so checkpointing it saves no memory.
 
 Only models whose causal-LM head is exactly ``lm_head(final hidden state)`` qualify (no logit
 soft-capping or scaling): the model types in ``PLAIN_HEAD_TYPES``. Any other model takes the
@@ -57,45 +65,46 @@ def chunked_response_log_probs(
     autocast: AutocastDtype,
     with_entropy: bool,
     entropy_grad: bool,
+    recompute_head: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``loss.response_log_probs`` for a plain-head model: ([batch, resp_len], entropy or None)."""
+    packed = {"shared_prefix": batch.segments} if batch.packed else {}  # read by shared_prefix.py's attention
     with autocast_context(device, autocast):
         hidden = decoder(
             input_ids=batch.input_ids.to(device),
             attention_mask=batch.attention_mask.to(device),
             position_ids=batch.position_ids.to(device),
             use_cache=False,
-        ).last_hidden_state  # [batch, seq_len, hidden]
+            **packed,
+        ).last_hidden_state  # [batch, seq_len, hidden]; packed: [1, T, hidden]
     rows, resp_len = batch.responses.shape
-    seq_len = batch.input_ids.shape[1]
-    lens = batch.resp_lens.to(hidden.device)  # [batch]
-    j = torch.arange(resp_len, device=hidden.device).unsqueeze(0)  # [1, resp_len]
-    valid = j < lens.unsqueeze(1)  # [batch, resp_len]
-    # Row i's response token j sits at column seq_len - L_i + j, predicted by the state one before it.
+    valid = trained_positions(batch).to(hidden.device)  # [batch, resp_len]
     row_idx, col_idx = valid.nonzero(as_tuple=True)  # [tokens] each
-    positions = seq_len - 1 - lens[row_idx] + col_idx  # [tokens]
-    states = hidden[row_idx, positions]  # [tokens, hidden]
+    index = batch.state_index.to(hidden.device)[row_idx, col_idx]  # [tokens] the state predicting each token
+    states = hidden.flatten(0, 1)[index]  # [tokens, hidden]
     targets = batch.responses.to(hidden.device)[row_idx, col_idx]  # [tokens]
     picked, entropies = [], []
+    recompute = recompute_head or states.shape[0] > CHUNK_POSITIONS  # several chunks: one at a time
     for start in range(0, states.shape[0], CHUNK_POSITIONS):
         stop = start + CHUNK_POSITIONS
-        logp, ent = checkpoint(
-            _chunk,
-            states[start:stop],
-            targets[start:stop],
-            head,
-            device,
-            autocast,
-            with_entropy,
-            entropy_grad,
-            use_reentrant=False,
-        )
+        args = (states[start:stop], targets[start:stop], head, device, autocast, with_entropy, entropy_grad)
+        logp, ent = checkpoint(_chunk, *args, use_reentrant=False) if recompute else _chunk(*args)
         picked.append(logp)
         if ent is not None:
             entropies.append(ent)
     log_probs = _scatter(picked, row_idx, col_idx, rows, resp_len, hidden)
     entropy = _scatter(entropies, row_idx, col_idx, rows, resp_len, hidden) if with_entropy else None
     return log_probs, entropy
+
+
+def trained_positions(batch: Any) -> torch.Tensor:
+    """[batch, resp_len] bool: the response positions some track's mask trains (every
+    response position when the batch has no masks)."""
+    resp_len = batch.responses.shape[1]
+    valid = torch.arange(resp_len).unsqueeze(0) < batch.resp_lens.unsqueeze(1)  # [batch, resp_len]
+    if batch.masks:
+        valid &= torch.stack([mask != 0 for mask in batch.masks.values()]).any(0)
+    return valid
 
 
 def _chunk(

@@ -149,23 +149,24 @@ def bare_compute(
     chunks = _split(list(range(buffer.size)), a.mini_batches)
     correct = a.rollout_correction.enabled and all(t.logprobs is not None for t in buffer.trajectories)
     pad, size = trainer.tokenizer.pad_token_id, o.micro_batch_size
+    share = trainer.updater.share  # the engine's micro-batches: rows behind a shared prefix packed
 
     def forward(model: Any, rows: list[int]) -> torch.Tensor:
-        logp, _ = lp.response_log_probs(model, buffer.policy_batch(rows, pad), models.device, models.autocast)
+        logp, _ = lp.response_log_probs(model, buffer.policy_batch(rows, pad, share), models.device, models.autocast)
         return logp  # [micro, resp_len]
 
     start = time.perf_counter()
     if len(chunks) > 1 or correct:  # old log-probs: a no-grad pass over the whole buffer
         with torch.no_grad():
-            for micro in micro_batches(list(range(buffer.size)), buffer, size):
+            for micro in micro_batches(list(range(buffer.size)), buffer, size, share):
                 forward(policy, micro)
     adamw = 0.0
     for rows in chunks:
-        for micro in micro_batches(rows, buffer, size):
+        for micro in micro_batches(rows, buffer, size, share):
             if beta > 0:
                 with torch.no_grad():
                     forward(ref_model, micro)
-            batch = buffer.policy_batch(micro, pad)
+            batch = buffer.policy_batch(micro, pad, share)
             logp = forward(policy, micro)
             mask, adv = batch.masks["full"], batch.advantages["full"]  # [micro, resp_len], [micro]
             (-(logp * adv[:, None] * mask).sum() / mask.sum().clamp(min=1.0)).backward()

@@ -59,11 +59,8 @@ def attention_share(config: Any) -> float:
 def shared_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
     """Tokens every prompt starts with, leaving each prompt's last token to its row (its state
     predicts the first response token, so it belongs to the row's own remainder)."""
-    first, shortest = prompts[0], min(len(p) for p in prompts)
-    n = 0
-    while n < shortest - 1 and all(p[n] == first[n] for p in prompts):
-        n += 1
-    return n
+    common = min(_common(prompts[0], p) for p in prompts)
+    return max(0, min(common, min(len(p) for p in prompts) - 1))
 
 
 PACKED_ATTENTION = "sdpa_shared_prefix"

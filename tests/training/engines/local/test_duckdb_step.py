@@ -57,7 +57,8 @@ LOCAL_STEP = [
     "algorithm.batch_size=1",
     "data.limit=4",
     "data.eval_limit=2",
-    "rollout.max_new_tokens=512",  # room for the demonstrations' turns (the warm start replays them)
+    "rollout.max_new_tokens=256",  # room for the demonstrations' turns (the warm start replays them;
+    # the longest takes 193-256 of the tiny tokenizer's tokens) and no more: the tiny model's turns run to it
     "stage.warm_start.examples=4",  # the laptop profile turns the warm start on: 4 demonstrations
     "stage.warm_start.eval_after=false",
     "trainer.eval_before_after=false",

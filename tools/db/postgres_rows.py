@@ -62,19 +62,27 @@ class ServerRows:
         self._conn = conn
         commands, fetched, moved = conn.cursor(), conn.cursor(), conn.cursor()
         self._count_error: psycopg.Error | None = None
+        failed: psycopg.Error | None = None
         try:
             with conn.pipeline():
-                commands.execute("BEGIN READ ONLY")
-                commands.execute(SETTINGS, (f"{timeout_ms}ms",))
-                commands.execute(f"DECLARE {CURSOR} NO SCROLL CURSOR FOR {query}", params)
-                fetched.execute(f"FETCH FORWARD {first} FROM {CURSOR}")
-                if end:
-                    moved.execute(f"MOVE FORWARD ALL IN {CURSOR}")
-                    commands.execute("ROLLBACK")
-        except psycopg.Error as exc:
+                try:
+                    commands.execute("BEGIN READ ONLY")
+                    commands.execute(SETTINGS, (f"{timeout_ms}ms",))
+                    commands.execute(f"DECLARE {CURSOR} NO SCROLL CURSOR FOR {query}", params)
+                    fetched.execute(f"FETCH FORWARD {first} FROM {CURSOR}")
+                    if end:
+                        moved.execute(f"MOVE FORWARD ALL IN {CURSOR}")
+                        commands.execute("ROLLBACK")
+                except psycopg.Error as exc:
+                    # kept, not raised through the pipeline's exit: psycopg would log its own
+                    # "pipeline aborted" as a warning on the console for every failed query
+                    failed = exc
+        except psycopg.Error as exc:  # the first error surfaced at the pipeline's sync
+            failed = failed or exc
+        if failed is not None:
             if not end or fetched.pgresult is None:  # the rows did not come: the query failed
-                raise
-            self._count_error = exc  # the server skipped the ROLLBACK: the caller's rollback ends it
+                raise failed
+            self._count_error = failed  # the server skipped the ROLLBACK: the caller's rollback ends it
         described = fetched.description or []
         self.columns = tuple(d.name for d in described)
         self._convert = [d.type_code not in PLAIN_OIDS for d in described]

@@ -5,6 +5,7 @@ on PostgreSQL copies of the tool tests' SQLite database."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import tempfile
@@ -187,6 +188,31 @@ def test_runaway_stops_at_the_deadline_and_the_connection_is_reused(pg: PgData) 
         took = time.monotonic() - started
         assert isinstance(out, ToolError) and out.kind == "timeout", (sql, out)
         assert 0.4 <= took < 1.5, (sql, took)
+    after = execute(db, "SELECT count(*) FROM schools", QueryLimits())
+    assert isinstance(after, QueryResult) and after.rows == ((6,),)
+
+
+def test_failed_queries_come_back_as_tool_errors_without_a_console_warning(
+    pg: PgData, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A query that fails on the server (at parse, at plan, mid-run, at the deadline) is the
+    model's tool error, and psycopg's "error ignored terminating <Pipeline>" stays off the log."""
+    db = open_db(pg, "school")
+    failing = {
+        "SELEC 1": "syntax",
+        "SELECT nope FROM schools": "schema",
+        "SELECT 1 / (count(*) - count(*)) FROM schools": "runtime",
+        "SELECT pg_sleep(5)": "timeout",
+    }
+    with caplog.at_level(logging.DEBUG):
+        for sql, kind in failing.items():
+            out = execute(db, sql, QueryLimits(timeout_s=0.5))
+            assert isinstance(out, ToolError) and out.message, (sql, kind, out)
+            capped = execute(db, sql, replace(QueryLimits(timeout_s=0.5), max_rows=1))
+            assert isinstance(capped, ToolError), (sql, kind, capped)
+    assert [
+        r.getMessage() for r in caplog.records if r.name.startswith("psycopg") and r.levelno >= logging.WARNING
+    ] == []
     after = execute(db, "SELECT count(*) FROM schools", QueryLimits())
     assert isinstance(after, QueryResult) and after.rows == ((6,),)
 

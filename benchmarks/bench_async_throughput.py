@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -34,6 +35,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+# One torch thread in this process, as in the Ray workers (harness.env_for_workers): the
+# doubles' own compute is not what is modelled, and two threads here spin-waited for cores the
+# Ray actors held (think2sql, B x G = 4 x 4: separate_async 1.35-1.36x with two, 1.46-1.47x with one).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests.*
 
 import ray  # noqa: E402 - after the path above
@@ -115,10 +120,13 @@ def main() -> None:
     parser.add_argument("--update-s", type=float, default=1.0, help="modelled seconds per optimizer step")
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     print(
         f"# SIMULATION: veRL's fit() on CPU with doubles; {args.recipe}, {args.steps} steps, "
         f"B={args.batch} G={args.group}, staleness {args.staleness}, {args.token_ms:g} ms/token "
-        f"x the main jobs' turn-length spread, {args.update_s:g} s per update"
+        f"x the main jobs' turn-length spread, {args.update_s:g} s per update, {torch.get_num_threads()} thread(s)"
     )
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_async_") as tmp:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -74,8 +75,6 @@ LONG_FIRST = (FIT_TIER, "tests/designs/test_outside_design.py")
 
 def _release_fit_runtime() -> None:
     """End the fit tier's shared Ray runtime (``harness.py``) if this process started one."""
-    import sys
-
     harness = sys.modules.get("tests.training.engines.verl.fit.harness")
     if harness is not None:
         harness.release_runtime()
@@ -107,8 +106,6 @@ def pytest_configure(config: pytest.Config) -> None:
     threads = str(max(1, (os.cpu_count() or 1) // workers))
     for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(key, threads)
-    import sys
-
     if "torch" in sys.modules:  # already imported (a plugin): the variable above came too late for it
         sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 

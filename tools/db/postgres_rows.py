@@ -20,6 +20,7 @@ The caller rolls back whatever happened (a no-op when the transaction has ended)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tools.db.duckdb_backend import to_sqlite_value
@@ -57,28 +58,20 @@ class ServerRows:
         *,
         end: bool = False,
     ) -> None:
-        import psycopg
-
         self._conn = conn
         commands, fetched, moved = conn.cursor(), conn.cursor(), conn.cursor()
         self._count_error: psycopg.Error | None = None
-        failed: psycopg.Error | None = None
-        try:
-            with conn.pipeline():
-                try:
-                    commands.execute("BEGIN READ ONLY")
-                    commands.execute(SETTINGS, (f"{timeout_ms}ms",))
-                    commands.execute(f"DECLARE {CURSOR} NO SCROLL CURSOR FOR {query}", params)
-                    fetched.execute(f"FETCH FORWARD {first} FROM {CURSOR}")
-                    if end:
-                        moved.execute(f"MOVE FORWARD ALL IN {CURSOR}")
-                        commands.execute("ROLLBACK")
-                except psycopg.Error as exc:
-                    # kept, not raised through the pipeline's exit: psycopg would log its own
-                    # "pipeline aborted" as a warning on the console for every failed query
-                    failed = exc
-        except psycopg.Error as exc:  # the first error surfaced at the pipeline's sync
-            failed = failed or exc
+
+        def send() -> None:
+            commands.execute("BEGIN READ ONLY")
+            commands.execute(SETTINGS, (f"{timeout_ms}ms",))
+            commands.execute(f"DECLARE {CURSOR} NO SCROLL CURSOR FOR {query}", params)
+            fetched.execute(f"FETCH FORWARD {first} FROM {CURSOR}")
+            if end:
+                moved.execute(f"MOVE FORWARD ALL IN {CURSOR}")
+                commands.execute("ROLLBACK")
+
+        failed = first_error_of_pipeline(conn, send)
         if failed is not None:
             if not end or fetched.pgresult is None:  # the rows did not come: the query failed
                 raise failed
@@ -150,3 +143,21 @@ class _CountedRest:
 
     def fetchall(self) -> list[Any]:
         return self.fetchmany(1 << 62)
+
+
+def first_error_of_pipeline(conn: psycopg.Connection[Any], send: Callable[[], None]) -> psycopg.Error | None:
+    """Run ``send`` (the statements) in one pipeline; the first server error, or None. The
+    error is kept inside the pipeline's block, not raised through its exit, where psycopg would
+    log its own "pipeline aborted" as a warning on the console for every failed query."""
+    import psycopg
+
+    failed: psycopg.Error | None = None
+    try:
+        with conn.pipeline():
+            try:
+                send()
+            except psycopg.Error as exc:
+                failed = exc
+    except psycopg.Error as exc:  # the first error surfaced at the pipeline's sync
+        failed = failed or exc
+    return failed

@@ -187,6 +187,17 @@ def test_laptop_profile_gives_trustsql_the_four_turns_the_phase_order_needs() ->
     assert cfg.agent.options["max_turns"] >= 4 and cfg.agent.options["max_turns_inference"] >= 4
 
 
+def test_laptop_profile_gives_trustsql_one_question_a_step_unless_the_command_line_asks() -> None:
+    """TRUST-SQL's long multi-turn episodes: one group of G per laptop step (the recipe's
+    laptop.batch_size); the paper's 16 stays for GPU runs and a given value is kept."""
+    cfg, changes = apply_laptop_profile(recipe("trustsql"))
+    assert (cfg.algorithm.batch_size, cfg.algorithm.group_size) == (1, 4)
+    assert changes["algorithm.batch_size"] == (16, 1)
+    asked, _ = apply_laptop_profile(recipe("trustsql", "algorithm.batch_size=2"), ["algorithm.batch_size"])
+    assert asked.algorithm.batch_size == 2
+    assert apply_laptop_profile(recipe("retoolsql"))[0].algorithm.batch_size == 2  # the shared profile's
+
+
 # ----------------------------------------------------------------------------- 5. Think2SQL loss
 
 

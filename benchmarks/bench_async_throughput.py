@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 
 import ray  # noqa: E402 - after the path above
 
+from tests.helpers.threads import outer_threads  # noqa: E402
 from tests.training.engines.verl.fit import async_harness as A  # noqa: E402
 from tests.training.engines.verl.fit import harness as H  # noqa: E402
 from tests.training.engines.verl.fit.test_async import COMMON, RECIPES, wrong_script  # noqa: E402
@@ -122,7 +123,7 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    torch.set_num_threads(outer_threads(os.environ["OMP_NUM_THREADS"]))
     print(
         f"# SIMULATION: veRL's fit() on CPU with doubles; {args.recipe}, {args.steps} steps, "
         f"B={args.batch} G={args.group}, staleness {args.staleness}, {args.token_ms:g} ms/token "

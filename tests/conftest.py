@@ -107,7 +107,9 @@ def pytest_configure(config: pytest.Config) -> None:
     for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(key, threads)
     if "torch" in sys.modules:  # already imported (a plugin): the variable above came too late for it
-        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+        from tests.helpers.threads import outer_threads
+
+        sys.modules["torch"].set_num_threads(outer_threads(os.environ["OMP_NUM_THREADS"]))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -20,7 +20,8 @@ from tests.helpers.designs import project_designs
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = re.compile(r"(?<![\w/.])((?:docs/[\w/]+|designs/\w+/README)\.md)")
-SECTION = re.compile(r"((?:docs/[\w/]+|designs/\w+/README)\.md)\s*[\"']([^\"'\n]{3,80})[\"']")
+SECTION = re.compile(r"((?:docs/[\w/]+|designs/\w+/README)\.md)\s*(?:\"([^\"\n]{3,80})\"|'([^'\n]{3,80})')")
+"""A cited section: its title in double quotes (which may hold an apostrophe) or single quotes."""
 OUTSIDE = re.compile(r"\b(SPEC|FACTS|ARCHITECTURE|STYLE)(\.md\b|\s*§)|/work/shared|shared/seeds")
 TEXT = (".py", ".md", ".yaml", ".toml", ".txt")
 
@@ -40,7 +41,7 @@ def citations() -> list[tuple[str, str, str | None]]:
     for path in tracked_files():
         text = path.read_text(encoding="utf-8")
         name = path.relative_to(REPO).as_posix()
-        sections = {(page, section) for page, section in SECTION.findall(text)}
+        sections = {(page, double or single) for page, double, single in SECTION.findall(text)}
         found += [(name, page, section) for page, section in sorted(sections)]
         found += [(name, page, None) for page in sorted(set(PAGE.findall(text))) if "<" not in page]
     return found
@@ -59,7 +60,12 @@ def test_every_cited_page_and_section_exists() -> None:
 
 def test_the_citation_reader_finds_pages_and_sections(tmp_path: Path) -> None:
     text = 'see docs/engines.md "The laptop profile" and designs/trustsql/README.md; not xdocs/a.md'
-    assert SECTION.findall(text) == [("docs/engines.md", "The laptop profile")]
+    assert SECTION.findall(text) == [("docs/engines.md", "The laptop profile", "")]
+    quoted = """docs/results.md "TRUST-SQL's laptop step: one question", docs/engines.md 'The laptop profile'"""
+    assert [(page, d or s) for page, d, s in SECTION.findall(quoted)] == [
+        ("docs/results.md", "TRUST-SQL's laptop step: one question"),
+        ("docs/engines.md", "The laptop profile"),
+    ]
     assert PAGE.findall(text) == ["docs/engines.md", "designs/trustsql/README.md"]
 
 

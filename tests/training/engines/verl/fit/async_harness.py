@@ -87,6 +87,13 @@ update finds the long requests in flight. Sleeping costs no CPU; 4 ms because a 
 turn's tokens no longer each cost a forward pass (one pass scores the turn): at 2 ms,
 ``separate_async``'s updates could find nothing in flight."""
 
+TOKEN_SECONDS = {"think2sql": 0.004, "trustsql": 0.0028, "retoolsql": 0.002, "dualsql": 0.002}
+"""Per-token seconds by recipe in ``test_async.py``: each recipe's mean scripted turn (Think2SQL
+44 tokens, TRUST-SQL 63, ReToolSQL 90, DualSQL 87 with two roles in turn) takes about what
+Think2SQL's takes at ``LATENCY``'s 4 ms, so the longer scripts do not stretch the module's
+wall time (DualSQL's fits took 52 of its 77 s at 4 ms) while every run still has requests in
+flight at its updates (the held request for sure)."""
+
 TRAINERS = {"colocate_async": CpuColocateAsync, "separate_async": CpuSeparateAsync}
 
 

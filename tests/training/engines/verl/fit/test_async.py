@@ -118,7 +118,7 @@ def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         wrong=wrong_script(recipe),
         client_cls=VersionedAsyncClient,
     )
-    ray.get(session.servers.server.set_latency.remote(*A.LATENCY))
+    ray.get(session.servers.server.set_latency.remote(A.TOKEN_SECONDS[recipe], A.LATENCY[1]))
     out: dict[str, Any] = {"recipe": recipe}
     try:
         for mode in MODES:

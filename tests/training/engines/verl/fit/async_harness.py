@@ -85,7 +85,9 @@ LATENCY = (0.004, 3.0)
 4 ms per token times a per-request factor of 1-3, 3-9 for one request in four, so an
 update finds the long requests in flight. Sleeping costs no CPU; 4 ms because a scripted
 turn's tokens no longer each cost a forward pass (one pass scores the turn): at 2 ms,
-``separate_async``'s updates could find nothing in flight."""
+Think2SQL's 44-token turns left ``separate_async``'s updates with nothing in flight (before
+``TinyServer.hold_until_cut``). The kill-and-requeue jobs (Think2SQL) use it as it is;
+``test_async.py`` scales the per-token part by recipe (``TOKEN_SECONDS``)."""
 
 TOKEN_SECONDS = {"think2sql": 0.004, "trustsql": 0.0028, "retoolsql": 0.002, "dualsql": 0.002}
 """Per-token seconds by recipe in ``test_async.py``: each recipe's mean scripted turn (Think2SQL

@@ -89,7 +89,7 @@ Think2SQL's 44-token turns left ``separate_async``'s updates with nothing in fli
 ``TinyServer.hold_until_cut``). The kill-and-requeue jobs (Think2SQL) use it as it is;
 ``test_async.py`` scales the per-token part by recipe (``TOKEN_SECONDS``)."""
 
-TOKEN_SECONDS = {"think2sql": 0.004, "trustsql": 0.0028, "retoolsql": 0.002, "dualsql": 0.002}
+TOKEN_SECONDS = {"think2sql": LATENCY[0], "trustsql": 0.0028, "retoolsql": 0.002, "dualsql": 0.002}
 """Per-token seconds by recipe in ``test_async.py``: each recipe's mean scripted turn (Think2SQL
 44 tokens, TRUST-SQL 63, ReToolSQL 90, DualSQL 87 with two roles in turn) takes about what
 Think2SQL's takes at ``LATENCY``'s 4 ms, so the longer scripts do not stretch the module's

@@ -1,5 +1,7 @@
 """tests/conftest.py's ``pytest_configure``: under pytest-xdist each worker, and what it
-starts, gets the cores divided by the workers as its threads; a caller's own setting stays."""
+starts, gets the cores divided by the workers as its threads; a caller's own setting stays,
+read by ``tests/helpers/threads.py`` (also the async benchmark's reader) as a count or
+OpenMP's nested list."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import pytest
 import torch
 
 from tests.conftest import pytest_configure
+from tests.helpers.threads import outer_threads
 
 
 @pytest.fixture
@@ -42,3 +45,24 @@ def test_one_process_and_a_callers_setting_are_left_alone(
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     pytest_configure(None)  # type: ignore[arg-type]
     assert os.environ["OMP_NUM_THREADS"] == "3" and torch.get_num_threads() == 3
+
+
+def test_a_callers_nested_setting_gives_torch_its_first_level(
+    monkeypatch: pytest.MonkeyPatch, threads_restored: None
+) -> None:
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3,1")
+    pytest_configure(None)  # type: ignore[arg-type]
+    assert os.environ["OMP_NUM_THREADS"] == "3,1" and torch.get_num_threads() == 3
+
+
+@pytest.mark.parametrize(("value", "threads"), [("2", 2), ("4,2", 4), (" 3 ,1", 3), ("1", 1)])
+def test_a_count_or_openmps_nested_list_gives_its_first_level(value: str, threads: int) -> None:
+    assert outer_threads(value) == threads
+
+
+@pytest.mark.parametrize("value", ["", "two", "0", "-1", ",2"])
+def test_anything_else_is_refused_with_the_value_named(value: str) -> None:
+    with pytest.raises(ValueError, match="OMP_NUM_THREADS=.*nested list such as '4,2'") as err:
+        outer_threads(value)
+    assert repr(value) in str(err.value)
